@@ -1,0 +1,32 @@
+# Two commands a user needs (README): `make demo` and `make test`.
+# Everything is installed into ./.venv from pyproject.toml, pinned by constraints.txt.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo test constraints clean
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24" 
+	$(BIN)/python -m pip install --quiet --progress-bar off -c constraints.txt -e ".[dev]"
+	@touch $(STAMP)
+
+setup: $(STAMP)  ## create .venv and install uedp with pinned dependencies
+
+demo: $(STAMP)  ## install, then run the end-to-end demo (ingest, detect, train, evaluate, log to MLflow)
+	$(BIN)/uedp demo
+
+test: $(STAMP)  ## install, then run the whole test suite
+	$(BIN)/python -m pytest
+
+constraints:  ## re-pin after editing pyproject.toml: resolve in a scratch venv and freeze
+	rm -rf /tmp/uedp-pin && $(PYTHON) -m venv /tmp/uedp-pin
+	/tmp/uedp-pin/bin/pip install --quiet -e ".[dev]"
+	{ sed -n '1,3p' constraints.txt; /tmp/uedp-pin/bin/pip freeze --exclude-editable \
+	  | sed -e 's/^torch==\([0-9.]*\)+cpu/torch==\1/' | grep -v -E '^(pip|setuptools|wheel)=='; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+
+clean:
+	rm -rf $(VENV) .uedp

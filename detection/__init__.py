@@ -1,0 +1,1 @@
+"""Sensitive-entity detectors. Each turns sentences into entity rows of ``storage.schemas.ENTITIES``."""

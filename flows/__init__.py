@@ -1,0 +1,1 @@
+"""Prefect flows: composition of tasks only, no logic of their own."""

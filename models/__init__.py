@@ -1,0 +1,1 @@
+"""Model builders, tokenization, batching and utility metrics. Imports neither Prefect nor MLflow."""

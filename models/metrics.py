@@ -1,0 +1,47 @@
+"""Utility metrics. Perplexity is token-weighted over the whole split: exp(total NLL / total tokens),
+not a mean of per-batch perplexities (which over-weights short batches)."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from models.batching import IGNORE, batches
+
+
+def causal_lm_nll(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+    """Summed next-token negative log-likelihood of a batch, and the number of predicted tokens."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    targets = batch["labels"][:, 1:]
+    nll = F.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=IGNORE, reduction="sum"
+    )
+    return nll, int((targets != IGNORE).sum())
+
+
+def causal_lm_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean next-token loss of a batch (the training objective)."""
+    nll, count = causal_lm_nll(model, batch)
+    return nll / max(count, 1)
+
+
+@torch.no_grad()
+def perplexity(
+    model: torch.nn.Module, sequences: Sequence[torch.Tensor], pad_id: int, device: torch.device, batch_size: int = 32
+) -> float:
+    """Token-weighted perplexity of ``model`` over ``sequences``."""
+    was_training = model.training
+    model.eval()
+    total_nll, total_tokens = 0.0, 0
+    for batch in batches(sequences, batch_size, pad_id):
+        batch = {k: v.to(device) for k, v in batch.items()}
+        nll, count = causal_lm_nll(model, batch)
+        total_nll += float(nll)
+        total_tokens += count
+    model.train(was_training)
+    if total_tokens == 0:
+        raise ValueError("perplexity of an empty split")
+    return math.exp(total_nll / total_tokens)

@@ -1,0 +1,10 @@
+"""Mechanism registry. A name here is a mechanism users can run today; PRIVACY.md lists the rest
+(dpsgd, selective, uedp, uedp-naive), which arrive with the privacy-core issue."""
+
+from __future__ import annotations
+
+MECHANISMS: dict[str, str] = {
+    "noiseless": "no privacy (epsilon = inf); the utility ceiling",
+    "deid": "detected spans replaced by [CATEGORY] placeholders, then noiseless (epsilon = inf)",
+    "userdp": "user-level DP by DP-FedAvg: per-user model deltas clipped and noised (PRIVACY.md)",
+}

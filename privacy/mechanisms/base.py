@@ -1,0 +1,67 @@
+"""What every mechanism shares: the data it trains on, the report it gives after each round, and
+its privacy statement (unit, sampling, noise, accountant), so callers can log and check them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import torch
+
+# loss_fn(model, batch) -> scalar mean loss; keeps mechanisms independent of the model family.
+LossFn = Callable[[torch.nn.Module, dict[str, torch.Tensor]], torch.Tensor]
+
+
+@dataclass
+class TrainData:
+    """Training sequences grouped by privacy-relevant user; ``pad_id`` pads batches."""
+
+    by_user: dict[str, list[torch.Tensor]]
+    pad_id: int
+
+    @property
+    def sequences(self) -> list[torch.Tensor]:
+        return [seq for seqs in self.by_user.values() for seq in seqs]
+
+    @property
+    def n_users(self) -> int:
+        return len(self.by_user)
+
+
+@dataclass(frozen=True)
+class RoundReport:
+    round: int  # 1-based
+    loss: float
+    epsilon: float
+    delta: float
+    participants: int  # users (or examples) whose data this round used
+
+
+@dataclass(frozen=True)
+class PrivacyStatement:
+    """What the reported epsilon means: logged as run parameters next to the figures."""
+
+    mechanism: str
+    unit: str
+    epsilon: float = math.inf
+    delta: float = 0.0
+    accountant: str = "none"
+    noise_multiplier: float = 0.0
+    sampling_probability: float = 1.0
+    rounds: int = 0
+    notes: str = ""
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+OnRound = Callable[[RoundReport], None]
+
+
+class Mechanism(Protocol):
+    name: str
+    unit: str
+
+    def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
+              on_round: OnRound) -> PrivacyStatement:
+        """Train ``model`` in place, call ``on_round`` after every round, return the final statement."""
+        ...

@@ -1,0 +1,73 @@
+"""The shared machinery of every central mechanism (PRIVACY.md, steps 1-3 and 7): Poisson sampling,
+L2 clipping of a flattened contribution, and Gaussian noise with standard deviation sigma."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+
+def flatten(params: list[torch.Tensor]) -> torch.Tensor:
+    """A new flat vector holding the parameters' current values (the space clipping works in)."""
+    return torch.cat([p.detach().reshape(-1) for p in params])
+
+
+@torch.no_grad()
+def assign_flat_(params: list[torch.Tensor], vector: torch.Tensor) -> None:
+    """Copy ``vector`` into the parameters' own storage.
+
+    Not ``torch.nn.utils.vector_to_parameters``: that makes each parameter a *view* of ``vector``, so
+    later in-place optimizer steps would silently rewrite ``vector`` (here: the global weights every
+    user's delta is measured from).
+    """
+    offset = 0
+    for p in params:
+        p.copy_(vector[offset : offset + p.numel()].view_as(p))
+        offset += p.numel()
+    if offset != vector.numel():
+        raise ValueError(f"vector has {vector.numel()} values, parameters need {offset}")
+
+
+def make_generator(seed: int | None, secure: bool = False, device: torch.device | str = "cpu") -> torch.Generator:
+    """Seeded generator for reproducible noise; ``secure`` draws the seed from the OS instead.
+
+    Only secure mode is meant to face real adversaries: a known seed makes the noise predictable.
+    """
+    generator = torch.Generator(device=device)
+    if secure:
+        generator.manual_seed(int.from_bytes(os.urandom(8), "big") & ((1 << 63) - 1))
+    else:
+        generator.manual_seed(0 if seed is None else seed)
+    return generator
+
+
+def poisson_sample(n: int, q: float, generator: torch.Generator) -> list[int]:
+    """Indices of units sampled independently with probability q (never 'shuffle and take a batch')."""
+    if not 0 < q <= 1:
+        raise ValueError(f"sampling probability must be in (0, 1], got {q}")
+    draws = torch.rand(n, generator=generator, device=generator.device)
+    return torch.nonzero(draws < q).flatten().tolist()
+
+
+def clip_l2(vector: torch.Tensor, bound: float) -> torch.Tensor:
+    """``c * min(1, bound / ||c||)``: the result's L2 norm is at most ``bound``.
+
+    A non-finite contribution (a diverged local update) becomes zero: passing NaN on would make the
+    whole noisy sum NaN, unbounded in sensitivity and revealing that such a unit took part.
+    """
+    if bound <= 0:
+        raise ValueError(f"clipping bound must be positive, got {bound}")
+    norm = torch.linalg.vector_norm(vector)
+    if not torch.isfinite(norm):
+        return torch.zeros_like(vector)
+    scale = torch.clamp(bound / (norm + 1e-12), max=1.0)
+    return vector * scale
+
+
+def gaussian_noise(shape: torch.Size | tuple[int, ...], std: float, generator: torch.Generator,
+                   dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """N(0, std^2 I) on the generator's device; ``std`` is the standard deviation, not the variance."""
+    if std < 0:
+        raise ValueError(f"noise standard deviation must be >= 0, got {std}")
+    return torch.randn(shape, generator=generator, device=generator.device, dtype=dtype) * std

@@ -1,0 +1,103 @@
+"""CoNLL-2003 reader: ``token POS chunk NER`` lines, blank lines between sentences, ``-DOCSTART-``
+between documents. Accepts the original IOB1 tags and the IOB2 tags of many copies (and BIOES),
+decoding all of them to character spans over the sentence text (tokens joined by single spaces).
+
+Streaming: one sentence in memory at a time, so a file of any size reads in bounded memory.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from storage.formats import FormatError
+
+_TAG = re.compile(r"^(?:O|[BIES]-[A-Za-z][A-Za-z0-9_]*)$")
+
+
+@dataclass
+class ConllSentence:
+    doc_index: int
+    position: int  # sentence index within its document
+    line: int  # 1-based line of the sentence's first token
+    tokens: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.tokens)
+
+    def spans(self) -> list[dict[str, object]]:
+        """Entity spans as ``{start, end, label}`` character offsets into :attr:`text`."""
+        spans: list[dict[str, object]] = []
+        offset = 0
+        current: dict[str, object] | None = None
+        prev_label = None
+        for token, tag in zip(self.tokens, self.tags):
+            start, end = offset, offset + len(token)
+            offset = end + 1
+            if tag == "O":
+                current, prev_label = None, None
+                continue
+            prefix, label = tag[0], tag[2:]
+            # B and S always open a span; I and E open one unless they continue the same label
+            # (this single rule decodes IOB1, IOB2 and BIOES).
+            if prefix in "BS" or current is None or label != prev_label:
+                current = {"start": start, "end": end, "label": label}
+                spans.append(current)
+            else:
+                current["end"] = end
+            prev_label = label
+            if prefix in "ES":
+                current, prev_label = None, None
+        return spans
+
+
+def read_conll(path: Path) -> Iterator[ConllSentence]:
+    """Yield sentences of a CoNLL file; raise FormatError naming file and line on bad input."""
+    if not path.exists():
+        raise FormatError(path, None, "file not found")
+    if not path.is_file():
+        raise FormatError(path, None, "not a regular file")
+    doc_index, position, columns = 0, 0, None
+    saw_docstart, produced = False, False
+    sentence: ConllSentence | None = None
+    with open(path, "rb") as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as exc:
+                raise FormatError(path, lineno, f"invalid UTF-8 at byte {exc.start}") from None
+            if not line.strip():
+                if sentence is not None:
+                    yield sentence
+                    produced, position, sentence = True, position + 1, None
+                continue
+            parts = line.split()
+            if parts[0] == "-DOCSTART-":
+                if sentence is not None:
+                    raise FormatError(path, lineno, "-DOCSTART- inside a sentence (expected a blank line before it)")
+                if saw_docstart or produced:
+                    doc_index += 1
+                saw_docstart, position = True, 0
+                continue
+            if columns is None:
+                if len(parts) < 2:
+                    raise FormatError(path, lineno, f"expected 'token ... NER-tag' columns, got {len(parts)}")
+                columns = len(parts)
+            elif len(parts) != columns:
+                raise FormatError(path, lineno, f"expected {columns} columns like the lines before, got {len(parts)}")
+            tag = parts[-1]
+            if not _TAG.match(tag):
+                raise FormatError(path, lineno, f"unknown NER tag {tag!r} (expected O, B-X, I-X, E-X or S-X)")
+            if sentence is None:
+                sentence = ConllSentence(doc_index=doc_index, position=position, line=lineno)
+            sentence.tokens.append(parts[0])
+            sentence.tags.append(tag)
+    if sentence is not None:
+        yield sentence
+        produced = True
+    if not produced:
+        raise FormatError(path, None, "no sentences found (empty file?)")

@@ -1,0 +1,49 @@
+"""Arrow schemas of the project's tables (ARCHITECTURE.md, "Data model"). Bump SCHEMA_VERSION on change."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+SPAN = pa.struct([("start", pa.int32()), ("end", pa.int32()), ("label", pa.string())])
+
+SENTENCES = pa.schema(
+    [
+        ("sentence_id", pa.int64()),
+        ("user_id", pa.string()),
+        ("doc_id", pa.string()),
+        ("split", pa.string()),
+        ("position", pa.int32()),
+        ("text", pa.string()),
+        ("source_file", pa.string()),
+        ("source_line", pa.int64()),
+        ("gold_spans", pa.list_(SPAN)),
+    ]
+)
+
+USERS = pa.schema(
+    [
+        ("user_id", pa.string()),
+        ("n_sentences", pa.int64()),
+        ("n_train", pa.int64()),
+        ("n_valid", pa.int64()),
+        ("n_test", pa.int64()),
+    ]
+)
+
+ENTITIES = pa.schema(
+    [
+        ("sentence_id", pa.int64()),
+        ("user_id", pa.string()),
+        ("start", pa.int32()),
+        ("end", pa.int32()),
+        ("category", pa.string()),
+        ("detector", pa.string()),
+        ("score", pa.float32()),
+        ("entity_key", pa.string()),
+        ("text", pa.string()),
+    ]
+)
+
+SPLITS = ("train", "valid", "test")

@@ -1,0 +1,121 @@
+"""Atomic Parquet tables with manifests: a crash or a bad input never leaves a half-written table.
+
+A table is a folder holding ``data.parquet`` and ``manifest.json``. Writers fill a hidden temporary
+folder next to it and swap it in by rename only after every row was written, so readers always see
+the previous good table or the new complete one. The manifest records the content key the table was
+built from (input hashes, configuration); callers compare keys to skip work that is already done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Iterable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from storage.schemas import SCHEMA_VERSION
+
+DATA_FILE = "data.parquet"
+MANIFEST_FILE = "manifest.json"
+
+
+def hash_files(paths: Iterable[Path], chunk: int = 1 << 20) -> str:
+    """SHA-256 over the bytes of the files, in the given order (names excluded: content is the key)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        file_digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            while block := handle.read(chunk):
+                file_digest.update(block)
+        digest.update(file_digest.digest())
+    return digest.hexdigest()
+
+
+def hash_config(config: dict[str, Any]) -> str:
+    """Stable hash of a JSON-serialisable configuration (key order does not matter)."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def read_manifest(table_dir: Path) -> dict[str, Any] | None:
+    """The manifest of a complete table, or None when the table does not exist."""
+    path = table_dir / MANIFEST_FILE
+    if not path.is_file() or not (table_dir / DATA_FILE).is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def is_current(table_dir: Path, key: str) -> bool:
+    """True when the table exists and was built from exactly this content key."""
+    manifest = read_manifest(table_dir)
+    return manifest is not None and manifest.get("key") == key and manifest.get("schema_version") == SCHEMA_VERSION
+
+
+def read_table(table_dir: Path) -> pa.Table:
+    return pq.read_table(table_dir / DATA_FILE)
+
+
+class TableWriter:
+    """Stream record batches into a table folder; swapped in atomically on a clean exit only.
+
+    >>> with TableWriter(path, schema, key="...", details={...}) as writer:
+    ...     writer.write_rows(rows)
+    """
+
+    def __init__(self, table_dir: Path, schema: pa.Schema, key: str, details: dict[str, Any] | None = None):
+        self.table_dir = table_dir
+        self.schema = schema
+        self.key = key
+        self.details = details or {}
+        self.rows = 0
+        self._tmp = table_dir.parent / f".{table_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
+        self._writer: pq.ParquetWriter | None = None
+
+    def __enter__(self) -> "TableWriter":
+        self._tmp.mkdir(parents=True)
+        self._writer = pq.ParquetWriter(self._tmp / DATA_FILE, self.schema, compression="zstd")
+        return self
+
+    def write_rows(self, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            self.write_batch(pa.RecordBatch.from_pylist(rows, schema=self.schema))
+
+    def write_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
+        assert self._writer is not None, "use TableWriter as a context manager"
+        self._writer.write(batch)
+        self.rows += batch.num_rows
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        assert self._writer is not None
+        self._writer.close()
+        if exc_type is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            return
+        manifest = {
+            "schema_version": SCHEMA_VERSION,
+            "table": self.table_dir.name,
+            "rows": self.rows,
+            "key": self.key,
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            **self.details,
+        }
+        (self._tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
+        _swap_in(self._tmp, self.table_dir)
+
+
+def _swap_in(new_dir: Path, target: Path) -> None:
+    """Replace ``target`` by ``new_dir`` with renames, so a reader never sees a partial folder."""
+    old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+    if target.exists():
+        os.replace(target, old)
+    os.replace(new_dir, target)
+    shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,64 @@
+"""The typed configuration of one training run, validated at the edge and logged to MLflow as params."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from detection.categories import parse_categories
+from privacy.mechanisms import MECHANISMS
+
+MechanismName = Literal["noiseless", "deid", "userdp"]
+
+
+class TrainConfig(BaseModel):
+    """One configuration: dataset x mechanism x categories x privacy parameters x seed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dataset: str
+    mechanism: MechanismName
+    categories: list[str] = Field(default_factory=lambda: ["PER", "LOC", "ORG", "PHONE", "EMAIL"])
+    model: str = Field("tiny", description="a GPT-2 size preset (tiny, small) or a pretrained path / hub name")
+    tokenizer: str = Field("byte", description="'byte' (leak-free byte-level) or a pretrained path / hub name")
+    max_len: int = Field(96, ge=8, le=4096)
+    steps: int = Field(300, ge=1, description="optimizer steps (noiseless, deid) or rounds (userdp)")
+    batch_size: int = Field(16, ge=1)
+    lr: float = Field(1e-3, gt=0)
+    # userdp (DP-FedAvg)
+    q_user: float = Field(0.5, gt=0, le=1)
+    noise_multiplier: float | None = Field(1.0, gt=0)
+    target_epsilon: float | None = Field(None, gt=0)
+    clip: float = Field(1.0, gt=0)
+    local_steps: int = Field(5, ge=1)
+    local_batch_size: int = Field(8, ge=1)
+    local_lr: float = Field(0.5, gt=0)
+    server_lr: float = Field(1.0, gt=0)
+    weight_cap: float = Field(1.0, gt=0)
+    delta: float = Field(1e-5, gt=0, lt=1)
+    accountant: Literal["pld", "rdp"] = "pld"
+    max_epsilon: float | None = Field(None, gt=0)
+    seed: int = 0
+    device: str = "auto"
+
+    @field_validator("categories", mode="before")
+    @classmethod
+    def _categories(cls, value: object) -> list[str]:
+        return parse_categories(value)  # type: ignore[arg-type]
+
+    @model_validator(mode="after")
+    def _noise(self) -> "TrainConfig":
+        if self.mechanism == "userdp" and self.noise_multiplier is None and self.target_epsilon is None:
+            raise ValueError("userdp needs --noise-multiplier or --target-epsilon")
+        return self
+
+    @property
+    def is_private(self) -> bool:
+        return self.mechanism not in ("noiseless", "deid")
+
+    def run_name(self) -> str:
+        return f"{self.mechanism}-{'+'.join(self.categories)}-s{self.seed}"
+
+
+assert set(MechanismName.__args__) == set(MECHANISMS), "TrainConfig and the mechanism registry disagree"  # type: ignore[attr-defined]

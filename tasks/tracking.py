@@ -1,0 +1,89 @@
+"""MLflow tracking: one experiment per dataset, one run per training configuration.
+
+Only counts, categories, hyperparameters and metrics are logged; entity text never leaves the data
+home. The store is a local SQLite file in the data home unless ``MLFLOW_TRACKING_URI`` points
+elsewhere (an MLflow server), so the same code serves the demo and a team deployment.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from mlflow.entities import Metric, Param  # noqa: E402
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+from storage.home import DataHome  # noqa: E402
+
+
+def tracking_uri(home: DataHome) -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or home.mlflow_tracking_uri
+
+
+def ui_command(home: DataHome) -> str:
+    return f"mlflow ui --backend-store-uri {tracking_uri(home)}"
+
+
+class RunTracker:
+    """A started MLflow run with the few logging calls uedp needs; ``finish`` ends it."""
+
+    def __init__(self, home: DataHome, experiment: str, run_name: str, tags: dict[str, str]):
+        self.client = MlflowClient(tracking_uri=tracking_uri(home))
+        found = self.client.get_experiment_by_name(experiment)
+        if found is not None:
+            experiment_id = found.experiment_id
+        else:
+            home.mlflow_artifacts.mkdir(parents=True, exist_ok=True)
+            location = (home.mlflow_artifacts / experiment).as_uri() if tracking_uri(home).startswith("sqlite") else None
+            experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+        self.run_id: str = self.client.create_run(experiment_id, run_name=run_name, tags=tags).info.run_id
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        self.client.log_batch(self.run_id, params=[Param(k, _param(v)) for k, v in sorted(params.items())])
+
+    def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
+        timestamp = _now_ms()
+        finite = [Metric(k, float(v), timestamp, step) for k, v in metrics.items() if math.isfinite(v)]
+        if finite:
+            self.client.log_batch(self.run_id, metrics=finite)
+
+    def log_json(self, obj: Any, name: str) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / name
+            path.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str), encoding="utf-8")
+            self.client.log_artifact(self.run_id, str(path))
+
+    def log_curve_plot(self, xs: list[int], ys: list[float], name: str, xlabel: str, ylabel: str, title: str) -> None:
+        fig, ax = plt.subplots(figsize=(5, 3.2), dpi=120)
+        ax.plot(xs, ys, marker="." if len(xs) < 60 else None)
+        ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / name
+            fig.savefig(path)
+            self.client.log_artifact(self.run_id, str(path))
+        plt.close(fig)
+
+    def finish(self, failed: bool = False) -> None:
+        self.client.set_terminated(self.run_id, status="FAILED" if failed else "FINISHED")
+
+
+def _param(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return "none" if value is None else str(value)
+
+
+def _now_ms() -> int:
+    import time
+
+    return int(time.time() * 1000)

@@ -1,0 +1,64 @@
+"""Accounting comes from dp_accounting, agrees with it, matches published values and calibrates."""
+
+from __future__ import annotations
+
+import dp_accounting
+import pytest
+from dp_accounting import pld, rdp
+
+from privacy.accounting import (
+    RoundAccountant,
+    calibrate_noise_multiplier,
+    check_delta,
+    epsilon_after,
+    poisson_gaussian_round,
+)
+
+
+def test_round_accountant_equals_dp_accounting_directly() -> None:
+    event = poisson_gaussian_round(0.1, 1.1)
+    accountant = RoundAccountant(event, 1e-5, "rdp")
+    for _ in range(20):
+        accountant.step()
+    direct = rdp.RdpAccountant()
+    direct.compose(dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.GaussianDpEvent(1.1)), 20)
+    assert accountant.epsilon == pytest.approx(direct.get_epsilon(1e-5), rel=1e-12)
+    assert accountant.rounds == 20
+    pld_direct = pld.PLDAccountant()
+    pld_direct.compose(dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.GaussianDpEvent(1.1)), 20)
+    assert epsilon_after(event, 20, 1e-5, "pld") == pytest.approx(pld_direct.get_epsilon(1e-5), rel=1e-9)
+
+
+def test_epsilon_grows_with_rounds() -> None:
+    accountant = RoundAccountant(poisson_gaussian_round(0.2, 1.0), 1e-5, "rdp")
+    values = [accountant.step() for _ in range(5)]
+    assert values == sorted(values) and values[0] > 0
+
+
+def test_abadi_et_al_published_setting() -> None:
+    """q=0.01, z=4, T=10000, delta=1e-5: the moments accountant gives ~1.26; RDP and PLD are tighter."""
+    event = poisson_gaussian_round(0.01, 4.0)
+    eps_rdp = epsilon_after(event, 10_000, 1e-5, "rdp")
+    eps_pld = epsilon_after(event, 10_000, 1e-5, "pld")
+    assert 0.9 < eps_rdp < 1.26
+    assert 0.8 < eps_pld < eps_rdp
+
+
+@pytest.mark.parametrize("kind", ["rdp", "pld"])
+@pytest.mark.parametrize("target", [1.0, 8.0])
+def test_calibration_is_below_target_and_within_one_percent(kind: str, target: float) -> None:
+    z = calibrate_noise_multiplier(lambda noise: poisson_gaussian_round(0.05, noise), 100, target, 1e-5, kind)  # type: ignore[arg-type]
+    achieved = epsilon_after(poisson_gaussian_round(0.05, z), 100, 1e-5, kind)  # type: ignore[arg-type]
+    assert achieved <= target
+    assert achieved >= 0.99 * target
+
+
+def test_unreachable_calibration_is_an_error_not_a_silent_tiny_noise() -> None:
+    with pytest.raises(ValueError, match="met even with noise multiplier"):
+        calibrate_noise_multiplier(lambda noise: poisson_gaussian_round(0.01, noise), 1, 1e6, 1e-5, "rdp")
+
+
+def test_delta_must_be_below_one_over_units() -> None:
+    assert check_delta(1e-5, 1000) is None
+    with pytest.warns(UserWarning, match="not below 1/40"):
+        assert check_delta(0.05, 40) is not None

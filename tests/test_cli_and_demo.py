@@ -1,0 +1,99 @@
+"""The user's path: `uedp demo` through the real CLI, a real Prefect server and a real MLflow store;
+and bad input answered with one line and exit code 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+from typer.testing import CliRunner
+
+from uedp.cli import app
+
+runner = CliRunner()
+
+
+@pytest.mark.slow
+def test_demo_end_to_end_logs_runs_and_reuses_data_on_rerun(tmp_path: Path, prefect_server: None) -> None:
+    home = tmp_path / "home"
+    args = ["demo", "--home", str(home), "--steps", "60", "--rounds", "3", "--mechanisms", "noiseless,userdp"]
+    first = runner.invoke(app, args)
+    assert first.exit_code == 0, first.output
+    assert "ingested dataset 'demo'" in first.stdout
+    assert f"mlflow ui --backend-store-uri sqlite:///{home / 'mlflow.db'}" in first.stdout
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("demo")
+    runs = {r.data.params["mechanism"]: r for r in client.search_runs([experiment.experiment_id])}
+    assert set(runs) == {"noiseless", "userdp"}
+    for run in runs.values():
+        assert run.info.status == "FINISHED"
+        for param in ("mechanism", "categories", "q_user", "noise_multiplier", "clip", "delta", "privacy_unit"):
+            assert param in run.data.params
+        assert run.data.params["categories"] == "EMAIL,LOC,ORG,PER,PHONE"
+        assert run.data.metrics["perplexity"] > 1
+        # no entity text anywhere in params or tags
+        logged = " ".join(list(run.data.params.values()) + list(run.data.tags.values()))
+        assert "Okafor" not in logged and "+44" not in logged
+
+    private = runs["userdp"]
+    epsilons = client.get_metric_history(private.info.run_id, "epsilon")
+    assert [m.step for m in epsilons] == [1, 2, 3]
+    assert epsilons[0].value < epsilons[-1].value
+    assert private.data.params["noise_multiplier_used"] == "1.0"
+    artifacts = {a.path for a in client.list_artifacts(private.info.run_id)}
+    assert {"epsilon_per_round.png", "resolved_config.json"} <= artifacts
+
+    noiseless = client.get_metric_history(runs["noiseless"].info.run_id, "perplexity_valid")
+    assert noiseless[0].step == 0 and noiseless[-1].value < 0.5 * noiseless[0].value  # it learned
+
+    second = runner.invoke(app, args)
+    assert second.exit_code == 0, second.output
+    assert "reused existing dataset 'demo'" in second.stdout and "nothing redone" in second.stdout
+    assert "reused" in second.stdout.split("detect:")[1].splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--categories", "PER,FOO"], "unknown entity categories FOO; valid: PER,LOC,ORG,MISC,PHONE,EMAIL"),
+        (["--mechanisms", "noiseless,magic"], "invalid mechanisms.1"),
+        (["--q-user", "1.5"], "invalid q_user"),
+        (["--device", "tpu:9"], "invalid device"),
+        (["--target-epsilon", "1e9"], "met even with noise multiplier"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_2(tmp_path: Path, extra: list[str], message: str) -> None:
+    result = runner.invoke(app, ["demo", "--home", str(tmp_path / "h"), *extra])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_home_that_is_a_file_is_rejected(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = runner.invoke(app, ["demo", "--home", str(blocker)])
+    assert result.exit_code == 2 and "is not a folder" in result.stderr
+
+
+def test_help_answers_for_every_command() -> None:
+    top = runner.invoke(app, ["--help"])
+    assert top.exit_code == 0 and "demo" in top.stdout
+    demo = runner.invoke(app, ["demo", "--help"])
+    assert demo.exit_code == 0 and "--target-epsilon" in demo.stdout and "--categories" in demo.stdout
+
+
+def test_deployment_file_points_at_a_loadable_flow() -> None:
+    import yaml
+    from prefect.flows import load_flow_from_entrypoint
+
+    spec = yaml.safe_load((Path(__file__).parents[1] / "deployments" / "prefect.yaml").read_text())
+    for deployment in spec["deployments"]:
+        flow = load_flow_from_entrypoint(deployment["entrypoint"])
+        assert flow.name == "uedp-demo"
+        from flows.demo import DemoConfig
+
+        DemoConfig(**deployment["parameters"]["config"])  # the default parameters validate

@@ -1,0 +1,58 @@
+"""Tokenizer, model loading through the real from_pretrained path, batching and perplexity."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from models.batching import collate, encode
+from models.gpt2 import build_gpt2, load_gpt2
+from models.metrics import perplexity
+from models.tokenization import byte_level_tokenizer, load_tokenizer
+from privacy.deid import redact
+from uedp.errors import UedpError
+
+
+def test_byte_tokenizer_roundtrips_any_text_and_has_no_learned_merges(tmp_path: Path) -> None:
+    tokenizer = byte_level_tokenizer()
+    text = "Dr. Imelda Okafor, +44 7700 900123, zoë@post.example"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert len(ids) == len(text.encode("utf-8"))  # one token per byte: no vocabulary learned from data
+    assert tokenizer.decode(ids) == text
+    tokenizer.save_pretrained(tmp_path / "tok")
+    reloaded = load_tokenizer(tmp_path / "tok")
+    assert reloaded(text, add_special_tokens=False)["input_ids"] == ids
+
+
+def test_gpt2_saves_and_loads_with_from_pretrained(tmp_path: Path) -> None:
+    tokenizer = byte_level_tokenizer()
+    model = build_gpt2("tiny", len(tokenizer), tokenizer.eos_token_id)
+    model.save_pretrained(tmp_path / "gpt2")
+    loaded = load_gpt2(tmp_path / "gpt2")
+    batch = collate(encode(tokenizer, ["hello world"], 32), tokenizer.pad_token_id)
+    with torch.no_grad():
+        assert torch.allclose(model(**{k: batch[k] for k in ("input_ids", "attention_mask")}).logits,
+                              loaded(**{k: batch[k] for k in ("input_ids", "attention_mask")}).logits)
+    with pytest.raises(UedpError, match="cannot load GPT-2 weights"):
+        load_gpt2(tmp_path / "missing")
+
+
+def test_perplexity_is_token_weighted_and_uniform_model_gives_vocab_size() -> None:
+    tokenizer = byte_level_tokenizer()
+    model = build_gpt2("tiny", len(tokenizer), tokenizer.eos_token_id)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()  # all logits equal: perplexity must be exactly the vocabulary size
+    seqs = encode(tokenizer, ["a", "a much longer sentence than the first"], 64)
+    ppl = perplexity(model, seqs, tokenizer.pad_token_id, torch.device("cpu"), batch_size=1)
+    assert math.isclose(ppl, len(tokenizer), rel_tol=1e-4)
+
+
+def test_redact_replaces_spans_with_category_placeholders() -> None:
+    text = "Call Amara Szabo on +44 7700 900123 ."
+    assert redact(text, [(5, 16, "PER"), (20, 35, "PHONE")]) == "Call [PER] on [PHONE] ."
+    assert redact(text, []) == text
+    assert redact("abcdef", [(0, 3, "A"), (2, 5, "B")]) == "[A]f"

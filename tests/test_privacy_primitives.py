@@ -1,0 +1,72 @@
+"""Sampling, clipping and noise: each checked statistically with bounds that a wrong implementation
+(sigma^2 instead of sigma, shuffle-and-batch sampling, an unclipped vector) fails."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from privacy.primitives import clip_l2, gaussian_noise, make_generator, poisson_sample
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(1, 5000),
+    scale=st.floats(1e-6, 1e6),
+    bound=st.floats(1e-3, 1e3),
+    seed=st.integers(0, 2**31),
+)
+def test_clipped_norm_never_exceeds_bound_and_small_vectors_are_untouched(n: int, scale: float, bound: float, seed: int) -> None:
+    vector = torch.randn(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * scale
+    clipped = clip_l2(vector, bound)
+    norm = float(torch.linalg.vector_norm(clipped))
+    assert norm <= bound * (1 + 1e-9)
+    if float(torch.linalg.vector_norm(vector)) <= bound:
+        assert torch.allclose(clipped, vector)
+    else:
+        assert math.isclose(norm, bound, rel_tol=1e-6)
+        assert torch.allclose(clipped / norm, vector / torch.linalg.vector_norm(vector))
+
+
+def test_non_finite_contribution_clips_to_zero() -> None:
+    for bad in (float("nan"), float("inf")):
+        vector = torch.ones(5)
+        vector[2] = bad
+        assert torch.equal(clip_l2(vector, 1.0), torch.zeros(5))
+
+
+def _std_within_chi_square(samples: torch.Tensor, sigma: float, alpha: float = 1e-6) -> bool:
+    """Two-sided chi-square test of the sample variance against sigma^2 (mean known to be 0)."""
+    n = samples.numel()
+    statistic = float((samples.double() ** 2).sum()) / sigma**2
+    return stats.chi2.ppf(alpha / 2, n) <= statistic <= stats.chi2.ppf(1 - alpha / 2, n)
+
+
+def test_noise_standard_deviation_is_sigma_not_sigma_squared() -> None:
+    for sigma in (0.5, 2.0, 7.0):
+        noise = gaussian_noise((200_000,), sigma, make_generator(1))
+        assert _std_within_chi_square(noise, sigma)
+        assert not _std_within_chi_square(noise, sigma**2)
+
+
+def test_poisson_sampling_rate_within_binomial_bounds_and_sizes_vary() -> None:
+    generator = make_generator(5)
+    n, q, rounds = 400, 0.05, 500
+    sizes = [len(poisson_sample(n, q, generator)) for _ in range(rounds)]
+    total = sum(sizes)
+    low, high = stats.binom.ppf([1e-6, 1 - 1e-6], n * rounds, q)
+    assert low <= total <= high
+    assert len(set(sizes)) > 5  # Poisson batches vary in size; a fixed batch would not
+
+
+def test_secure_mode_seeds_from_the_os_and_seeded_mode_reproduces() -> None:
+    a = gaussian_noise((8,), 1.0, make_generator(3))
+    b = gaussian_noise((8,), 1.0, make_generator(3))
+    assert torch.equal(a, b)
+    c = gaussian_noise((8,), 1.0, make_generator(3, secure=True))
+    d = gaussian_noise((8,), 1.0, make_generator(3, secure=True))
+    assert not torch.equal(c, d)

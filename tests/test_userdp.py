@@ -1,0 +1,118 @@
+"""DP-FedAvg (userdp) end to end on a tiny GPT-2: noise scale, sensitivity, accounting, budget, seeds."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from scipy import stats
+from torch.nn.utils import parameters_to_vector
+
+from models.batching import encode
+from models.gpt2 import build_gpt2
+from models.metrics import causal_lm_loss
+from models.tokenization import byte_level_tokenizer
+from privacy.accounting import epsilon_after, poisson_gaussian_round
+from privacy.mechanisms.base import RoundReport, TrainData
+from privacy.mechanisms.userdp import UserDp, UserDpParams
+
+TOKENIZER = byte_level_tokenizer()
+
+
+def _data(users: int = 12, per_user: int = 4) -> TrainData:
+    texts = {f"u{u}": [f"user {u} wrote message {i} about Leeds" for i in range(per_user)] for u in range(users)}
+    return TrainData({u: encode(TOKENIZER, t, 48) for u, t in texts.items()}, TOKENIZER.pad_token_id)
+
+
+def _model(seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return build_gpt2("tiny", len(TOKENIZER), TOKENIZER.eos_token_id)
+
+
+def _train(params: UserDpParams, model: torch.nn.Module | None = None, data: TrainData | None = None):
+    model = model or _model()
+    reports: list[RoundReport] = []
+    statement = UserDp(params).train(model, data or _data(), causal_lm_loss, torch.device("cpu"), reports.append)
+    return model, reports, statement
+
+
+def test_added_noise_has_standard_deviation_z_times_clip() -> None:
+    # local_lr = 0 makes every user's delta zero, so the server update is pure noise / (q W).
+    z, clip, q = 1.7, 0.3, 0.5
+    params = UserDpParams(rounds=1, q_user=q, noise_multiplier=z, clip=clip, local_lr=0.0, local_steps=1, seed=4)
+    model = _model()
+    before = parameters_to_vector(model.parameters()).detach().clone()
+    _, _, statement = _train(params, model)
+    noise = (parameters_to_vector(model.parameters()).detach() - before) * q * 12 / params.server_lr
+    n, sigma = noise.numel(), z * clip
+    chi = float((noise.double() ** 2).sum()) / sigma**2
+    assert stats.chi2.ppf(1e-6, n) <= chi <= stats.chi2.ppf(1 - 1e-6, n)
+    assert statement.extra["noise_std"] == pytest.approx(sigma)
+
+
+def test_adding_one_user_moves_the_clipped_sum_by_at_most_clip() -> None:
+    params = UserDpParams(clip=0.05, local_lr=0.5, local_steps=3, noise_multiplier=1.0)
+    mechanism = UserDp(params)
+    data = _data(users=5)
+    users = list(data.by_user.values())
+    extra_user = encode(TOKENIZER, ["an extra user with a very different text: +44 7700 900123"] * 6, 48)
+    model = _model()
+    theta = parameters_to_vector(model.parameters()).detach().clone()
+
+    def summed(group: list[list[torch.Tensor]]) -> torch.Tensor:
+        worker = _model()
+        return mechanism.clipped_sum(worker, theta, group, [1.0] * len(group), causal_lm_loss, torch.device("cpu"),
+                                     data.pad_id, torch.Generator().manual_seed(9))
+
+    without, with_extra = summed(users), summed(users + [extra_user])
+    moved = float(torch.linalg.vector_norm(with_extra - without))
+    assert moved <= params.clip * (1 + 1e-5)
+    assert moved > 0.99 * params.clip  # clipping was active: the raw delta is larger than clip
+
+
+def test_reported_epsilon_is_the_accountants_for_each_round() -> None:
+    params = UserDpParams(rounds=4, q_user=0.25, noise_multiplier=1.3, local_steps=1, accountant="rdp")
+    _, reports, statement = _train(params)
+    expected = [epsilon_after(poisson_gaussian_round(0.25, 1.3), t, 1e-5, "rdp") for t in range(1, 5)]
+    assert [r.epsilon for r in reports] == pytest.approx(expected, rel=1e-12)
+    assert statement.epsilon == pytest.approx(expected[-1]) and statement.rounds == 4
+    assert all(math.isnan(r.loss) for r in reports)  # private-data losses are not released
+
+
+def test_target_epsilon_is_met_by_the_calibrated_noise() -> None:
+    params = UserDpParams(rounds=3, q_user=0.5, noise_multiplier=None, target_epsilon=5.0, local_steps=1, accountant="rdp")
+    _, reports, statement = _train(params)
+    assert statement.epsilon <= 5.0 and statement.epsilon >= 0.99 * 5.0
+    assert statement.noise_multiplier > 0.3
+
+
+def test_training_stops_before_a_round_would_exceed_the_budget() -> None:
+    budget = epsilon_after(poisson_gaussian_round(0.5, 1.0), 2, 1e-5, "rdp") + 1e-6
+    params = UserDpParams(rounds=10, q_user=0.5, noise_multiplier=1.0, local_steps=1, accountant="rdp", max_epsilon=budget)
+    _, reports, statement = _train(params)
+    assert len(reports) == 2 and statement.rounds == 2 and statement.epsilon <= budget
+    assert "stopped before round 3" in statement.notes
+
+
+def test_same_seed_same_model_other_seed_other_model() -> None:
+    params = UserDpParams(rounds=2, q_user=0.5, local_steps=2, seed=11, accountant="rdp")
+    a, _, _ = _train(params)
+    b, _, _ = _train(params)
+    c, _, _ = _train(UserDpParams(rounds=2, q_user=0.5, local_steps=2, seed=12, accountant="rdp"))
+    va, vb, vc = (parameters_to_vector(m.parameters()) for m in (a, b, c))
+    assert torch.equal(va, vb)
+    assert not torch.equal(va, vc)
+
+
+def test_local_update_leaves_the_global_weights_untouched() -> None:
+    mechanism = UserDp(UserDpParams(local_lr=0.5, local_steps=2))
+    model = _model()
+    theta = parameters_to_vector(model.parameters()).detach().clone()
+    copy = theta.clone()
+    worker = _model()
+    data = _data(users=2)
+    total = mechanism.clipped_sum(worker, theta, list(data.by_user.values()), [1.0, 1.0], causal_lm_loss,
+                                  torch.device("cpu"), data.pad_id, torch.Generator().manual_seed(0))
+    assert torch.equal(theta, copy)
+    assert float(torch.linalg.vector_norm(total)) > 0
