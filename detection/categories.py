@@ -7,6 +7,10 @@ corpus' PHONE/EMAIL); the spaCy/Presidio taxonomy extends it (issue 4).
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from pydantic import BeforeValidator
+
 from uedp.errors import UedpError
 
 KNOWN_CATEGORIES: tuple[str, ...] = ("PER", "LOC", "ORG", "MISC", "PHONE", "EMAIL")
@@ -22,3 +26,7 @@ def parse_categories(raw: str | list[str], known: tuple[str, ...] = KNOWN_CATEGO
     if unknown:
         raise UedpError(f"unknown entity categories {','.join(unknown)}; valid: {','.join(known)}")
     return names
+
+
+# A pydantic field type: accepts "PER,LOC" or a list, validates and normalises with parse_categories.
+Categories = Annotated[list[str], BeforeValidator(lambda raw: parse_categories(raw))]

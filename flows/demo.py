@@ -7,9 +7,9 @@ from importlib.resources import files
 from pathlib import Path
 
 from prefect import flow, runtime
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from detection.categories import parse_categories
+from detection.categories import Categories
 from storage.home import DataHome
 from storage.ingest import IngestResult
 from tasks.config import MechanismName, TrainConfig
@@ -28,7 +28,7 @@ class DemoConfig(BaseModel):
     home: str = Field(description="data home (datasets, MLflow store)")
     dataset: str = "demo"
     mechanisms: list[MechanismName] = Field(default_factory=lambda: ["noiseless", "deid", "userdp"])
-    categories: list[str] = Field(default_factory=lambda: ["PER", "LOC", "ORG", "PHONE", "EMAIL"])
+    categories: Categories = Field(default_factory=lambda: ["PER", "LOC", "ORG", "PHONE", "EMAIL"])
     steps: int = Field(300, ge=1, description="optimizer steps of noiseless and deid")
     rounds: int = Field(30, ge=1, description="DP-FedAvg rounds of userdp")
     q_user: float = Field(0.5, gt=0, le=1)
@@ -37,11 +37,6 @@ class DemoConfig(BaseModel):
     clip: float = Field(1.0, gt=0)
     seed: int = 0
     device: str = "auto"
-
-    @field_validator("categories", mode="before")
-    @classmethod
-    def _categories(cls, value: object) -> list[str]:
-        return parse_categories(value)  # type: ignore[arg-type]
 
     def train_configs(self) -> list[TrainConfig]:
         configs = []

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from detection.categories import parse_categories
+from detection.categories import Categories
 from privacy.mechanisms import MECHANISMS
 
 MechanismName = Literal["noiseless", "deid", "userdp"]
@@ -19,7 +19,7 @@ class TrainConfig(BaseModel):
 
     dataset: str
     mechanism: MechanismName
-    categories: list[str] = Field(default_factory=lambda: ["PER", "LOC", "ORG", "PHONE", "EMAIL"])
+    categories: Categories = Field(default_factory=lambda: ["PER", "LOC", "ORG", "PHONE", "EMAIL"])
     model: str = Field("tiny", description="a GPT-2 size preset (tiny, small) or a pretrained path / hub name")
     tokenizer: str = Field("byte", description="'byte' (leak-free byte-level) or a pretrained path / hub name")
     max_len: int = Field(96, ge=8, le=4096)
@@ -41,11 +41,6 @@ class TrainConfig(BaseModel):
     max_epsilon: float | None = Field(None, gt=0)
     seed: int = 0
     device: str = "auto"
-
-    @field_validator("categories", mode="before")
-    @classmethod
-    def _categories(cls, value: object) -> list[str]:
-        return parse_categories(value)  # type: ignore[arg-type]
 
     @model_validator(mode="after")
     def _noise(self) -> "TrainConfig":

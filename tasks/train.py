@@ -141,6 +141,7 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         tracker.log_metrics({"perplexity_valid": ppl_valid}, step=statement.rounds)
         tracker.log_metrics({"perplexity": ppl_test, "perplexity_test": ppl_test, "final_epsilon": statement.epsilon})
         tracker.log_params({"noise_multiplier_used": statement.noise_multiplier, "accountant_used": statement.accountant,
+                            "epsilon_reported": "inf" if math.isinf(statement.epsilon) else f"{statement.epsilon:.6g}",
                             "rounds_run": statement.rounds, **{f"privacy_{k}": v for k, v in statement.extra.items()}})
         tracker.log_json({"config": config.model_dump(), "privacy": asdict(statement)}, "resolved_config.json")
         if epsilons:

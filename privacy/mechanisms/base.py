@@ -9,8 +9,9 @@ from typing import Callable, Protocol
 
 import torch
 
-# loss_fn(model, batch) -> scalar mean loss; keeps mechanisms independent of the model family.
-LossFn = Callable[[torch.nn.Module, dict[str, torch.Tensor]], torch.Tensor]
+from models.training import LossFn  # loss_fn(model, batch) -> mean loss; mechanisms stay model-agnostic
+
+__all__ = ["LossFn", "Mechanism", "OnRound", "PrivacyStatement", "RoundReport", "TrainData"]
 
 
 @dataclass

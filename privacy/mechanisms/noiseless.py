@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from models.batching import batches
-from models.device import autocast
+from models.training import optimizer_step
 from privacy.mechanisms.base import LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
 
 
@@ -38,14 +38,9 @@ class Noiseless:
         step = 0
         while step < p.steps:
             for batch in batches(sequences, p.batch_size, data.pad_id, generator):
-                batch = {k: v.to(device) for k, v in batch.items()}
-                with autocast(device):
-                    loss = loss_fn(model, batch)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
+                loss = optimizer_step(model, optimizer, batch, loss_fn, device)
                 step += 1
-                on_round(RoundReport(step, loss.item(), math.inf, 0.0, len(batch["input_ids"])))
+                on_round(RoundReport(step, loss, math.inf, 0.0, len(batch["input_ids"])))
                 if step >= p.steps:
                     break
         return PrivacyStatement(mechanism=self.name, unit=self.unit, rounds=step)

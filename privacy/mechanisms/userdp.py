@@ -26,7 +26,7 @@ from typing import Iterator
 import torch
 
 from models.batching import batches
-from models.device import autocast
+from models.training import optimizer_step
 from privacy.accounting import AccountantKind, RoundAccountant, calibrate_noise_multiplier, check_delta, poisson_gaussian_round
 from privacy.mechanisms.base import LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
 from privacy.primitives import assign_flat_, clip_l2, flatten, gaussian_noise, make_generator, poisson_sample
@@ -132,12 +132,7 @@ class UserDp:
         assign_flat_(worker_params, theta)
         optimizer = torch.optim.SGD(worker_params, lr=p.local_lr)
         for batch in itertools.islice(_cycle(sequences, p.local_batch_size, pad_id, generator), p.local_steps):
-            batch = {k: v.to(device) for k, v in batch.items()}
-            with autocast(device):
-                loss = loss_fn(worker, batch)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            optimizer_step(worker, optimizer, batch, loss_fn, device)
         return flatten(worker_params) - theta
 
 
