@@ -14,7 +14,7 @@ from storage.home import DataHome
 from storage.ingest import IngestResult
 from tasks.config import MechanismName, TrainConfig
 from tasks.detect import DetectResult, detect_task
-from tasks.ingest import ingest_conll_task
+from tasks.ingest import conll_options, ingest_task
 from tasks.train import TrainResult, train_task
 
 DEMO_CORPUS = Path(str(files("uedp") / "data" / "demo.conll"))
@@ -63,7 +63,7 @@ class DemoOutcome:
 @flow(name="uedp-demo")
 def demo_flow(config: DemoConfig) -> DemoOutcome:
     home = DataHome(Path(config.home))
-    ingest = ingest_conll_task(home, config.dataset, [DEMO_CORPUS], split_seed=config.seed)
+    ingest = ingest_task(home, config.dataset, [DEMO_CORPUS], conll_options(split_seed=config.seed))
     detect = detect_task(home, config.dataset, "gold")
     flow_run_id = str(runtime.flow_run.id or "")
     runs = [train_task(home, train_config, flow_run_id) for train_config in config.train_configs()]

@@ -1,26 +1,41 @@
-"""Turn corpus files into the ``sentences`` and ``users`` tables, idempotently.
+"""Turn corpus files of any supported format into the ``sentences`` and ``users`` tables, idempotently.
 
-The content key of an ingest is the hash of the input bytes plus the ingest options; when the
-existing tables carry the same key, nothing is rewritten and the caller is told the data was reused.
-Both tables are written through :class:`storage.tables.TableWriter`, so a bad line anywhere in the
-input leaves the previous tables (or none) in place.
+"User" is the privacy unit, so how records become users is explicit (``IngestOptions.users``) and
+recorded in the manifest. The content key of an ingest is the hash of the input bytes plus the
+options; when the existing tables carry the same key nothing is rewritten and the caller is told the
+data was reused. Both tables go through :class:`storage.tables.TableWriter`: a bad line anywhere in
+the input leaves the previous tables (or none) in place. Readers stream, so memory stays bounded by
+one batch of rows plus one counter per user.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable, Iterator, Literal
 
-from storage.formats.conll import read_conll
+from tqdm.auto import tqdm
+
+from storage.formats import FormatError, SourceRecord
+from storage.formats.agnews import agnews_csv_records, agnews_jsonl_records
+from storage.formats.conll import conll_records
+from storage.formats.sec import edgar_corpus_records, edgar_submission_records
+from storage.formats.tabular import csv_records, jsonl_records
+from storage.formats.wikitext import wikitext_records
 from storage.home import DataHome
-from storage.schemas import SENTENCES, SPLITS, USERS
+from storage.schemas import SCHEMA_VERSION, SENTENCES, SPLITS, USERS
 from storage.tables import TableWriter, hash_config, hash_files, is_current, read_manifest
+from uedp.errors import UedpError
 
-# The CoNLL-2003 files carry their split in their names.
-CONLL_FILE_SPLITS = {"eng.train": "train", "eng.testa": "valid", "eng.testb": "test"}
+FORMATS: tuple[str, ...] = ("conll2003", "ag_news", "sec", "wikitext", "jsonl", "csv")
+SplitMode = Literal["auto", "files", "users"]
 BATCH_ROWS = 10_000
+
+# The user strategy each format uses when none is given: the one its paper uses where there is one.
+DEFAULT_USERS = {"conll2003": "document", "sec": "filer", "wikitext": "article", "ag_news": "source",
+                 "jsonl": "column", "csv": "column"}
 
 
 @dataclass(frozen=True)
@@ -30,6 +45,11 @@ class SplitByUser:
     seed: int = 0
     valid_fraction: float = 0.1
     test_fraction: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.valid_fraction < 1 and 0 <= self.test_fraction < 1
+                and self.valid_fraction + self.test_fraction < 1):
+            raise UedpError("valid and test fractions must be in [0, 1) and sum to less than 1")
 
     def __call__(self, user_id: str) -> str:
         digest = hashlib.sha256(f"{self.seed}:{user_id}".encode()).digest()
@@ -42,67 +62,155 @@ class SplitByUser:
 
 
 @dataclass(frozen=True)
+class IngestOptions:
+    """How to read the files and who the users are. Every field is part of the content key."""
+
+    format: str
+    users: str | None = None  # document|filer|article (fixed by format), source, chunk:N, column
+    text_col: str | None = None
+    user_col: str | None = None
+    label_col: str | None = None
+    split_col: str | None = None
+    split: SplitMode = "auto"
+    split_by_user: SplitByUser = field(default_factory=SplitByUser)
+    detokenize: bool = False
+    sec_document_types: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise UedpError(f"unknown format {self.format!r}; valid: {', '.join(FORMATS)}")
+        if self.split not in ("auto", "files", "users"):
+            raise UedpError(f"unknown split mode {self.split!r}; valid: auto, files, users")
+        strategy = self.user_strategy
+        fixed = {"conll2003": "document", "sec": "filer", "wikitext": "article"}
+        if self.format in fixed and strategy != fixed[self.format]:
+            raise UedpError(f"format {self.format} has fixed users ({fixed[self.format]}); drop --users")
+        if self.format == "ag_news" and not (strategy == "source" or strategy.startswith("chunk:")):
+            raise UedpError("ag_news users: 'source' (news agency) or 'chunk:N' (pseudo-users of N records)")
+        if self.format in ("jsonl", "csv"):
+            if not self.text_col:
+                raise UedpError(f"format {self.format} needs --text-col")
+            if strategy == "column" and not self.user_col:
+                raise UedpError(f"format {self.format} needs --user-col, or --users chunk:N")
+        if strategy.startswith("chunk:"):
+            size = strategy.removeprefix("chunk:")
+            if not size.isdigit() or int(size) < 1:
+                raise UedpError(f"invalid user strategy {strategy!r}: chunk size must be a positive integer")
+
+    @property
+    def user_strategy(self) -> str:
+        return self.users or DEFAULT_USERS[self.format]
+
+    def describe(self) -> dict[str, object]:
+        return asdict(self) | {"users": self.user_strategy}
+
+
+@dataclass(frozen=True)
 class IngestResult:
     dataset: str
     reused: bool
     sentences: int
     users: int
     key: str
+    per_split: dict[str, int] = field(default_factory=dict)
 
 
-def ingest_conll(home: DataHome, dataset: str, files: list[Path], split_by_user: SplitByUser | None = None) -> IngestResult:
-    """Ingest CoNLL-2003 files; one document is one user (the UeDP paper's privacy unit).
+def records_for(path: Path, options: IngestOptions) -> Iterator[SourceRecord]:
+    """The reader for a file, chosen by format and, where a format has two forms, by file name."""
+    name = path.name.lower()
+    json_like = ".jsonl" in name or ".json" in name
+    if options.format == "conll2003":
+        return conll_records(path)
+    if options.format == "ag_news":
+        return agnews_jsonl_records(path) if json_like else agnews_csv_records(path)
+    if options.format == "sec":
+        return edgar_corpus_records(path) if json_like else edgar_submission_records(path, options.sec_document_types)
+    if options.format == "wikitext":
+        return wikitext_records(path, options.detokenize)
+    reader = jsonl_records if options.format == "jsonl" else csv_records
+    return reader(path, options.text_col or "", options.user_col, options.label_col, options.split_col)
 
-    Splits come from the file names (``eng.train/testa/testb``) unless ``split_by_user`` is given,
-    which is required for files whose names carry no split.
-    """
+
+def _user_assigner(path: Path, options: IngestOptions) -> Callable[[int, SourceRecord], str]:
+    strategy = options.user_strategy
+    if strategy.startswith("chunk:"):
+        size = int(strategy.removeprefix("chunk:"))
+        return lambda index, record: f"{path.name}#chunk{index // size:07d}"
+    if strategy == "source":
+        return lambda index, record: f"source:{record.source_user_hint or 'unknown'}"
+
+    def from_record(index: int, record: SourceRecord) -> str:
+        if record.user is None:
+            raise FormatError(path, record.line, f"record has no user for strategy {strategy!r}")
+        return record.user
+
+    return from_record
+
+
+def _split_of(path: Path, record: SourceRecord, user: str, options: IngestOptions) -> str:
+    if options.split == "users" or (options.split == "auto" and record.split is None):
+        return options.split_by_user(user)
+    if record.split is None:
+        raise FormatError(path, record.line, "--split files, but neither the file name nor a split column gives a split")
+    return record.split
+
+
+def ingest(home: DataHome, dataset: str, files: list[Path], options: IngestOptions,
+           progress: bool = False) -> IngestResult:
+    """Ingest ``files`` as ``dataset``; reuse the existing tables when inputs and options are unchanged."""
     files = [Path(f) for f in files]
-    if split_by_user is None and not all(f.name in CONLL_FILE_SPLITS for f in files):
-        split_by_user = SplitByUser()
-    options = {"format": "conll2003", "files": [f.name for f in files], "split_by_user": split_by_user}
-    for f in files:  # fail on a missing file before hashing, with the reader's message
-        if not f.is_file():
-            next(read_conll(f))
-    key = hash_config({"inputs": hash_files(files), "options": options})
+    if not files:
+        raise UedpError("no input files given")
+    for path in files:  # fail on a missing file before hashing, with the reader's message
+        if not path.is_file():
+            raise FormatError(path, None, "file not found" if not path.exists() else "not a regular file")
+    key = hash_config({"inputs": hash_files(files), "options": options.describe(), "schema": SCHEMA_VERSION})
     sentences_dir, users_dir = home.table_dir(dataset, "sentences"), home.table_dir(dataset, "users")
     if is_current(sentences_dir, key) and is_current(users_dir, key):
-        manifest = read_manifest(users_dir) or {}
-        return IngestResult(dataset, True, int((read_manifest(sentences_dir) or {})["rows"]), int(manifest["rows"]), key)
+        manifest = read_manifest(sentences_dir) or {}
+        return IngestResult(dataset, True, int(manifest["rows"]), int((read_manifest(users_dir) or {})["rows"]), key,
+                            dict(manifest.get("per_split", {})))
 
     counts: dict[str, Counter[str]] = defaultdict(Counter)
-    details = {"source": options | {"split_by_user": repr(split_by_user)}}
+    details: dict[str, object] = {"source": {"files": [f.name for f in files], "options": options.describe()}}
+    bar = tqdm(desc=f"ingest {dataset}", unit=" sentences", disable=not progress, mininterval=0.5)
     with TableWriter(sentences_dir, SENTENCES, key, details) as writer:
         rows: list[dict[str, object]] = []
         sentence_id = 0
         for path in files:
-            for sent in read_conll(path):
-                user_id = f"{path.name}#{sent.doc_index:05d}"
-                split = split_by_user(user_id) if split_by_user else CONLL_FILE_SPLITS[path.name]
-                counts[user_id][split] += 1
-                rows.append(
-                    {
-                        "sentence_id": sentence_id,
-                        "user_id": user_id,
-                        "doc_id": user_id,
-                        "split": split,
-                        "position": sent.position,
-                        "text": sent.text,
-                        "source_file": path.name,
-                        "source_line": sent.line,
-                        "gold_spans": sent.spans(),
-                    }
-                )
+            assign_user = _user_assigner(path, options)
+            positions: Counter[str] = Counter()
+            for index, record in enumerate(records_for(path, options)):
+                user = assign_user(index, record)
+                split = _split_of(path, record, user, options)
+                counts[user][split] += 1
+                rows.append({
+                    "sentence_id": sentence_id, "user_id": user, "doc_id": record.doc_id, "split": split,
+                    "position": positions[record.doc_id], "text": record.text, "label": record.label,
+                    "source_file": path.name, "source_line": record.line, "gold_spans": record.gold_spans,
+                })
+                positions[record.doc_id] += 1
                 sentence_id += 1
                 if len(rows) >= BATCH_ROWS:
                     writer.write_rows(rows)
+                    bar.update(len(rows))
                     rows = []
         writer.write_rows(rows)
-        # Write users inside the sentences' context: a failure here discards both tables.
+        bar.update(len(rows))
+        per_split = {s: sum(c[s] for c in counts.values()) for s in SPLITS}
+        writer.details["per_split"] = per_split
+        # Written inside the sentences' context: a failure here discards both tables.
         with TableWriter(users_dir, USERS, key, details) as users_writer:
-            users_writer.write_rows(
-                [
-                    {"user_id": user, "n_sentences": sum(c.values()), **{f"n_{s}": c[s] for s in SPLITS}}
-                    for user, c in counts.items()
-                ]
-            )
-    return IngestResult(dataset, False, writer.rows, len(counts), key)
+            users_writer.write_rows([
+                {"user_id": user, "n_sentences": sum(c.values()), **{f"n_{s}": c[s] for s in SPLITS}}
+                for user, c in counts.items()
+            ])
+    bar.close()
+    return IngestResult(dataset, False, writer.rows, len(counts), key, per_split)
+
+
+def ingest_conll(home: DataHome, dataset: str, files: list[Path], split_by_user: SplitByUser | None = None) -> IngestResult:
+    """CoNLL-2003 files; splits from the file names, or by user when ``split_by_user`` is given."""
+    options = IngestOptions(format="conll2003", split="users" if split_by_user else "auto",
+                            split_by_user=split_by_user or SplitByUser())
+    return ingest(home, dataset, files, options)

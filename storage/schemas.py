@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 SPAN = pa.struct([("start", pa.int32()), ("end", pa.int32()), ("label", pa.string())])
 
@@ -16,6 +16,7 @@ SENTENCES = pa.schema(
         ("split", pa.string()),
         ("position", pa.int32()),
         ("text", pa.string()),
+        ("label", pa.string()),  # class of classification corpora (AG News); null elsewhere
         ("source_file", pa.string()),
         ("source_line", pa.int64()),
         ("gold_spans", pa.list_(SPAN)),

@@ -73,7 +73,7 @@ class TableWriter:
         self.table_dir = table_dir
         self.schema = schema
         self.key = key
-        self.details = details or {}
+        self.details = dict(details or {})
         self.rows = 0
         self._tmp = table_dir.parent / f".{table_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
         self._writer: pq.ParquetWriter | None = None

@@ -8,16 +8,22 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from storage.home import DataHome
-from storage.ingest import IngestResult, SplitByUser, ingest_conll
+from storage.ingest import IngestOptions, IngestResult, SplitByUser, ingest
 
 
-@task(name="ingest-conll2003", cache_policy=NO_CACHE)
-def ingest_conll_task(home: DataHome, dataset: str, files: list[Path], split_seed: int | None = None) -> IngestResult:
-    splitter = SplitByUser(seed=split_seed) if split_seed is not None else None
-    result = ingest_conll(home, dataset, files, splitter)
-    verb = "reusing" if result.reused else "ingested"
+@task(name="ingest-corpus", cache_policy=NO_CACHE)
+def ingest_task(home: DataHome, dataset: str, files: list[Path], options: IngestOptions,
+                progress: bool = False) -> IngestResult:
+    result = ingest(home, dataset, files, options, progress=progress)
     get_run_logger().info(
-        "%s dataset %r: %d sentences, %d users%s", verb, dataset, result.sentences, result.users,
-        " (inputs unchanged)" if result.reused else "",
+        "%s dataset %r (%s): %d sentences, %d users%s", "reusing" if result.reused else "ingested", dataset,
+        options.format, result.sentences, result.users, " (inputs unchanged)" if result.reused else "",
     )
     return result
+
+
+def conll_options(split_seed: int | None = None) -> IngestOptions:
+    """CoNLL-2003 options: splits from file names, or by user with ``split_seed``."""
+    if split_seed is None:
+        return IngestOptions(format="conll2003")
+    return IngestOptions(format="conll2003", split="users", split_by_user=SplitByUser(seed=split_seed))

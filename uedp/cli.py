@@ -65,7 +65,9 @@ def _prepare_runtime(home_override: Optional[Path]):  # type: ignore[no-untyped-
     if "PREFECT_API_URL" not in os.environ:
         os.environ.setdefault("PREFECT_HOME", str(home.prefect_home))
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # Without a server nobody reads Prefect's run logs; the CLI prints its own summary and a one-line
+    # error, so keep Prefect's console from repeating failures as tracebacks. With a server, log fully.
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL" if "PREFECT_API_URL" not in os.environ else "INFO")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     return home
 
@@ -125,6 +127,74 @@ def demo(
     typer.echo(f"detect: {'reused' if det.reused else 'wrote'} {det.entities} {det.detector} entity spans")
     _print_summary(outcome.runs)
     typer.echo(f"\nBrowse the runs:  {ui_command(data_home)}")
+
+
+@app.command()
+@user_errors
+def ingest(
+    format: str = typer.Argument(..., help="conll2003, ag_news, sec, wikitext, jsonl or csv."),
+    paths: list[Path] = typer.Argument(..., help="Input files (.gz, .bz2 and .xz are read transparently)."),
+    name: str = typer.Option(..., "--name", help="Dataset name (a folder under the data home)."),
+    home: Optional[Path] = HOME_OPTION,
+    users: Optional[str] = typer.Option(
+        None, help="Who the users (privacy units) are: 'source' (ag_news news agency), 'chunk:N' (pseudo-users "
+        "of N consecutive records), or --user-col. conll2003: document, sec: filer (CIK), wikitext: article."),
+    text_col: Optional[str] = typer.Option(None, help="jsonl/csv: the text column."),
+    user_col: Optional[str] = typer.Option(None, help="jsonl/csv: the user column."),
+    label_col: Optional[str] = typer.Option(None, help="jsonl/csv: a label column to keep."),
+    split_col: Optional[str] = typer.Option(None, help="jsonl/csv: a column holding train/valid/test."),
+    split: str = typer.Option("auto", help="auto: from file names or --split-col, else by user; files; users."),
+    split_seed: int = typer.Option(0, help="Seed of the by-user split."),
+    valid_fraction: float = typer.Option(0.1, help="Share of users in valid (by-user split)."),
+    test_fraction: float = typer.Option(0.1, help="Share of users in test (by-user split)."),
+    detokenize: bool = typer.Option(False, help="wikitext: undo @-@ and tokenised punctuation spacing."),
+    sec_document_types: str = typer.Option("", help="sec raw files: document types to read, e.g. 10-K,EX-99.1 "
+                                           "(default: the submission's own type)."),
+) -> None:
+    """Turn corpus files into the dataset's Parquet `sentences` and `users` tables (DuckDB-queryable).
+
+    Re-ingesting unchanged inputs with the same options is a no-op that says so; a bad line anywhere
+    is reported as FILE:LINE and leaves no partial table.
+    """
+    data_home = _prepare_runtime(home)
+    from flows.ingest import IngestConfig, ingest_flow
+    from storage.home import validate_dataset_name
+
+    config = IngestConfig(
+        home=str(data_home.root), dataset=validate_dataset_name(name), format=format, files=[str(p) for p in paths],
+        users=users, text_col=text_col, user_col=user_col, label_col=label_col, split_col=split_col, split=split,
+        split_seed=split_seed, valid_fraction=valid_fraction, test_fraction=test_fraction, detokenize=detokenize,
+        sec_document_types=[t.strip() for t in sec_document_types.split(",") if t.strip()],
+    )
+    options = config.options()  # validate before any work starts
+    result = ingest_flow(config, progress=sys.stderr.isatty())
+    if result.reused:
+        typer.echo(f"{name}: inputs and options unchanged, reused the existing tables (nothing redone)")
+    splits = ", ".join(f"{s} {result.per_split[s]}" for s in ("train", "valid", "test") if result.per_split.get(s))
+    typer.echo(f"{name}: {result.sentences} sentences ({splits}), {result.users} users "
+               f"[users = {options.user_strategy}]")
+    typer.echo(f"tables: {data_home.dataset_dir(name)}/{{sentences,users}}/data.parquet")
+
+
+@app.command()
+@user_errors
+def datasets(home: Optional[Path] = HOME_OPTION) -> None:
+    """List the datasets in the data home with their tables and row counts."""
+    data_home = _prepare_runtime(home)
+    from storage.tables import read_manifest
+
+    root = data_home.root / "datasets"
+    names = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []
+    if not names:
+        typer.echo(f"no datasets under {data_home.root}; try `uedp ingest` or `uedp demo`")
+        return
+    for dataset in names:
+        tables = []
+        for table in ("sentences", "users", "entities"):
+            manifest = read_manifest(data_home.table_dir(dataset, table))
+            if manifest:
+                tables.append(f"{table}={manifest['rows']}")
+        typer.echo(f"{dataset}: {' '.join(tables) or '(no complete tables)'}")
 
 
 def _check_before_running(config: Any) -> None:

@@ -1,7 +1,21 @@
-"""Streaming readers for the corpus formats uedp ingests. Each yields plain records and raises
-``FormatError`` naming the file and line of the first bad input."""
+"""Streaming readers for the corpus formats uedp ingests.
 
+Every reader yields :class:`SourceRecord` values one at a time (bounded memory for any input size)
+and raises :class:`FormatError` naming the file and line of the first bad input.
+"""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import gzip
+import io
+import json
+import lzma
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Iterator
 
 from uedp.errors import UedpError
 
@@ -11,3 +25,88 @@ class FormatError(UedpError):
         where = f"{path}:{line}" if line is not None else str(path)
         super().__init__(f"{where}: {problem}")
         self.path, self.line, self.problem = path, line, problem
+
+
+@dataclass
+class SourceRecord:
+    """One text unit (a sentence, or a record for classification corpora) as read from a file."""
+
+    text: str
+    user: str | None  # None: the ingest's user strategy assigns one
+    doc_id: str
+    line: int  # 1-based line in the source file where the unit starts
+    split: str | None = None  # from the source (file name or a column); None: assigned by user
+    label: str | None = None
+    gold_spans: list[dict[str, object]] = field(default_factory=list)
+    source_user_hint: str | None = None  # e.g. the news source of an AG News record
+
+
+def open_binary(path: Path) -> IO[bytes]:
+    """Open a file, transparently decompressing .gz, .bz2 and .xz (corpora are often shipped so)."""
+    if not path.exists():
+        raise FormatError(path, None, "file not found")
+    if not path.is_file():
+        raise FormatError(path, None, "not a regular file")
+    suffix = path.suffix.lower()
+    if suffix == ".gz":
+        return gzip.open(path, "rb")
+    if suffix == ".bz2":
+        return bz2.open(path, "rb")
+    if suffix == ".xz":
+        return lzma.open(path, "rb")
+    return open(path, "rb")
+
+
+def read_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, line without its newline)``, decoded as strict UTF-8 (errors name the line)."""
+    with open_binary(path) as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            try:
+                yield lineno, raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as exc:
+                raise FormatError(path, lineno, f"invalid UTF-8 at byte {exc.start}") from None
+
+
+def read_json_objects(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
+    """``(line number, object)`` of a JSONL file; blank lines skipped, anything but an object is an error."""
+    for lineno, text in read_lines(path):
+        if not text.strip():
+            continue
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise FormatError(path, lineno, f"invalid JSON: {exc.msg}") from None
+        if not isinstance(obj, dict):
+            raise FormatError(path, lineno, "expected a JSON object per line")
+        yield lineno, obj
+
+
+def read_csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """``(line where the row starts, fields)`` of a CSV file (quoted fields may span lines); blank rows skipped."""
+    with open_binary(path) as raw:
+        reader = csv.reader(io.TextIOWrapper(raw, encoding="utf-8", errors="strict", newline=""))
+        previous = 0
+        try:
+            for row in reader:
+                start, previous = previous + 1, reader.line_num
+                if row:
+                    yield start, row
+        except UnicodeDecodeError as exc:
+            raise FormatError(path, previous + 1, f"invalid UTF-8 at byte {exc.start}") from None
+        except csv.Error as exc:
+            raise FormatError(path, previous + 1, f"malformed CSV: {exc}") from None
+
+
+_SPLIT_WORDS = {
+    "train": "train", "training": "train",
+    "valid": "valid", "validation": "valid", "validate": "valid", "dev": "valid", "testa": "valid",
+    "test": "test", "testb": "test",
+}
+
+
+def split_from_filename(path: Path) -> str | None:
+    """The split a file's name declares (``eng.testa``, ``wiki.valid.tokens``, ``train.csv``,
+    ``validation.jsonl.gz``), or None when the name says nothing."""
+    words = re.split(r"[^a-z]+", path.name.lower())
+    found = {_SPLIT_WORDS[w] for w in words if w in _SPLIT_WORDS}
+    return found.pop() if len(found) == 1 else None

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from storage.formats import FormatError
+from storage.formats import FormatError, SourceRecord, read_lines, split_from_filename
 
 _TAG = re.compile(r"^(?:O|[BIES]-[A-Za-z][A-Za-z0-9_]*)$")
 
@@ -57,47 +57,47 @@ class ConllSentence:
 
 def read_conll(path: Path) -> Iterator[ConllSentence]:
     """Yield sentences of a CoNLL file; raise FormatError naming file and line on bad input."""
-    if not path.exists():
-        raise FormatError(path, None, "file not found")
-    if not path.is_file():
-        raise FormatError(path, None, "not a regular file")
     doc_index, position, columns = 0, 0, None
     saw_docstart, produced = False, False
     sentence: ConllSentence | None = None
-    with open(path, "rb") as handle:
-        for lineno, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as exc:
-                raise FormatError(path, lineno, f"invalid UTF-8 at byte {exc.start}") from None
-            if not line.strip():
-                if sentence is not None:
-                    yield sentence
-                    produced, position, sentence = True, position + 1, None
-                continue
-            parts = line.split()
-            if parts[0] == "-DOCSTART-":
-                if sentence is not None:
-                    raise FormatError(path, lineno, "-DOCSTART- inside a sentence (expected a blank line before it)")
-                if saw_docstart or produced:
-                    doc_index += 1
-                saw_docstart, position = True, 0
-                continue
-            if columns is None:
-                if len(parts) < 2:
-                    raise FormatError(path, lineno, f"expected 'token ... NER-tag' columns, got {len(parts)}")
-                columns = len(parts)
-            elif len(parts) != columns:
-                raise FormatError(path, lineno, f"expected {columns} columns like the lines before, got {len(parts)}")
-            tag = parts[-1]
-            if not _TAG.match(tag):
-                raise FormatError(path, lineno, f"unknown NER tag {tag!r} (expected O, B-X, I-X, E-X or S-X)")
-            if sentence is None:
-                sentence = ConllSentence(doc_index=doc_index, position=position, line=lineno)
-            sentence.tokens.append(parts[0])
-            sentence.tags.append(tag)
+    for lineno, line in read_lines(path):
+        if not line.strip():
+            if sentence is not None:
+                yield sentence
+                produced, position, sentence = True, position + 1, None
+            continue
+        parts = line.split()
+        if parts[0] == "-DOCSTART-":
+            if sentence is not None:
+                raise FormatError(path, lineno, "-DOCSTART- inside a sentence (expected a blank line before it)")
+            if saw_docstart or produced:
+                doc_index += 1
+            saw_docstart, position = True, 0
+            continue
+        if columns is None:
+            if len(parts) < 2:
+                raise FormatError(path, lineno, f"expected 'token ... NER-tag' columns, got {len(parts)}")
+            columns = len(parts)
+        elif len(parts) != columns:
+            raise FormatError(path, lineno, f"expected {columns} columns like the lines before, got {len(parts)}")
+        tag = parts[-1]
+        if not _TAG.match(tag):
+            raise FormatError(path, lineno, f"unknown NER tag {tag!r} (expected O, B-X, I-X, E-X or S-X)")
+        if sentence is None:
+            sentence = ConllSentence(doc_index=doc_index, position=position, line=lineno)
+        sentence.tokens.append(parts[0])
+        sentence.tags.append(tag)
     if sentence is not None:
         yield sentence
         produced = True
     if not produced:
         raise FormatError(path, None, "no sentences found (empty file?)")
+
+
+def conll_records(path: Path) -> Iterator[SourceRecord]:
+    """CoNLL-2003 as source records: one document (``-DOCSTART-``) is one user, gold spans kept."""
+    split = split_from_filename(path)
+    for sent in read_conll(path):
+        user = f"{path.name}#{sent.doc_index:05d}"
+        yield SourceRecord(text=sent.text, user=user, doc_id=user, line=sent.line, split=split,
+                           gold_spans=sent.spans())

@@ -1,0 +1,48 @@
+"""``uedp ingest``: corpus files into a dataset's Parquet sentence and user tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow
+from pydantic import BaseModel, ConfigDict, Field
+
+from storage.home import DataHome
+from storage.ingest import FORMATS, IngestOptions, IngestResult, SplitByUser
+from tasks.ingest import ingest_task
+
+
+class IngestConfig(BaseModel):
+    """Parameters of the ingest flow; the Prefect UI renders these as a form."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    home: str = Field(description="data home (datasets, MLflow store)")
+    dataset: str
+    format: str = Field(description=f"one of {', '.join(FORMATS)}")
+    files: list[str] = Field(min_length=1)
+    users: str | None = Field(None, description="source | chunk:N (ag_news, jsonl, csv); fixed for the others")
+    text_col: str | None = None
+    user_col: str | None = None
+    label_col: str | None = None
+    split_col: str | None = None
+    split: str = Field("auto", description="auto (files, else by user) | files | users")
+    split_seed: int = 0
+    valid_fraction: float = Field(0.1, ge=0, lt=1)
+    test_fraction: float = Field(0.1, ge=0, lt=1)
+    detokenize: bool = False
+    sec_document_types: list[str] = Field(default_factory=list)
+
+    def options(self) -> IngestOptions:
+        return IngestOptions(
+            format=self.format, users=self.users, text_col=self.text_col, user_col=self.user_col,
+            label_col=self.label_col, split_col=self.split_col, split=self.split,  # type: ignore[arg-type]
+            split_by_user=SplitByUser(self.split_seed, self.valid_fraction, self.test_fraction),
+            detokenize=self.detokenize, sec_document_types=tuple(self.sec_document_types),
+        )
+
+
+@flow(name="uedp-ingest")
+def ingest_flow(config: IngestConfig, progress: bool = False) -> IngestResult:
+    return ingest_task(DataHome(Path(config.home)), config.dataset, [Path(f) for f in config.files],
+                       config.options(), progress)

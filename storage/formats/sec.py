@@ -1,0 +1,187 @@
+"""SEC EDGAR filings, in the two forms people download them in.
+
+* EDGAR-CORPUS JSONL: one filing per line, ``{"filename", "cik", "year", "section_1", "section_1A",
+  ..., "section_15"}``; every ``section_*`` field is text.
+* Raw EDGAR full-submission text files (``0000320193-20-000096.txt``): an SGML header
+  (``<SEC-HEADER>`` with ``CENTRAL INDEX KEY:`` and ``CONFORMED SUBMISSION TYPE:``) followed by
+  ``<DOCUMENT>`` blocks whose ``<TEXT>`` is HTML, plain text or uuencoded binary. By default only the
+  documents of the submission's own type are read (the 10-K itself, not its exhibits and images);
+  HTML is reduced to its visible text (scripts, styles and hidden inline-XBRL headers dropped).
+
+One filer (CIK) is one user. Text is split into sentences with spaCy's rule-based sentencizer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Iterator
+
+from storage.formats import FormatError, SourceRecord, read_json_objects, read_lines, split_from_filename
+from storage.formats.sentences import split_sentences
+
+_SECTION = re.compile(r"^section_\w+$")
+_HEADER_FIELD = re.compile(r"^\s*([A-Z][A-Z /-]+):\s*(.*?)\s*$")
+_SPACES = re.compile(r"[ \t\r\f\v\xa0]+")
+
+
+def _paragraphs_of(text: str) -> list[str]:
+    """Paragraphs of plain text: blank-line separated blocks, whitespace collapsed."""
+    blocks = re.split(r"\n\s*\n", text)
+    return [p for p in (_SPACES.sub(" ", b.replace("\n", " ")).strip() for b in blocks) if p]
+
+
+class _VisibleText(HTMLParser):
+    """Collects the text a browser would show, one paragraph per block element.
+
+    A hidden region (script, style, head, inline-XBRL header, or any element styled display:none)
+    lasts until the end tag matching the tag that opened it, counting nested tags of the same name.
+    """
+
+    BLOCKS = {"p", "div", "br", "tr", "li", "h1", "h2", "h3", "h4", "h5", "h6", "table", "section", "td", "title"}
+    HIDDEN = {"script", "style", "ix:header", "head"}
+    VOID = {"br", "img", "hr", "meta", "link", "input", "col", "area", "base", "wbr"}
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.hidden_tag: str | None = None
+        self.hidden_nesting = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if self.hidden_tag is not None:
+            self.hidden_nesting += tag == self.hidden_tag
+            return
+        style = (dict(attrs).get("style") or "").replace(" ", "").lower()
+        if tag not in self.VOID and (tag in self.HIDDEN or "display:none" in style):
+            self.hidden_tag, self.hidden_nesting = tag, 1
+        elif tag in self.BLOCKS:
+            self.parts.append("\n\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if self.hidden_tag is not None:
+            if tag == self.hidden_tag:
+                self.hidden_nesting -= 1
+                if self.hidden_nesting == 0:
+                    self.hidden_tag = None
+            return
+        if tag in self.BLOCKS:
+            self.parts.append("\n\n")
+
+    def handle_data(self, data: str) -> None:
+        if self.hidden_tag is None:
+            self.parts.append(data)
+
+
+def html_paragraphs(markup: str) -> list[str]:
+    parser = _VisibleText()
+    parser.feed(markup)
+    parser.close()
+    return _paragraphs_of("".join(parser.parts))
+
+
+def _sentences(path: Path, units: Iterator[tuple[str, str, int, str]]) -> Iterator[SourceRecord]:
+    """Split ``(user, doc_id, line, paragraph)`` units into sentence records, streaming."""
+    split = split_from_filename(path)
+    pending: deque[tuple[str, str, int]] = deque()
+
+    def texts() -> Iterator[str]:
+        for user, doc_id, line, paragraph in units:
+            pending.append((user, doc_id, line))
+            yield paragraph
+
+    for sentences in split_sentences(texts()):
+        user, doc_id, line = pending.popleft()
+        for sentence in sentences:
+            yield SourceRecord(text=sentence, user=user, doc_id=doc_id, line=line, split=split)
+
+
+def edgar_corpus_records(path: Path) -> Iterator[SourceRecord]:
+    def units() -> Iterator[tuple[str, str, int, str]]:
+        for line, filing in read_json_objects(path):
+            if not str(filing.get("cik", "")).strip():
+                raise FormatError(path, line, "expected an EDGAR-CORPUS object with a 'cik' field")
+            sections = [k for k in filing if _SECTION.match(k)]
+            if not sections:
+                raise FormatError(path, line, "no 'section_*' fields in this filing")
+            cik = str(int(str(filing["cik"]).strip())) if str(filing["cik"]).strip().isdigit() else str(filing["cik"])
+            doc_id = str(filing.get("filename") or f"{cik}-{filing.get('year', '')}")
+            for key in sections:
+                for paragraph in _paragraphs_of(str(filing[key] or "")):
+                    yield f"cik:{cik}", doc_id, line, paragraph
+
+    yield from _require_some(path, _sentences(path, units()))
+
+
+def edgar_submission_records(path: Path, document_types: tuple[str, ...] = ()) -> Iterator[SourceRecord]:
+    """Records of a raw full-submission file; ``document_types`` empty means the submission's own type."""
+
+    def units() -> Iterator[tuple[str, str, int, str]]:
+        cik = submission_type = None
+        in_header = in_text = False
+        doc_type, text_line, buffer = "", 0, []
+        accession = path.name
+        for line, text in read_lines(path):
+            if text.startswith("<SEC-HEADER>"):
+                in_header = True
+                continue
+            if text.startswith("</SEC-HEADER>"):
+                in_header = False
+                if cik is None:
+                    raise FormatError(path, line, "SEC header has no 'CENTRAL INDEX KEY'")
+                continue
+            if in_header:
+                field = _HEADER_FIELD.match(text)
+                if field and field.group(1) == "CENTRAL INDEX KEY" and cik is None:
+                    cik = str(int(field.group(2))) if field.group(2).isdigit() else field.group(2)
+                elif field and field.group(1) == "CONFORMED SUBMISSION TYPE":
+                    submission_type = field.group(2)
+                elif field and field.group(1) == "ACCESSION NUMBER":
+                    accession = field.group(2)
+                continue
+            if text.startswith("<DOCUMENT>"):
+                doc_type = ""
+            elif text.startswith("<TYPE>") and not in_text:
+                doc_type = text[len("<TYPE>"):].strip()
+            elif text.startswith("<TEXT>"):
+                if cik is None:
+                    raise FormatError(path, line, "<TEXT> before an SEC header with 'CENTRAL INDEX KEY'")
+                in_text, text_line, buffer = True, line, []
+            elif text.startswith("</TEXT>"):
+                if not in_text:
+                    raise FormatError(path, line, "</TEXT> without <TEXT>")
+                in_text = False
+                wanted = document_types or ((submission_type,) if submission_type else ())
+                if not wanted or doc_type in wanted:
+                    for paragraph in _document_paragraphs(buffer):
+                        yield f"cik:{cik}", f"{accession}/{doc_type}", text_line, paragraph
+                buffer = []
+            elif in_text:
+                buffer.append(text)
+        if in_text:
+            raise FormatError(path, text_line, "<TEXT> is never closed by </TEXT> (truncated file?)")
+        if cik is None:
+            raise FormatError(path, None, "no SEC header with 'CENTRAL INDEX KEY' (is this a full-submission file?)")
+
+    yield from _require_some(path, _sentences(path, units()))
+
+
+def _document_paragraphs(lines: list[str]) -> list[str]:
+    head = "\n".join(lines[:20]).lstrip()
+    if head.startswith("begin ") or not head:  # uuencoded image, zip or PDF: no text
+        return []
+    body = "\n".join(lines)
+    if re.search(r"<(html|body|p|div|table|font)\b", body[:5000], re.IGNORECASE):
+        return html_paragraphs(body)
+    return _paragraphs_of(re.sub(r"</?(PRE|PAGE|XBRL)>", "", body))
+
+
+def _require_some(path: Path, records: Iterator[SourceRecord]) -> Iterator[SourceRecord]:
+    produced = False
+    for record in records:
+        produced = True
+        yield record
+    if not produced:
+        raise FormatError(path, None, "no text found (empty file, or no documents of the requested type?)")

@@ -1,0 +1,63 @@
+"""Any other corpus as JSONL or CSV (with a header row): ``text_col`` names the text, ``user_col``
+the privacy unit, and optionally ``label_col`` and ``split_col``. One row is one unit of text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+from storage.formats import FormatError, SourceRecord, read_csv_rows, read_json_objects, split_from_filename
+
+SPLIT_VALUES = {"train": "train", "valid": "valid", "validation": "valid", "dev": "valid", "test": "test"}
+
+
+def _record(path: Path, line: int, row: dict[str, Any], text_col: str, user_col: str | None,
+            label_col: str | None, split_col: str | None, file_split: str | None) -> SourceRecord | None:
+    for column in (text_col, user_col, label_col, split_col):
+        if column and column not in row:
+            raise FormatError(path, line, f"missing column {column!r} (columns: {', '.join(map(str, row))})")
+    text = str(row[text_col] if row[text_col] is not None else "").strip()
+    if not text:
+        return None
+    user = str(row[user_col]).strip() if user_col else None
+    if user_col and not user:
+        raise FormatError(path, line, f"empty user in column {user_col!r}")
+    split = file_split
+    if split_col:
+        value = str(row[split_col]).strip().lower()
+        if value not in SPLIT_VALUES:
+            raise FormatError(path, line, f"unknown split {row[split_col]!r} (expected train, valid or test)")
+        split = SPLIT_VALUES[value]
+    label = str(row[label_col]) if label_col and row[label_col] is not None else None
+    return SourceRecord(text=" ".join(text.split()), user=user, doc_id=f"{path.name}:{line}", line=line,
+                        split=split, label=label)
+
+
+def jsonl_records(path: Path, text_col: str, user_col: str | None = None, label_col: str | None = None,
+                  split_col: str | None = None) -> Iterator[SourceRecord]:
+    file_split, produced = split_from_filename(path), False
+    for line, row in read_json_objects(path):
+        record = _record(path, line, row, text_col, user_col, label_col, split_col, file_split)
+        if record:
+            produced = True
+            yield record
+    if not produced:
+        raise FormatError(path, None, "no records with text found (empty file?)")
+
+
+def csv_records(path: Path, text_col: str, user_col: str | None = None, label_col: str | None = None,
+                split_col: str | None = None) -> Iterator[SourceRecord]:
+    file_split, produced = split_from_filename(path), False
+    header: list[str] | None = None
+    for line, row in read_csv_rows(path):
+        if header is None:
+            header = row
+            continue
+        if len(row) != len(header):
+            raise FormatError(path, line, f"expected {len(header)} columns like the header, got {len(row)}")
+        record = _record(path, line, dict(zip(header, row)), text_col, user_col, label_col, split_col, file_split)
+        if record:
+            produced = True
+            yield record
+    if not produced:
+        raise FormatError(path, None, "no records with text found" if header else "empty file (expected a header row)")

@@ -1,0 +1,216 @@
+"""Every reader on fixtures in the exact formats people download (text invented for these tests),
+with the messy cases real files have, and errors that name file and line."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import write
+from storage.formats import FormatError, split_from_filename
+from storage.formats.agnews import agnews_csv_records, agnews_jsonl_records
+from storage.formats.sec import edgar_corpus_records, edgar_submission_records
+from storage.formats.tabular import csv_records, jsonl_records
+from storage.formats.wikitext import wikitext_records
+
+# The original ag_news_csv layout: no header, every field quoted, backslashes where line breaks were,
+# bare '#39;' entities, a doubled quote, and a quoted field spanning two physical lines.
+AG_CSV = r'''"3","Orchard Foods Lifts Forecast (Reuters)","Reuters - Orchard Foods raised its annual\forecast on Tuesday, citing strong demand for\its frozen meals."
+"4","Probe Finds Ice on Distant Moon (SPACE.com)","SPACE.com - A small probe has found what looks like\ice near the south pole of a distant moon, scientists said."
+"2","Kestrel Wins Relay Final (AP)","AP - Tamsin Kestrel anchored the relay team to a win on Sunday night."
+"1","Talks Resume in ""Harbour"" Dispute","TAMPERE (AFP) -- Negotiators returned to the table on Monday #39;s
+agenda &amp; schedule."
+"3","Markets Flat","No credit line here, markets were flat."
+'''
+
+
+def test_agnews_csv_labels_sources_and_cleanup(tmp_path: Path) -> None:
+    records = list(agnews_csv_records(write(tmp_path / "train.csv", AG_CSV)))
+    assert [r.label for r in records] == ["3", "4", "2", "1", "3"]
+    assert [r.source_user_hint for r in records] == ["Reuters", "SPACE.com", "AP", "AFP", None]
+    assert records[0].text == ("Orchard Foods Lifts Forecast (Reuters). Reuters - Orchard Foods raised its annual "
+                               "forecast on Tuesday, citing strong demand for its frozen meals.")
+    assert records[3].text.endswith("on Monday 's agenda & schedule.") and '"Harbour"' in records[3].text
+    assert records[3].line == 4 and records[4].line == 6  # record 4 spans lines 4-5
+    assert {r.split for r in records} == {"train"}
+
+
+def test_agnews_csv_with_header_and_errors(tmp_path: Path) -> None:
+    with_header = write(tmp_path / "test.csv", '"Class Index","Title","Description"\n' + AG_CSV)
+    assert len(list(agnews_csv_records(with_header))) == 5
+    bad_columns = write(tmp_path / "a.csv", AG_CSV + '"2","Only two fields"\n')
+    with pytest.raises(FormatError, match=r"a\.csv:7: expected 3 columns"):
+        list(agnews_csv_records(bad_columns))
+    bad_class = write(tmp_path / "b.csv", '"World","Title","Text"\n"x","T","D"\n')
+    with pytest.raises(FormatError, match=r"b\.csv:1: class must be an integer"):
+        list(agnews_csv_records(bad_class))
+    bad_utf8 = write(tmp_path / "c.csv", AG_CSV.encode() + b'"1","caf\xe9","x"\n')
+    with pytest.raises(FormatError, match=r"c\.csv:\d+: invalid UTF-8"):
+        list(agnews_csv_records(bad_utf8))
+
+
+def test_agnews_jsonl_hub_and_split_layouts(tmp_path: Path) -> None:
+    lines = [
+        {"text": "Kestrel Bank Posts Profit (Reuters) Reuters - Kestrel Bank said profit rose.", "label": 2},
+        {"title": "Comet Seen", "description": "AP - Astronomers saw a comet.", "label": 3},
+    ]
+    path = write(tmp_path / "validation.jsonl", "\n".join(json.dumps(x) for x in lines) + "\n\n")
+    records = list(agnews_jsonl_records(path))
+    assert [(r.label, r.source_user_hint, r.split) for r in records] == [("2", "Reuters", "valid"), ("3", "AP", "valid")]
+    with pytest.raises(FormatError, match=r"bad\.jsonl:2: invalid JSON"):
+        list(agnews_jsonl_records(write(tmp_path / "bad.jsonl", json.dumps(lines[0]) + "\n{oops\n")))
+    with pytest.raises(FormatError, match=r"nolabel\.jsonl:1: missing 'label'"):
+        list(agnews_jsonl_records(write(tmp_path / "nolabel.jsonl", '{"text": "x"}\n')))
+
+
+WIKI = """ 
+ = Harbourline Lighthouse = 
+ 
+ The Harbourline Lighthouse is a 32 @-@ metre tower on the coast of <unk> . It was built in 1 @,@ 872 and restored in 1990 . 
+ 
+ = = History = = 
+ 
+ Keepers lived there until 1961 . 
+ 
+ = Orchard Valley Railway = 
+ 
+ The Orchard Valley Railway ( OVR ) is a heritage line , 9 @.@ 5 km long . 
+"""
+
+
+def test_wikitext_articles_are_users_and_detokenize(tmp_path: Path) -> None:
+    path = write(tmp_path / "wiki.valid.tokens", WIKI)
+    records = list(wikitext_records(path))
+    assert [r.text for r in records] == [
+        "The Harbourline Lighthouse is a 32 @-@ metre tower on the coast of <unk> .",
+        "It was built in 1 @,@ 872 and restored in 1990 .",
+        "Keepers lived there until 1961 .",
+        "The Orchard Valley Railway ( OVR ) is a heritage line , 9 @.@ 5 km long .",
+    ]
+    assert [r.user for r in records] == ["wiki.valid.tokens#000000"] * 3 + ["wiki.valid.tokens#000001"]
+    assert records[2].line == 8 and {r.split for r in records} == {"valid"}
+    detok = [r.text for r in wikitext_records(path, detokenized=True)]
+    assert detok[0] == "The Harbourline Lighthouse is a 32-metre tower on the coast of <unk>."
+    assert detok[3] == "The Orchard Valley Railway (OVR) is a heritage line, 9.5 km long."
+
+
+def test_wikitext_raw_name_and_text_before_heading(tmp_path: Path) -> None:
+    assert len(list(wikitext_records(write(tmp_path / "train.txt", WIKI.replace("<unk>", "Kestrel"))))) == 4
+    with pytest.raises(FormatError, match=r"x\.tokens:1: text before the first"):
+        list(wikitext_records(write(tmp_path / "x.tokens", " stray text . \n = T = \n")))
+
+
+EDGAR_CORPUS = [
+    {"filename": "320193_2020.htm", "cik": "0000320193", "year": "2020",
+     "section_1": "Orchard Devices designs phones. It sells them worldwide.\n\nThe company has 147,000 employees.",
+     "section_1A": "Risks include supply shocks.", "section_7": ""},
+    {"filename": "320193_2021.htm", "cik": "320193", "year": "2021", "section_1": "Orchard Devices grew."},
+    {"filename": "789019_2020.htm", "cik": "789019", "year": "2020", "section_1": "Kestrel Soft writes software."},
+]
+
+
+def test_edgar_corpus_jsonl_users_are_filers(tmp_path: Path) -> None:
+    path = write(tmp_path / "train.jsonl", "\n".join(json.dumps(f) for f in EDGAR_CORPUS) + "\n")
+    records = list(edgar_corpus_records(path))
+    assert [r.text for r in records] == [
+        "Orchard Devices designs phones.", "It sells them worldwide.", "The company has 147,000 employees.",
+        "Risks include supply shocks.", "Orchard Devices grew.", "Kestrel Soft writes software.",
+    ]
+    assert [r.user for r in records] == ["cik:320193"] * 5 + ["cik:789019"]  # leading zeros normalised
+    with pytest.raises(FormatError, match=r"bad\.jsonl:1: expected an EDGAR-CORPUS object with a 'cik'"):
+        list(edgar_corpus_records(write(tmp_path / "bad.jsonl", '{"section_1": "x"}\n')))
+
+
+SUBMISSION = """<SEC-DOCUMENT>0000950170-23-000001.txt : 20230301
+<SEC-HEADER>0000950170-23-000001.hdr.sgml : 20230301
+ACCESSION NUMBER:\t\t0000950170-23-000001
+CONFORMED SUBMISSION TYPE:\t10-K
+PUBLIC DOCUMENT COUNT:\t\t3
+
+FILER:
+
+\tCOMPANY DATA:\t
+\t\tCOMPANY CONFORMED NAME:\t\t\tORCHARD DEVICES INC
+\t\tCENTRAL INDEX KEY:\t\t\t0000320193
+\t\tSTANDARD INDUSTRIAL CLASSIFICATION:\tELECTRONIC COMPUTERS [3571]
+</SEC-HEADER>
+<DOCUMENT>
+<TYPE>10-K
+<SEQUENCE>1
+<FILENAME>orch-20221231.htm
+<TEXT>
+<html><head><title>10-K</title><style>p {color: red}</style></head>
+<body><div style="display: none"><div><ix:header>hidden xbrl facts 12345</ix:header></div></div>
+<p>Orchard Devices Inc. designs phones&nbsp;and tablets. Its headquarters are in Cardiff.</p>
+<script>var x = 1;</script>
+<table><tr><td>Revenue rose 4%.</td></tr></table>
+</body></html>
+</TEXT>
+</DOCUMENT>
+<DOCUMENT>
+<TYPE>EX-21
+<SEQUENCE>2
+<TEXT>
+Subsidiaries: Orchard Devices Ltd. (Wales).
+</TEXT>
+</DOCUMENT>
+<DOCUMENT>
+<TYPE>GRAPHIC
+<SEQUENCE>3
+<TEXT>
+begin 644 logo.jpg
+M_]C_X  02D9)1@ ! 0$ 8 !@  #_VP!#  @&!@<&!0@'!P<)
+end
+</TEXT>
+</DOCUMENT>
+</SEC-DOCUMENT>
+"""
+
+
+def test_raw_edgar_submission_reads_the_main_document_as_visible_text(tmp_path: Path) -> None:
+    path = write(tmp_path / "0000950170-23-000001.txt", SUBMISSION)
+    records = list(edgar_submission_records(path))
+    assert [r.text for r in records] == [
+        "Orchard Devices Inc. designs phones and tablets.", "Its headquarters are in Cardiff.", "Revenue rose 4%.",
+    ]
+    assert {r.user for r in records} == {"cik:320193"}
+    assert records[0].doc_id == "0000950170-23-000001/10-K" and records[0].line == 18
+    with_exhibit = [r.text for r in edgar_submission_records(path, ("10-K", "EX-21", "GRAPHIC"))]
+    assert with_exhibit[-1] == "Subsidiaries: Orchard Devices Ltd. (Wales)." and not any("begin 644" in t for t in with_exhibit)
+
+
+def test_raw_edgar_errors(tmp_path: Path) -> None:
+    no_cik = write(tmp_path / "a.txt", SUBMISSION.replace("\t\tCENTRAL INDEX KEY:\t\t\t0000320193\n", ""))
+    with pytest.raises(FormatError, match=r"a\.txt:12: SEC header has no 'CENTRAL INDEX KEY'"):
+        list(edgar_submission_records(no_cik))
+    truncated = write(tmp_path / "b.txt", SUBMISSION[: SUBMISSION.index("</TEXT>")])
+    with pytest.raises(FormatError, match=r"b\.txt:18: <TEXT> is never closed"):
+        list(edgar_submission_records(truncated))
+
+
+def test_generic_jsonl_and_csv_columns(tmp_path: Path) -> None:
+    rows = [{"body": "Hello  there", "author": "ann", "topic": "x", "part": "train"},
+            {"body": "", "author": "bob", "topic": "y", "part": "test"},
+            {"body": "Bye", "author": "bob", "topic": None, "part": "dev"}]
+    path = write(tmp_path / "data.jsonl.gz", gzip.compress("\n".join(json.dumps(r) for r in rows).encode()))
+    records = list(jsonl_records(path, "body", "author", "topic", "part"))
+    assert [(r.text, r.user, r.label, r.split) for r in records] == [("Hello there", "ann", "x", "train"),
+                                                                     ("Bye", "bob", None, "valid")]
+    with pytest.raises(FormatError, match=r"data\.jsonl\.gz:1: missing column 'writer'"):
+        list(jsonl_records(path, "body", "writer"))
+    table = write(tmp_path / "notes.csv", "id,text,user\n1,first note,u1\n2,\"second, with comma\",u2\n3,broken\n")
+    with pytest.raises(FormatError, match=r"notes\.csv:4: expected 3 columns like the header, got 2"):
+        list(csv_records(table, "text", "user"))
+
+
+@pytest.mark.parametrize(
+    ("name", "split"),
+    [("eng.train", "train"), ("eng.testa", "valid"), ("eng.testb", "test"), ("wiki.valid.tokens", "valid"),
+     ("train.txt", "train"), ("test.csv", "test"), ("validation.jsonl.gz", "valid"), ("demo.conll", None),
+     ("filings.txt", None)],
+)
+def test_split_from_filename(name: str, split: str | None) -> None:
+    assert split_from_filename(Path(name)) == split
