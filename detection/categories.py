@@ -1,32 +1,94 @@
-"""Entity categories a user can choose for training. Categories are a query over the entities table,
-so choosing other ones never re-runs detection.
+"""Entity categories: one taxonomy over spaCy/OntoNotes, CoNLL-2003 and Presidio labels.
 
-This is the gold-tag vocabulary of the ingested corpora (CoNLL-2003's PER/LOC/ORG/MISC and the demo
-corpus' PHONE/EMAIL); the spaCy/Presidio taxonomy extends it (issue 4).
+Detectors store canonical categories; users choose categories (canonical names, aliases such as
+``PER``, or composites such as ``PII``) at query time, so choosing others never re-runs detection.
+The taxonomy is a data file (``detection/categories.yaml``, or the file ``UEDP_CATEGORIES`` names).
 """
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 from typing import Annotated
 
+import yaml
 from pydantic import BeforeValidator
 
 from uedp.errors import UedpError
 
-KNOWN_CATEGORIES: tuple[str, ...] = ("PER", "LOC", "ORG", "MISC", "PHONE", "EMAIL")
+DEFAULT_TAXONOMY = Path(__file__).with_name("categories.yaml")
 
 
-def parse_categories(raw: str | list[str], known: tuple[str, ...] = KNOWN_CATEGORIES) -> list[str]:
-    """Parse ``"PER,LOC"`` (or a list) into a sorted, de-duplicated list; unknown names are an error."""
-    items = raw.split(",") if isinstance(raw, str) else list(raw)
-    names = sorted({item.strip().upper() for item in items if item.strip()})
-    if not names:
-        raise UedpError(f"no entity categories given; choose from {','.join(known)}")
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise UedpError(f"unknown entity categories {','.join(unknown)}; valid: {','.join(known)}")
-    return names
+@dataclass(frozen=True)
+class Taxonomy:
+    canonical: tuple[str, ...]
+    alias_to_canonical: dict[str, str]
+    coarse: dict[str, str | None]
+    composites: dict[str, tuple[str, ...]]
+    source: str
+
+    def canonical_of(self, label: str) -> str | None:
+        """The canonical category of a detector's label, or None when the taxonomy does not know it."""
+        return self.alias_to_canonical.get(label.upper())
+
+    def names(self) -> list[str]:
+        return list(self.canonical) + sorted(self.composites)
+
+    def resolve(self, raw: str | list[str]) -> list[str]:
+        """``"PER,PII"`` (or a list) -> sorted canonical categories; unknown names list the valid ones."""
+        items = raw.split(",") if isinstance(raw, str) else list(raw)
+        wanted = [item.strip().upper() for item in items if item.strip()]
+        if not wanted:
+            raise UedpError(f"no entity categories given; choose from {','.join(self.names())}")
+        resolved: set[str] = set()
+        unknown = []
+        for name in wanted:
+            if name in self.composites:
+                resolved.update(self.composites[name])
+            elif name in self.alias_to_canonical:
+                resolved.add(self.alias_to_canonical[name])
+            else:
+                unknown.append(name)
+        if unknown:
+            raise UedpError(f"unknown entity categories {','.join(unknown)}; valid: {','.join(self.names())}")
+        return sorted(resolved)
 
 
-# A pydantic field type: accepts "PER,LOC" or a list, validates and normalises with parse_categories.
+def load_taxonomy(path: Path) -> Taxonomy:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        categories: dict[str, dict[str, object]] = data["categories"]
+        composites = {name.upper(): tuple(members) for name, members in (data.get("composites") or {}).items()}
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as exc:
+        raise UedpError(f"cannot read the category taxonomy {path}: {exc}") from None
+    aliases: dict[str, str] = {}
+    for name, spec in categories.items():
+        for alias in [name, *(spec.get("aliases") or [])]:  # type: ignore[union-attr]
+            if aliases.setdefault(str(alias).upper(), name) != name:
+                raise UedpError(f"{path}: label {alias!r} is an alias of both {aliases[str(alias).upper()]} and {name}")
+    for name, members in composites.items():
+        missing = [m for m in members if m not in categories]
+        if missing or name in aliases:
+            raise UedpError(f"{path}: composite {name} names unknown categories {missing} or shadows a category")
+    coarse = {name: spec.get("coarse") for name, spec in categories.items()}  # type: ignore[misc]
+    return Taxonomy(tuple(categories), aliases, coarse, composites, str(path))  # type: ignore[arg-type]
+
+
+@lru_cache(maxsize=4)
+def _cached(path: str) -> Taxonomy:
+    return load_taxonomy(Path(path))
+
+
+def taxonomy() -> Taxonomy:
+    """The taxonomy in force: ``UEDP_CATEGORIES`` if set, else the packaged file."""
+    return _cached(os.environ.get("UEDP_CATEGORIES") or str(DEFAULT_TAXONOMY))
+
+
+def parse_categories(raw: str | list[str]) -> list[str]:
+    return taxonomy().resolve(raw)
+
+
+# A pydantic field type: accepts "PERSON,LOC" or a list, validates and normalises with the taxonomy.
 Categories = Annotated[list[str], BeforeValidator(lambda raw: parse_categories(raw))]

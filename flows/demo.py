@@ -10,6 +10,7 @@ from prefect import flow, runtime
 from pydantic import BaseModel, ConfigDict, Field
 
 from detection.categories import Categories
+from detection.pipeline import DetectorConfig
 from storage.home import DataHome
 from storage.ingest import IngestResult
 from tasks.config import MechanismName, TrainConfig
@@ -28,7 +29,8 @@ class DemoConfig(BaseModel):
     home: str = Field(description="data home (datasets, MLflow store)")
     dataset: str = "demo"
     mechanisms: list[MechanismName] = Field(default_factory=lambda: ["noiseless", "deid", "userdp"])
-    categories: Categories = Field(default_factory=lambda: ["PER", "LOC", "ORG", "PHONE", "EMAIL"])
+    categories: Categories = Field(default_factory=lambda: ["PERSON", "LOC", "ORG", "PHONE_NUMBER", "EMAIL_ADDRESS"],
+                                  validate_default=True)
     steps: int = Field(300, ge=1, description="optimizer steps of noiseless and deid")
     rounds: int = Field(30, ge=1, description="DP-FedAvg rounds of userdp")
     q_user: float = Field(0.5, gt=0, le=1)
@@ -64,7 +66,7 @@ class DemoOutcome:
 def demo_flow(config: DemoConfig) -> DemoOutcome:
     home = DataHome(Path(config.home))
     ingest = ingest_task(home, config.dataset, [DEMO_CORPUS], conll_options(split_seed=config.seed))
-    detect = detect_task(home, config.dataset, "gold")
+    detect = detect_task(home, config.dataset, DetectorConfig(detectors=["gold"]))
     flow_run_id = str(runtime.flow_run.id or "")
     runs = [train_task(home, train_config, flow_run_id) for train_config in config.train_configs()]
     return DemoOutcome(ingest, detect, runs)

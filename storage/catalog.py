@@ -91,6 +91,73 @@ class Catalog:
         ).fetchall()
         return [CategoryCount(*row) for row in rows]
 
+    def sensitive_sentence_ids(self, categories: list[str], split: str | None = None) -> set[int]:
+        """Sentences holding at least one entity of the chosen categories (the UeDP set E's sentences)."""
+        self._require_entities()
+        rows = self.con.execute(
+            """
+            SELECT DISTINCT e.sentence_id FROM entities e JOIN sentences s USING (sentence_id)
+            WHERE list_contains(?, e.category) AND (? IS NULL OR s.split = ?)
+            """,
+            [categories, split, split],
+        ).fetchall()
+        return {r[0] for r in rows}
+
+    def totals(self, categories: list[str]) -> dict[str, int]:
+        """Corpus-wide counts for the chosen categories: sentences, sensitive sentences, the extended set S
+        (sentences with no such entity: one extended entity each), entities, users, and how many entities
+        span more than one user (the ones user-level DP alone does not protect)."""
+        self._require_entities()
+        row = self.con.execute(
+            """
+            WITH chosen AS (SELECT * FROM entities WHERE list_contains(?, category)),
+                 per_entity AS (SELECT entity_key, count(DISTINCT user_id) AS users FROM chosen GROUP BY entity_key)
+            SELECT (SELECT count(*) FROM sentences),
+                   (SELECT count(DISTINCT sentence_id) FROM chosen),
+                   (SELECT count(*) FROM per_entity),
+                   (SELECT count(*) FROM users),
+                   (SELECT count(DISTINCT user_id) FROM chosen),
+                   (SELECT count(*) FROM per_entity WHERE users > 1),
+                   (SELECT coalesce(max(users), 0) FROM per_entity)
+            """,
+            [categories],
+        ).fetchone()
+        sentences, sensitive, entities, users, users_with, multi_user, max_users = row
+        return {"sentences": sentences, "sensitive_sentences": sensitive, "extended_set_S": sentences - sensitive,
+                "entities": entities, "users": users, "users_with_entities": users_with,
+                "entities_spanning_users": multi_user, "max_users_per_entity": max_users}
+
+    def coverage(self, detector: str, coarse: dict[str, str | None],
+                 reference: str = "gold") -> list[tuple[str, int, int, int, float, float, float]]:
+        """Precision and recall of ``detector`` against ``reference`` spans, per coarse class.
+
+        Returns ``(class, reference spans, predicted spans, exact matches, precision, recall,
+        overlap recall)``. An exact match has the same sentence, offsets and coarse class; overlap
+        recall counts a reference span as found when a predicted span of its class overlaps it.
+        """
+        self._require_entities()
+        self.con.execute("CREATE OR REPLACE TEMP TABLE coarse_map (category VARCHAR, coarse VARCHAR)")
+        self.con.executemany("INSERT INTO coarse_map VALUES (?, ?)", [(k, v) for k, v in coarse.items() if v])
+        rows = self.con.execute(
+            """
+            WITH spans AS (SELECT DISTINCT e.detector, e.sentence_id, e.start, e."end", m.coarse
+                           FROM entities e JOIN coarse_map m USING (category)),
+                 ref AS (SELECT * FROM spans WHERE detector = ?),
+                 pred AS (SELECT * FROM spans WHERE detector = ?),
+                 found AS (SELECT r.coarse, count(p.sentence_id) > 0 AS overlap,
+                                  bool_or(p.start = r.start AND p."end" = r."end") AS exact
+                           FROM ref r LEFT JOIN pred p ON p.sentence_id = r.sentence_id AND p.coarse = r.coarse
+                                AND p.start < r."end" AND r.start < p."end"
+                           GROUP BY r.detector, r.sentence_id, r.start, r."end", r.coarse)
+            SELECT f.coarse, count(*), (SELECT count(*) FROM pred p WHERE p.coarse = f.coarse),
+                   count(*) FILTER (WHERE f.exact), count(*) FILTER (WHERE f.overlap)
+            FROM found f GROUP BY f.coarse ORDER BY f.coarse
+            """,
+            [reference, detector],
+        ).fetchall()
+        return [(cls, n_ref, n_pred, tp, tp / n_pred if n_pred else 0.0, tp / n_ref, overlap / n_ref)
+                for cls, n_ref, n_pred, tp, overlap in rows]
+
     def count_users(self, split: str = "train") -> int:
         return int(self.con.execute("SELECT count(*) FROM users WHERE n_" + _split_column(split) + " > 0").fetchone()[0])
 

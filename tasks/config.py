@@ -19,7 +19,8 @@ class TrainConfig(BaseModel):
 
     dataset: str
     mechanism: MechanismName
-    categories: Categories = Field(default_factory=lambda: ["PER", "LOC", "ORG", "PHONE", "EMAIL"])
+    categories: Categories = Field(default_factory=lambda: ["PERSON", "LOC", "ORG", "PHONE_NUMBER", "EMAIL_ADDRESS"],
+                                  validate_default=True)
     model: str = Field("tiny", description="a GPT-2 size preset (tiny, small) or a pretrained path / hub name")
     tokenizer: str = Field("byte", description="'byte' (leak-free byte-level) or a pretrained path / hub name")
     max_len: int = Field(96, ge=8, le=4096)

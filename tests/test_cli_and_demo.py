@@ -31,7 +31,7 @@ def test_demo_end_to_end_logs_runs_and_reuses_data_on_rerun(tmp_path: Path, pref
         assert run.info.status == "FINISHED"
         for param in ("mechanism", "categories", "q_user", "noise_multiplier", "clip", "delta", "privacy_unit"):
             assert param in run.data.params
-        assert run.data.params["categories"] == "EMAIL,LOC,ORG,PER,PHONE"
+        assert run.data.params["categories"] == "EMAIL_ADDRESS,LOC,ORG,PERSON,PHONE_NUMBER"
         assert run.data.metrics["perplexity"] > 1
         # no entity text anywhere in params or tags
         logged = " ".join(list(run.data.params.values()) + list(run.data.tags.values()))
@@ -57,7 +57,7 @@ def test_demo_end_to_end_logs_runs_and_reuses_data_on_rerun(tmp_path: Path, pref
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--categories", "PER,FOO"], "unknown entity categories FOO; valid: PER,LOC,ORG,MISC,PHONE,EMAIL"),
+        (["--categories", "PER,FOO"], "unknown entity categories FOO; valid: PERSON,NORP,"),
         (["--mechanisms", "noiseless,magic"], "invalid mechanisms.1"),
         (["--q-user", "1.5"], "invalid q_user"),
         (["--device", "tpu:9"], "invalid device"),
@@ -72,6 +72,24 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path: Path, extra: list[str],
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["entities", "demo", "--categories", "FOO"], "unknown entity categories FOO"),
+        (["entities", "nosuch"], "dataset 'nosuch' has no sentences table"),
+        (["detect", "demo", "--detector", "spacy"], "need a spaCy pipeline"),
+        (["ingest", "conll2003", "missing.conll", "--name", "x"], "missing.conll: file not found"),
+        (["ingest", "ag_news", "x.csv", "--name", "x", "--users", "column"], "ag_news users"),
+        (["ingest", "conll2003", "x.conll", "--name", "bad/name"], "invalid dataset name"),
+    ],
+)
+def test_other_commands_reject_bad_input_with_exit_code_2(tmp_path: Path, args: list[str], message: str,
+                                                          prefect_server: None) -> None:
+    result = runner.invoke(app, [*args, "--home", str(tmp_path / "h")])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines()[-1].startswith("error: ") and message in result.stderr
+
+
 def test_home_that_is_a_file_is_rejected(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
@@ -84,6 +102,10 @@ def test_help_answers_for_every_command() -> None:
     assert top.exit_code == 0 and "demo" in top.stdout
     demo = runner.invoke(app, ["demo", "--help"])
     assert demo.exit_code == 0 and "--target-epsilon" in demo.stdout and "--categories" in demo.stdout
+    for command, option in (("ingest", "--users"), ("detect", "--spacy-model"), ("entities", "--coverage"),
+                            ("datasets", "--home")):
+        result = runner.invoke(app, [command, "--help"])
+        assert result.exit_code == 0 and option in result.stdout, command
 
 
 def test_deployment_file_points_at_a_loadable_flow() -> None:

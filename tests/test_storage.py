@@ -71,20 +71,20 @@ def test_split_by_user_never_splits_a_user(home) -> None:
 
 def test_gold_detection_is_cached_and_categories_are_a_query(home) -> None:
     ingest_conll(home, "demo", [DEMO_CORPUS])
-    first = detect_entities(home, "demo", "gold")
+    first = detect_entities(home, "demo")
     assert not first.reused and first.entities > 500
-    assert detect_entities(home, "demo", "gold").reused
+    assert detect_entities(home, "demo").reused
     with Catalog(home, "demo") as catalog:
-        counts = {c.category: c for c in catalog.category_counts(["PER", "PHONE"])}
-        assert set(counts) == {"PER", "PHONE"}
+        counts = {c.category: c for c in catalog.category_counts(["PERSON", "PHONE_NUMBER"])}
+        assert set(counts) == {"PERSON", "PHONE_NUMBER"}
         # the shared clinic doctor links many users: the UeDP unit
         shared = catalog.con.execute(
-            "SELECT max(n) FROM (SELECT count(DISTINCT user_id) n FROM entities WHERE category='PER' GROUP BY entity_key)"
+            "SELECT max(n) FROM (SELECT count(DISTINCT user_id) n FROM entities WHERE category='PERSON' GROUP BY entity_key)"
         ).fetchone()[0]
         assert shared >= 10
-        spans = catalog.entity_spans(["PHONE"], "train")
+        spans = catalog.entity_spans(["PHONE_NUMBER"], "train")
         sentence_id, found = next(iter(spans.items()))
         text = catalog.con.execute("SELECT text FROM sentences WHERE sentence_id = ?", [sentence_id]).fetchone()[0]
         start, end, category, key = found[0]
-        assert category == "PHONE" and text[start:end].startswith("+44") and key.startswith("PHONE:+44")
+        assert category == "PHONE_NUMBER" and text[start:end].startswith("+44") and key.startswith("PHONE_NUMBER:+44")
     assert pa.types.is_string(read_table(home.table_dir("demo", "entities")).schema.field("entity_key").type)

@@ -84,6 +84,11 @@ def _root(
         raise typer.Exit(0)
 
 
+def _csv(value: str | None) -> list[str]:
+    """``"a, b,,c"`` -> ``["a", "b", "c"]``."""
+    return [item.strip() for item in (value or "").split(",") if item.strip()]
+
+
 def _fmt(value: float, digits: int = 3) -> str:
     return "inf" if math.isinf(value) else f"{value:.{digits}g}"
 
@@ -93,7 +98,8 @@ def _fmt(value: float, digits: int = 3) -> str:
 def demo(
     home: Optional[Path] = HOME_OPTION,
     mechanisms: str = typer.Option("noiseless,deid,userdp", help="Comma-separated mechanisms to train."),
-    categories: str = typer.Option("PER,LOC,ORG,PHONE,EMAIL", help="Entity categories treated as sensitive."),
+    categories: str = typer.Option("PERSON,LOC,ORG,PHONE_NUMBER,EMAIL_ADDRESS",
+                                   help="Entity categories treated as sensitive (names, aliases such as PER, or composites such as PII)."),
     steps: int = typer.Option(300, help="Optimizer steps for noiseless and deid."),
     rounds: int = typer.Option(30, help="DP-FedAvg rounds for userdp."),
     q_user: float = typer.Option(0.5, help="Poisson sampling probability of a user per round."),
@@ -112,7 +118,7 @@ def demo(
     from tasks.tracking import ui_command
 
     config = DemoConfig(
-        home=str(data_home.root), mechanisms=[m.strip() for m in mechanisms.split(",") if m.strip()],
+        home=str(data_home.root), mechanisms=_csv(mechanisms),
         categories=categories, steps=steps, rounds=rounds, q_user=q_user, noise_multiplier=noise_multiplier,
         target_epsilon=target_epsilon, clip=clip, seed=seed, device=device,
     )
@@ -164,7 +170,7 @@ def ingest(
         home=str(data_home.root), dataset=validate_dataset_name(name), format=format, files=[str(p) for p in paths],
         users=users, text_col=text_col, user_col=user_col, label_col=label_col, split_col=split_col, split=split,
         split_seed=split_seed, valid_fraction=valid_fraction, test_fraction=test_fraction, detokenize=detokenize,
-        sec_document_types=[t.strip() for t in sec_document_types.split(",") if t.strip()],
+        sec_document_types=_csv(sec_document_types),
     )
     options = config.options()  # validate before any work starts
     result = ingest_flow(config, progress=sys.stderr.isatty())
@@ -174,6 +180,82 @@ def ingest(
     typer.echo(f"{name}: {result.sentences} sentences ({splits}), {result.users} users "
                f"[users = {options.user_strategy}]")
     typer.echo(f"tables: {data_home.dataset_dir(name)}/{{sentences,users}}/data.parquet")
+
+
+@app.command()
+@user_errors
+def detect(
+    dataset: str = typer.Argument(..., help="An ingested dataset."),
+    home: Optional[Path] = HOME_OPTION,
+    detector: str = typer.Option("gold", help="Comma-separated detectors: gold, spacy, presidio."),
+    spacy_model: Optional[str] = typer.Option(None, help="spaCy pipeline: installed package (en_core_web_lg) or folder."),
+    presidio_entities: Optional[str] = typer.Option(None, help="Presidio entity types to ask for (default: all)."),
+    recognizers: Optional[Path] = typer.Option(None, help="YAML file of extra recognizers (Presidio's format: regex, deny lists)."),
+    score_threshold: float = typer.Option(0.4, help="Drop Presidio results scored below this."),
+    workers: int = typer.Option(1, help="Worker processes for the spaCy + Presidio pass (each loads the pipeline)."),
+    batch_size: int = typer.Option(256, help="Texts per nlp.pipe batch."),
+) -> None:
+    """Find sensitive entities in every sentence and write the dataset's `entities` table.
+
+    Detection is cached by corpus content and detector configuration; choosing other categories later
+    (`uedp entities`, `uedp demo --categories`) is a query and never re-runs it.
+    """
+    data_home = _prepare_runtime(home)
+    from detection.pipeline import DetectorConfig
+    from flows.detect import detect_flow
+
+    config = DetectorConfig(
+        detectors=_csv(detector), spacy_model=spacy_model, presidio_entities=_csv(presidio_entities) or None,
+        recognizers=str(recognizers) if recognizers else None, score_threshold=score_threshold, workers=workers,
+        batch_size=batch_size,
+    )
+    result = detect_flow(str(data_home.root), dataset, config, progress=sys.stderr.isatty())
+    verb = "reused (same corpus and detector configuration)" if result.reused else "wrote"
+    typer.echo(f"{dataset}: {verb} {result.entities} entity spans from {result.detector}")
+
+
+@app.command()
+@user_errors
+def entities(
+    dataset: str = typer.Argument(..., help="A dataset with an entities table."),
+    home: Optional[Path] = HOME_OPTION,
+    categories: str = typer.Option("PII", help="Categories, aliases (PER) or composites (PII, PLACE, CONTACT)."),
+    coverage: bool = typer.Option(False, help="Precision/recall of each automatic detector against gold tags."),
+) -> None:
+    """How many entities, sensitive sentences and users each category covers (UeDP paper, Table II).
+
+    Prints counts only, never entity text.
+    """
+    data_home = _prepare_runtime(home)
+    from rich.console import Console
+    from rich.table import Table
+
+    from detection.categories import taxonomy
+    from storage.catalog import Catalog
+
+    chosen = taxonomy().resolve(categories)
+    console = Console(width=120)
+    with Catalog(data_home, dataset) as catalog:
+        table = Table(title=f"{dataset}: entities by category")
+        for column in ("category", "entities", "sensitive sentences", "users"):
+            table.add_column(column, justify="left" if column == "category" else "right")
+        for row in catalog.category_counts(chosen):
+            table.add_row(row.category, str(row.entities), str(row.sentences), str(row.users))
+        console.print(table)
+        totals = catalog.totals(chosen)
+        typer.echo(", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in totals.items()))
+        if coverage:
+            detectors = [d for (d,) in catalog.con.execute("SELECT DISTINCT detector FROM entities ORDER BY 1").fetchall()]
+            if "gold" not in detectors:
+                raise UedpError(f"dataset {dataset!r} has no gold entities to compare with; detect with --detector gold,...")
+            cov = Table(title=f"{dataset}: detectors against gold tags (CoNLL classes)")
+            for column in ("detector", "class", "gold", "predicted", "exact", "precision", "recall", "overlap recall"):
+                cov.add_column(column, justify="left" if column in ("detector", "class") else "right")
+            for name in (d for d in detectors if d != "gold"):
+                for cls, n_ref, n_pred, tp, precision, recall, overlap in catalog.coverage(name, taxonomy().coarse):
+                    cov.add_row(name, cls, str(n_ref), str(n_pred), str(tp), f"{precision:.3f}", f"{recall:.3f}",
+                                f"{overlap:.3f}")
+            console.print(cov)
 
 
 @app.command()

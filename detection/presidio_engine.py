@@ -1,0 +1,65 @@
+"""Presidio's AnalyzerEngine over a spaCy pipeline that uedp has already loaded.
+
+Presidio's own ``SpacyNlpEngine.load`` downloads a model when it is not installed; uedp hands it the
+loaded pipeline instead, and feeds ``analyze`` the ``NlpArtifacts`` of texts parsed in batches, so each
+text is parsed once for both the spaCy and the Presidio detectors.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
+from presidio_analyzer.nlp_engine import NlpArtifacts, SpacyNlpEngine
+from spacy.language import Language
+from spacy.tokens import Doc
+
+from uedp.errors import UedpError
+
+LANGUAGE = "en"
+
+
+def use_bundled_public_suffix_list() -> None:
+    """Presidio validates e-mail and URL domains with tldextract, which fetches the public suffix list
+    over the network on first use (and logs long tracebacks when it cannot). Use its bundled snapshot."""
+    import tldextract
+    import tldextract.tldextract as module
+
+    module.TLD_EXTRACTOR = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None, fallback_to_snapshot=True)
+
+
+class PreloadedSpacyNlpEngine(SpacyNlpEngine):
+    """A SpacyNlpEngine around an already loaded pipeline (no download, no second load)."""
+
+    def __init__(self, nlp: Language):
+        super().__init__(models=[{"lang_code": LANGUAGE, "model_name": nlp.meta.get("name", "preloaded")}])
+        self.nlp = {LANGUAGE: nlp}
+
+    def load(self) -> None:  # the pipeline is already loaded
+        return None
+
+    def artifacts(self, doc: Doc) -> NlpArtifacts:
+        """Presidio's view of a parsed Doc. (``process_batch`` would do this too, but it iterates its
+        input twice to validate it, which empties a streamed input.)"""
+        return self._doc_to_nlp_artifact(doc, LANGUAGE)
+
+
+def build_analyzer(nlp: Language, recognizers_yaml: str | None = None) -> tuple[AnalyzerEngine, PreloadedSpacyNlpEngine]:
+    """Presidio's predefined recognizers (patterns, checksums, the spaCy NER recognizer), plus the
+    user's recognizers from a YAML file in Presidio's own recognizer format."""
+    use_bundled_public_suffix_list()
+    # Presidio warns once per non-English recognizer it skips; uedp asks for English only.
+    logging.getLogger("presidio-analyzer").setLevel(logging.ERROR)
+    engine = PreloadedSpacyNlpEngine(nlp)
+    registry = RecognizerRegistry(supported_languages=[LANGUAGE])
+    registry.load_predefined_recognizers(nlp_engine=engine, languages=[LANGUAGE])
+    if recognizers_yaml:
+        path = Path(recognizers_yaml)
+        if not path.is_file():
+            raise UedpError(f"recognizer file {path} not found")
+        try:
+            registry.add_recognizers_from_yaml(path)
+        except Exception as exc:  # Presidio raises assorted errors for a malformed file
+            raise UedpError(f"{path}: invalid Presidio recognizer file: {str(exc).splitlines()[0]}") from None
+    return AnalyzerEngine(registry=registry, nlp_engine=engine, supported_languages=[LANGUAGE]), engine

@@ -1,0 +1,191 @@
+"""Detection with real spaCy pipelines (built and saved here), real Presidio recognizers, the category
+taxonomy, content caching, one parse per text, and coverage against gold tags."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import spacy
+from pydantic import ValidationError
+from spacy.language import Language
+
+from conftest import write
+from detection.categories import DEFAULT_TAXONOMY, taxonomy
+from detection.pipeline import DetectorConfig
+from detection.spacy_pipeline import load_pipeline
+from flows.demo import DEMO_CORPUS
+from storage.catalog import Catalog
+from storage.ingest import IngestOptions, ingest
+from storage.tables import read_manifest, read_table
+from tasks.detect import detect_entities
+from uedp.errors import UedpError
+
+SENTENCES = [
+    {"text": "Anna Berg met Dr. Imelda Okafor at Northgate Clinic in Leeds.", "user": "u1"},
+    {"text": "Write to anna.berg@mailbox.org or call (212) 555-0199 today.", "user": "u1"},
+    {"text": "Imelda Okafor moved to Bristol, record MRN-004211.", "user": "u2"},
+    {"text": "Nothing sensitive here at all.", "user": "u3"},
+]
+PATTERNS = [{"label": "PERSON", "pattern": "Anna Berg"}, {"label": "PERSON", "pattern": "Imelda Okafor"},
+            {"label": "ORG", "pattern": "Northgate Clinic"}, {"label": "GPE", "pattern": "Leeds"},
+            {"label": "GPE", "pattern": "Bristol"}]
+RECOGNIZERS = """recognizers:
+  - name: "Medical record number"
+    supported_language: "en"
+    supported_entity: "ID"
+    patterns:
+      - name: "mrn"
+        regex: "MRN-\\\\d{6}"
+        score: 0.9
+  - name: "Clinics"
+    supported_language: "en"
+    supported_entity: "ORG"
+    deny_list: ["Northgate Clinic"]
+"""
+
+
+@pytest.fixture
+def ruler_pipeline(tmp_path: Path) -> Path:
+    """A real spaCy pipeline (blank English + EntityRuler), saved and loaded by path as users do."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("entity_ruler").add_patterns(PATTERNS)
+    nlp.to_disk(tmp_path / "ruler_pipeline")
+    return tmp_path / "ruler_pipeline"
+
+
+@pytest.fixture
+def notes(home, tmp_path: Path) -> str:
+    path = write(tmp_path / "notes.jsonl", "\n".join(json.dumps(s) for s in SENTENCES))
+    ingest(home, "notes", [path], IngestOptions(format="jsonl", text_col="text", user_col="user", split="users",))
+    return "notes"
+
+
+def _rows(home, dataset: str) -> list[tuple]:
+    table = read_table(home.table_dir(dataset, "entities")).to_pylist()
+    return sorted((r["detector"], r["sentence_id"], r["text"], r["category"]) for r in table)
+
+
+def test_taxonomy_aliases_composites_and_unknown_names() -> None:
+    tax = taxonomy()
+    assert tax.resolve("per, ORG") == ["ORG", "PERSON"]
+    assert {"PERSON", "PHONE_NUMBER", "GPE", "EMAIL_ADDRESS"} <= set(tax.resolve("PII"))
+    assert tax.canonical_of("ORGANIZATION") == "ORG" and tax.canonical_of("NRP") == "NORP"
+    with pytest.raises(UedpError, match=r"unknown entity categories SECRET; valid: PERSON,NORP,.*PII"):
+        tax.resolve("PERSON,secret")
+
+
+def test_users_can_edit_the_taxonomy_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    id_line = "  ID:            {aliases: [ID, UUID], coarse: null}\n"
+    edited = DEFAULT_TAXONOMY.read_text().replace(id_line, id_line + "  PATIENT_ID:    {aliases: [MRN], coarse: null}\n")
+    custom = write(tmp_path / "categories.yaml", edited)
+    monkeypatch.setenv("UEDP_CATEGORIES", str(custom))
+    assert taxonomy().resolve("mrn") == ["PATIENT_ID"]
+    write(tmp_path / "broken.yaml", "categories: [not, a, mapping")
+    monkeypatch.setenv("UEDP_CATEGORIES", str(tmp_path / "broken.yaml"))
+    with pytest.raises(UedpError, match="cannot read the category taxonomy"):
+        taxonomy()
+
+
+def test_missing_pipeline_says_how_to_install(tmp_path: Path) -> None:
+    with pytest.raises(UedpError, match=r"python -m spacy download en_core_web_trf"):
+        load_pipeline("en_core_web_trf")
+    with pytest.raises(ValidationError, match="need a spaCy pipeline"):
+        DetectorConfig(detectors=["presidio"])
+
+
+def test_gold_spacy_and_presidio_detectors_combine(home, notes: str, ruler_pipeline: Path, tmp_path: Path) -> None:
+    recognizers = write(tmp_path / "recognizers.yaml", RECOGNIZERS)
+    config = DetectorConfig(detectors=["spacy", "presidio"], spacy_model=str(ruler_pipeline), recognizers=str(recognizers))
+    result = detect_entities(home, notes, config)
+    rows = _rows(home, notes)
+    spacy_rows = [r for r in rows if r[0] == "spacy"]
+    assert ("spacy", 0, "Imelda Okafor", "PERSON") in spacy_rows and ("spacy", 2, "Bristol", "GPE") in spacy_rows
+    presidio = {(r[2], r[3]) for r in rows if r[0] == "presidio"}
+    assert {("anna.berg@mailbox.org", "EMAIL_ADDRESS"), ("(212) 555-0199", "PHONE_NUMBER"), ("MRN-004211", "ID"),
+            ("Northgate Clinic", "ORG"), ("Anna Berg", "PERSON")} <= presidio  # patterns, deny list, spaCy NER
+    assert not any(r[1] == 3 for r in rows)  # nothing in the harmless sentence
+    assert result.entities == len(rows) and not result.reused
+    with Catalog(home, notes) as catalog:
+        assert catalog.sensitive_sentence_ids(["PERSON"]) == {0, 2}
+        assert catalog.totals(["PERSON"])["entities_spanning_users"] == 1  # Imelda Okafor: users u1 and u2
+        assert catalog.totals(["EMAIL_ADDRESS"])["extended_set_S"] == 3
+
+
+def test_detection_is_cached_by_content_and_categories_are_queries(home, notes: str, ruler_pipeline: Path) -> None:
+    config = DetectorConfig(detectors=["spacy"], spacy_model=str(ruler_pipeline))
+    first = detect_entities(home, notes, config)
+    created = read_manifest(home.table_dir(notes, "entities"))["created"]
+    with Catalog(home, notes) as catalog:
+        catalog.category_counts(["PERSON"])
+        catalog.category_counts(["GPE", "ORG"])
+    again = detect_entities(home, notes, DetectorConfig(detectors=["spacy"], spacy_model=str(ruler_pipeline), workers=1,
+                                                        batch_size=7))
+    assert again.reused and again.entities == first.entities  # batch size does not change predictions
+    assert read_manifest(home.table_dir(notes, "entities"))["created"] == created
+    nlp = spacy.load(ruler_pipeline)
+    nlp.get_pipe("entity_ruler").add_patterns([{"label": "ORG", "pattern": "Nothing"}])
+    nlp.to_disk(ruler_pipeline)  # a retrained model in the same folder is another model
+    changed = detect_entities(home, notes, config)
+    assert not changed.reused and changed.entities == first.entities + 1
+
+
+_PARSED: list[str] = []
+
+
+@Language.component("count_parses")
+def _count_parses(doc):  # type: ignore[no-untyped-def]
+    _PARSED.append(doc.text)
+    return doc
+
+
+def test_each_text_is_parsed_once_for_spacy_and_presidio(home, notes: str, tmp_path: Path) -> None:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("entity_ruler").add_patterns(PATTERNS)
+    nlp.add_pipe("count_parses")
+    nlp.to_disk(tmp_path / "counting")
+    _PARSED.clear()
+    detect_entities(home, notes, DetectorConfig(detectors=["spacy", "presidio"], spacy_model=str(tmp_path / "counting")))
+    assert sorted(_PARSED) == sorted(s["text"] for s in SENTENCES)
+
+
+def test_worker_processes_give_identical_entities(home, tmp_path: Path, ruler_pipeline: Path) -> None:
+    ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
+    detect_entities(home, "demo", DetectorConfig(detectors=["gold", "spacy"], spacy_model=str(ruler_pipeline)))
+    single = _rows(home, "demo")
+    (home.table_dir("demo", "entities") / "manifest.json").unlink()  # force a rerun
+    detect_entities(home, "demo", DetectorConfig(detectors=["gold", "spacy"], spacy_model=str(ruler_pipeline), workers=2,
+                                                 batch_size=64))
+    assert _rows(home, "demo") == single and any(r[0] == "spacy" for r in single)
+
+
+def test_unknown_detector_label_names_the_taxonomy(home, notes: str, tmp_path: Path) -> None:
+    nlp = spacy.blank("en")
+    nlp.add_pipe("entity_ruler").add_patterns([{"label": "SPACESHIP", "pattern": "Leeds"}])
+    nlp.to_disk(tmp_path / "odd")
+    with pytest.raises(UedpError, match=r"label 'SPACESHIP', which the category taxonomy .*categories.yaml does not know"):
+        detect_entities(home, notes, DetectorConfig(detectors=["spacy"], spacy_model=str(tmp_path / "odd")))
+    assert read_manifest(home.table_dir(notes, "entities")) is None  # nothing half-written
+
+
+def test_coverage_against_gold_per_class(home, tmp_path: Path) -> None:
+    conll = write(tmp_path / "tiny.conll", "\n".join([
+        "-DOCSTART- -X- -X- O", "",
+        "Anna NNP I-NP B-PER", "Berg NNP I-NP I-PER", "visited VBD O O", "Leeds NNP I-NP B-LOC", ". . O O", "",
+        "Northgate NNP I-NP B-ORG", "Clinic NNP I-NP I-ORG", "called VBD O O", "Imelda NNP I-NP B-PER",
+        "Okafor NNP I-NP I-PER", ". . O O", ""]))
+    ingest(home, "tiny", [conll], IngestOptions(format="conll2003"))
+    nlp = spacy.blank("en")
+    nlp.add_pipe("entity_ruler").add_patterns([
+        {"label": "PERSON", "pattern": "Anna Berg"},          # exact PER
+        {"label": "GPE", "pattern": "Leeds"},                 # exact LOC through the coarse map
+        {"label": "PERSON", "pattern": "Imelda"},             # partial PER: overlap only
+        {"label": "ORG", "pattern": "called"}])               # a wrong ORG
+    nlp.to_disk(tmp_path / "cov")
+    detect_entities(home, "tiny", DetectorConfig(detectors=["gold", "spacy"], spacy_model=str(tmp_path / "cov")))
+    with Catalog(home, "tiny") as catalog:
+        rows = {r[0]: r[1:] for r in catalog.coverage("spacy", taxonomy().coarse)}
+    assert rows["PER"] == (2, 2, 1, 0.5, 0.5, 1.0)
+    assert rows["LOC"] == (1, 1, 1, 1.0, 1.0, 1.0)
+    assert rows["ORG"] == (1, 1, 0, 0.0, 0.0, 0.0)
