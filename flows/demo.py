@@ -13,7 +13,7 @@ from detection.categories import Categories
 from detection.pipeline import DetectorConfig
 from storage.home import DataHome
 from storage.ingest import IngestResult
-from tasks.config import MechanismName, TrainConfig
+from tasks.config import FEDERATED, MechanismName, TrainConfig
 from tasks.detect import DetectResult, detect_task
 from tasks.ingest import conll_options, ingest_task
 from tasks.train import TrainResult, train_task
@@ -28,12 +28,14 @@ class DemoConfig(BaseModel):
 
     home: str = Field(description="data home (datasets, MLflow store)")
     dataset: str = "demo"
-    mechanisms: list[MechanismName] = Field(default_factory=lambda: ["noiseless", "deid", "userdp"])
+    mechanisms: list[MechanismName] = Field(default_factory=lambda: ["noiseless", "deid", "userdp", "uedp"])
     categories: Categories = Field(default_factory=lambda: ["PERSON", "LOC", "ORG", "PHONE_NUMBER", "EMAIL_ADDRESS"],
                                   validate_default=True)
     steps: int = Field(300, ge=1, description="optimizer steps of noiseless and deid")
-    rounds: int = Field(30, ge=1, description="DP-FedAvg rounds of userdp")
+    rounds: int = Field(30, ge=1, description="DP-FedAvg rounds of userdp and uedp")
     q_user: float = Field(0.5, gt=0, le=1)
+    q_entity: float = Field(0.5, gt=0, le=1)
+    q_extended: float = Field(0.5, gt=0, le=1)
     noise_multiplier: float | None = Field(1.0, gt=0)
     target_epsilon: float | None = Field(None, gt=0)
     clip: float = Field(1.0, gt=0)
@@ -43,11 +45,12 @@ class DemoConfig(BaseModel):
     def train_configs(self) -> list[TrainConfig]:
         configs = []
         for mechanism in self.mechanisms:
-            private = mechanism == "userdp"
+            private = mechanism in FEDERATED
             configs.append(
                 TrainConfig(
                     dataset=self.dataset, mechanism=mechanism, categories=self.categories,
-                    steps=self.rounds if private else self.steps, q_user=self.q_user,
+                    steps=self.rounds if private else self.steps, q_user=self.q_user, q_entity=self.q_entity,
+                    q_extended=self.q_extended,
                     noise_multiplier=None if self.target_epsilon else self.noise_multiplier,
                     target_epsilon=self.target_epsilon, clip=self.clip, seed=self.seed, device=self.device,
                 )

@@ -125,3 +125,89 @@ class RoundAccountant:
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.rounds = int(state["rounds"])  # type: ignore[arg-type]
         self.epsilon = float(state["epsilon"])  # type: ignore[arg-type]
+
+
+# --- UeDP (PRIVACY.md, "UeDP-Alg, made sound") ------------------------------------------------------
+
+
+def max_sampled_users(n_users: int, q_user: float, rounds: int, delta_trunc: float) -> int:
+    """Smallest M with ``rounds * P[Binomial(n_users, q_user) > M] <= delta_trunc``.
+
+    Poisson sampling has no hard bound on the number of users in a round; the mechanism keeps at most M
+    (a uniformly random M when more are drawn), and the chance that truncation ever happens is charged
+    to delta.
+    """
+    from scipy.stats import binom
+
+    if not 0 < delta_trunc < 1:
+        raise ValueError(f"truncation delta must be in (0, 1), got {delta_trunc}")
+    low, high = 0, n_users
+    while low < high:  # binom.sf is decreasing in M: bisect
+        mid = (low + high) // 2
+        if rounds * binom.sf(mid, n_users, q_user) <= delta_trunc:
+            high = mid
+        else:
+            low = mid + 1
+    return low
+
+
+class UeDpAccounting:
+    """Epsilon of UeDP-Alg for the user-and-entity unit, as the larger of its two cases.
+
+    E case (the added entity is detected): the round's output can change only if u' or e' is sampled,
+    ``p_E = 1 - (1 - q_u)(1 - q_e)``, with sensitivity ``Delta_E = max(w) beta (2M + 1)``; the noise
+    ``sigma = z Delta_E`` gives noise multiplier z. S case (an extended entity, one sentence of user v):
+    ``p_S = 1 - (1 - q_u)(1 - q_u q_s)``, ``Delta_S = 3 max(w) beta``, noise multiplier
+    ``z (2M + 1) / 3``. ``uedp-naive`` never trains on S sentences, so only the E case applies. Each case
+    is the T-fold ``PoissonSampled(p, Gaussian(.))``, bounding every shift by the case's worst one
+    (conservative). The total delta is the accountant's delta plus the truncation delta.
+    """
+
+    def __init__(self, n_users: int, q_user: float, q_entity: float, q_extended: float, rounds: int,
+                 delta: float, naive: bool = False, truncation_share: float = 0.1, kind: AccountantKind = "pld"):
+        if not 0 < truncation_share < 1:
+            raise ValueError("truncation_share must be in (0, 1)")
+        self.q_user, self.q_entity, self.q_extended = q_user, q_entity, q_extended
+        self.rounds, self.naive, self.kind = rounds, naive, kind
+        self.delta = delta
+        self.delta_trunc = truncation_share * delta
+        self.delta_accountant = delta - self.delta_trunc
+        self.max_users = max_sampled_users(n_users, q_user, rounds, self.delta_trunc)
+
+    @property
+    def sensitivity_factor(self) -> int:
+        """``Delta_E / (max(w) beta) = 2M + 1``."""
+        return 2 * self.max_users + 1
+
+    def case_events(self, noise_multiplier: float) -> dict[str, dp_accounting.DpEvent]:
+        p_e = 1 - (1 - self.q_user) * (1 - self.q_entity)
+        events = {"E": poisson_gaussian_round(p_e, noise_multiplier)}
+        if not self.naive:
+            p_s = 1 - (1 - self.q_user) * (1 - self.q_user * self.q_extended)
+            events["S"] = poisson_gaussian_round(p_s, noise_multiplier * self.sensitivity_factor / 3)
+        return events
+
+    def epsilons(self, noise_multiplier: float, rounds: int | None = None) -> dict[str, float]:
+        """Epsilon of each case after ``rounds`` (default: all) at the accountant's share of delta."""
+        t = self.rounds if rounds is None else rounds
+        return {case: epsilon_after(event, t, self.delta_accountant, self.kind)
+                for case, event in self.case_events(noise_multiplier).items()}
+
+    def epsilon(self, noise_multiplier: float, rounds: int | None = None) -> float:
+        return max(self.epsilons(noise_multiplier, rounds).values())
+
+    def calibrate(self, target_epsilon: float) -> float:
+        """Smallest z meeting the target in every case: each case's epsilon falls as z grows, so the
+        answer is the largest of the per-case calibrated values (each found by dp_accounting)."""
+        zs = []
+        for case in self.case_events(1.0):
+            def event_for(z: float, case: str = case) -> dp_accounting.DpEvent:
+                return self.case_events(z)[case]
+
+            if epsilon_after(event_for(MIN_NOISE_MULTIPLIER), self.rounds, self.delta_accountant, self.kind) <= target_epsilon:
+                continue  # this case meets the target at any z the others need
+            zs.append(calibrate_noise_multiplier(event_for, self.rounds, target_epsilon, self.delta_accountant, self.kind))
+        if not zs:
+            raise ValueError(f"target epsilon {target_epsilon:g} is met even with noise multiplier "
+                             f"{MIN_NOISE_MULTIPLIER}; give a noise multiplier instead")
+        return max(zs)

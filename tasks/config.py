@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from detection.categories import Categories
 from privacy.mechanisms import MECHANISMS
 
-MechanismName = Literal["noiseless", "deid", "userdp"]
+MechanismName = Literal["noiseless", "deid", "userdp", "uedp", "uedp-naive"]
+FEDERATED = ("userdp", "uedp", "uedp-naive")
 
 
 class TrainConfig(BaseModel):
@@ -24,11 +25,13 @@ class TrainConfig(BaseModel):
     model: str = Field("tiny", description="a GPT-2 size preset (tiny, small) or a pretrained path / hub name")
     tokenizer: str = Field("byte", description="'byte' (leak-free byte-level) or a pretrained path / hub name")
     max_len: int = Field(96, ge=8, le=4096)
-    steps: int = Field(300, ge=1, description="optimizer steps (noiseless, deid) or rounds (userdp)")
+    steps: int = Field(300, ge=1, description="optimizer steps (noiseless, deid) or rounds (userdp, uedp)")
     batch_size: int = Field(16, ge=1)
     lr: float = Field(1e-3, gt=0)
-    # userdp (DP-FedAvg)
+    # userdp (DP-FedAvg) and uedp
     q_user: float = Field(0.5, gt=0, le=1)
+    q_entity: float = Field(0.5, gt=0, le=1, description="uedp: sampling probability of a detected entity")
+    q_extended: float = Field(0.5, gt=0, le=1, description="uedp: sampling probability of a sentence with no entity")
     noise_multiplier: float | None = Field(1.0, gt=0)
     target_epsilon: float | None = Field(None, gt=0)
     clip: float = Field(1.0, gt=0)
@@ -45,8 +48,8 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _noise(self) -> "TrainConfig":
-        if self.mechanism == "userdp" and self.noise_multiplier is None and self.target_epsilon is None:
-            raise ValueError("userdp needs --noise-multiplier or --target-epsilon")
+        if self.mechanism in FEDERATED and self.noise_multiplier is None and self.target_epsilon is None:
+            raise ValueError(f"{self.mechanism} needs --noise-multiplier or --target-epsilon")
         return self
 
     @property

@@ -19,6 +19,7 @@ from models.tokenization import load_tokenizer
 from privacy.deid import redact
 from privacy.mechanisms.base import Mechanism, RoundReport, TrainData
 from privacy.mechanisms.noiseless import Noiseless, NoiselessParams
+from privacy.mechanisms.uedp import UeDp, UeDpParams
 from privacy.mechanisms.userdp import UserDp, UserDpParams
 from storage.catalog import Catalog
 from storage.home import DataHome
@@ -42,34 +43,49 @@ class TrainResult:
     notes: str = ""
 
 
-def build_mechanism(config: TrainConfig) -> Mechanism:
-    if config.mechanism in ("noiseless", "deid"):
-        return Noiseless(NoiselessParams(steps=config.steps, batch_size=config.batch_size, lr=config.lr, seed=config.seed))
-    if config.mechanism == "userdp":
-        try:
-            return UserDp(
-                UserDpParams(
-                    rounds=config.steps, q_user=config.q_user, noise_multiplier=config.noise_multiplier,
-                    target_epsilon=config.target_epsilon, clip=config.clip, local_steps=config.local_steps,
-                    local_batch_size=config.local_batch_size, local_lr=config.local_lr, server_lr=config.server_lr,
-                    weight_cap=config.weight_cap, delta=config.delta, accountant=config.accountant,
-                    max_epsilon=config.max_epsilon, seed=config.seed,
-                )
-            )
-        except ValueError as exc:
-            raise UedpError(f"userdp: {exc}") from None
+def build_mechanism(config: TrainConfig, n_users: int) -> Mechanism:
+    """The mechanism a configuration names; ``n_users`` (training users) bounds UeDP's sampled users."""
+    try:
+        if config.mechanism in ("noiseless", "deid"):
+            return Noiseless(NoiselessParams(steps=config.steps, batch_size=config.batch_size, lr=config.lr,
+                                             seed=config.seed))
+        shared = dict(
+            rounds=config.steps, q_user=config.q_user, noise_multiplier=config.noise_multiplier,
+            target_epsilon=config.target_epsilon, clip=config.clip, local_steps=config.local_steps,
+            local_batch_size=config.local_batch_size, local_lr=config.local_lr, server_lr=config.server_lr,
+            weight_cap=config.weight_cap, delta=config.delta, accountant=config.accountant,
+            max_epsilon=config.max_epsilon, seed=config.seed,
+        )
+        if config.mechanism == "userdp":
+            return UserDp(UserDpParams(**shared))
+        if config.mechanism in ("uedp", "uedp-naive"):
+            return UeDp(UeDpParams(**shared, q_entity=config.q_entity, q_extended=config.q_extended,
+                                   naive=config.mechanism == "uedp-naive"), n_users)
+    except ValueError as exc:
+        raise UedpError(f"{config.mechanism}: {exc}") from None
     raise UedpError(f"mechanism {config.mechanism!r} is not available")
 
 
-def load_training_texts(catalog: Catalog, config: TrainConfig) -> dict[str, list[str]]:
+@dataclass(frozen=True)
+class TrainingTexts:
+    """Train-split texts by user and, parallel to them, each sentence's entity keys (chosen categories)."""
+
+    texts: dict[str, list[str]]
+    entities: dict[str, list[frozenset[str]]]
+
+
+def load_training_texts(catalog: Catalog, config: TrainConfig) -> TrainingTexts:
     """Train-split texts by user; for ``deid`` with the chosen categories' spans redacted."""
-    spans = catalog.entity_spans(config.categories, "train") if config.mechanism == "deid" else {}
-    by_user: dict[str, list[str]] = {}
+    spans = catalog.entity_spans(config.categories, "train")
+    texts: dict[str, list[str]] = {}
+    entities: dict[str, list[frozenset[str]]] = {}
     for sentence_id, user_id, text in catalog.sentences("train"):
-        if sentence_id in spans:
-            text = redact(text, [(s, e, c) for s, e, c, _ in spans[sentence_id]])
-        by_user.setdefault(user_id, []).append(text)
-    return by_user
+        found = spans.get(sentence_id, [])
+        if config.mechanism == "deid" and found:
+            text = redact(text, [(s, e, c) for s, e, c, _ in found])
+        texts.setdefault(user_id, []).append(text)
+        entities.setdefault(user_id, []).append(frozenset(key for _, _, _, key in found))
+    return TrainingTexts(texts, entities)
 
 
 def _build_model(config: TrainConfig, vocab_size: int, eos_id: int) -> torch.nn.Module:
@@ -84,20 +100,21 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
     device = resolve_device(config.device)
     torch.manual_seed(config.seed)
     with Catalog(home, config.dataset) as catalog:
-        texts_by_user = load_training_texts(catalog, config)
+        training = load_training_texts(catalog, config)
         valid_texts = [t for _, _, t in catalog.sentences("valid")]
         test_texts = [t for _, _, t in catalog.sentences("test")]
         category_counts = catalog.category_counts(config.categories)
-    if not texts_by_user:
+    if not training.texts:
         raise UedpError(f"dataset {config.dataset!r} has no training sentences")
 
     tokenizer = load_tokenizer(config.tokenizer)
     pad_id = tokenizer.pad_token_id
-    data = TrainData({u: encode(tokenizer, t, config.max_len) for u, t in texts_by_user.items()}, pad_id)
+    data = TrainData({u: encode(tokenizer, t, config.max_len) for u, t in training.texts.items()}, pad_id,
+                     entities=training.entities)
     valid = encode(tokenizer, valid_texts, config.max_len)
     test = encode(tokenizer, test_texts, config.max_len)
     model = _build_model(config, len(tokenizer), tokenizer.eos_token_id).to(device)
-    mechanism = build_mechanism(config)
+    mechanism = build_mechanism(config, data.n_users)
 
     tags = {
         "uedp.dataset": config.dataset,

@@ -61,9 +61,9 @@ def test_adding_one_user_moves_the_clipped_sum_by_at_most_clip() -> None:
     theta = parameters_to_vector(model.parameters()).detach().clone()
 
     def summed(group: list[list[torch.Tensor]]) -> torch.Tensor:
-        worker = _model()
-        return mechanism.clipped_sum(worker, theta, group, [1.0] * len(group), causal_lm_loss, torch.device("cpu"),
-                                     data.pad_id, torch.Generator().manual_seed(9))
+        trainer = mechanism.local_trainer(_model(), causal_lm_loss, torch.device("cpu"), data.pad_id)
+        trainer.generator.manual_seed(9)
+        return trainer.clipped_sum(theta, group, [1.0] * len(group))
 
     without, with_extra = summed(users), summed(users + [extra_user])
     moved = float(torch.linalg.vector_norm(with_extra - without))
@@ -110,9 +110,8 @@ def test_local_update_leaves_the_global_weights_untouched() -> None:
     model = _model()
     theta = parameters_to_vector(model.parameters()).detach().clone()
     copy = theta.clone()
-    worker = _model()
     data = _data(users=2)
-    total = mechanism.clipped_sum(worker, theta, list(data.by_user.values()), [1.0, 1.0], causal_lm_loss,
-                                  torch.device("cpu"), data.pad_id, torch.Generator().manual_seed(0))
+    trainer = mechanism.local_trainer(_model(), causal_lm_loss, torch.device("cpu"), data.pad_id)
+    total = trainer.clipped_sum(theta, list(data.by_user.values()), [1.0, 1.0])
     assert torch.equal(theta, copy)
     assert float(torch.linalg.vector_norm(total)) > 0

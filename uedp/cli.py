@@ -97,12 +97,15 @@ def _fmt(value: float, digits: int = 3) -> str:
 @user_errors
 def demo(
     home: Optional[Path] = HOME_OPTION,
-    mechanisms: str = typer.Option("noiseless,deid,userdp", help="Comma-separated mechanisms to train."),
+    mechanisms: str = typer.Option("noiseless,deid,userdp,uedp", help="Comma-separated mechanisms to train: "
+                                   "noiseless, deid, userdp, uedp, uedp-naive."),
     categories: str = typer.Option("PERSON,LOC,ORG,PHONE_NUMBER,EMAIL_ADDRESS",
                                    help="Entity categories treated as sensitive (names, aliases such as PER, or composites such as PII)."),
     steps: int = typer.Option(300, help="Optimizer steps for noiseless and deid."),
-    rounds: int = typer.Option(30, help="DP-FedAvg rounds for userdp."),
+    rounds: int = typer.Option(30, help="DP-FedAvg rounds for userdp and uedp."),
     q_user: float = typer.Option(0.5, help="Poisson sampling probability of a user per round."),
+    q_entity: float = typer.Option(0.5, help="uedp: sampling probability of a detected entity per round."),
+    q_extended: float = typer.Option(0.5, help="uedp: sampling probability of a sentence with no entity."),
     noise_multiplier: float = typer.Option(1.0, help="Noise multiplier z (noise std = z * clip)."),
     target_epsilon: Optional[float] = typer.Option(None, help="Calibrate z to this epsilon instead."),
     clip: float = typer.Option(1.0, help="L2 bound on each user's model delta."),
@@ -119,7 +122,8 @@ def demo(
 
     config = DemoConfig(
         home=str(data_home.root), mechanisms=_csv(mechanisms),
-        categories=categories, steps=steps, rounds=rounds, q_user=q_user, noise_multiplier=noise_multiplier,
+        categories=categories, steps=steps, rounds=rounds, q_user=q_user, q_entity=q_entity, q_extended=q_extended,
+        noise_multiplier=noise_multiplier,
         target_epsilon=target_epsilon, clip=clip, seed=seed, device=device,
     )
     _check_before_running(config)
@@ -260,6 +264,63 @@ def entities(
 
 @app.command()
 @user_errors
+def epsilon(
+    mechanism: str = typer.Option(..., help="userdp, uedp or uedp-naive."),
+    users: int = typer.Option(..., min=1, help="Number of training users (privacy units of userdp)."),
+    steps: int = typer.Option(..., min=1, help="Training rounds T."),
+    q_user: float = typer.Option(..., help="Sampling probability of a user per round."),
+    q_entity: float = typer.Option(0.5, help="uedp: sampling probability of a detected entity."),
+    q_extended: float = typer.Option(1.0, help="uedp: sampling probability of a sentence with no entity."),
+    noise_multiplier: Optional[float] = typer.Option(None, help="z: noise std = z * sensitivity."),
+    target_epsilon: Optional[float] = typer.Option(None, help="Find the smallest z meeting this epsilon instead."),
+    delta: float = typer.Option(1e-5, help="Total delta (uedp charges a share of it to truncating sampled users)."),
+    accountant: str = typer.Option("pld", help="pld (tightest) or rdp."),
+) -> None:
+    """Plan a privacy budget without training: epsilon for a noise multiplier, or z for a target epsilon.
+
+    Example: uedp epsilon --mechanism uedp --users 946 --q-user 0.05 --q-entity 0.05 --steps 500 --noise-multiplier 2
+    """
+    from privacy.accounting import (UeDpAccounting, calibrate_noise_multiplier, check_delta, epsilon_after,
+                                    poisson_gaussian_round)
+
+    if mechanism not in ("userdp", "uedp", "uedp-naive"):
+        raise UedpError(f"unknown mechanism {mechanism!r} for planning; valid: userdp, uedp, uedp-naive")
+    if accountant not in ("pld", "rdp"):
+        raise UedpError(f"unknown accountant {accountant!r}; valid: pld, rdp")
+    if (noise_multiplier is None) == (target_epsilon is None):
+        raise UedpError("give exactly one of --noise-multiplier and --target-epsilon")
+    for name, q in (("q-user", q_user), ("q-entity", q_entity), ("q-extended", q_extended)):
+        if not 0 < q <= 1:
+            raise UedpError(f"--{name} must be in (0, 1], got {q}")
+    try:
+        warning = check_delta(delta, users)
+        if mechanism == "userdp":
+            def event(z: float):  # type: ignore[no-untyped-def]
+                return poisson_gaussian_round(q_user, z)
+
+            z = noise_multiplier or calibrate_noise_multiplier(event, steps, target_epsilon, delta, accountant)  # type: ignore[arg-type]
+            typer.echo(f"userdp: epsilon = {epsilon_after(event(z), steps, delta, accountant):.4g} at delta = {delta:g} "  # type: ignore[arg-type]
+                       f"after {steps} rounds, z = {z:.4g} ({accountant}; unit: one user)")
+        else:
+            plan = UeDpAccounting(users, q_user, q_entity, q_extended, steps, delta, mechanism == "uedp-naive",
+                                  kind=accountant)  # type: ignore[arg-type]
+            z = noise_multiplier or plan.calibrate(target_epsilon)  # type: ignore[arg-type]
+            cases = plan.epsilons(z)
+            typer.echo(f"{mechanism}: epsilon = {max(cases.values()):.4g} at delta = {delta:g} after {steps} rounds, "
+                       f"z = {z:.4g} ({accountant}; unit: one user and one sensitive entity)")
+            typer.echo("  cases: " + ", ".join(f"{c} {e:.4g}" for c, e in cases.items())
+                       + f"; at most M = {plan.max_users} users per round (truncation delta {plan.delta_trunc:.2g}), "
+                       f"sensitivity (2M+1) * clip = {plan.sensitivity_factor} * clip")
+            same = epsilon_after(poisson_gaussian_round(q_user, z), steps, delta, accountant)  # type: ignore[arg-type]
+            typer.echo(f"  for comparison, userdp with the same q_user and z: epsilon = {same:.4g} (protects users only)")
+    except ValueError as exc:
+        raise UedpError(str(exc)) from None
+    if warning:
+        typer.echo(f"warning: {warning}", err=True)
+
+
+@app.command()
+@user_errors
 def datasets(home: Optional[Path] = HOME_OPTION) -> None:
     """List the datasets in the data home with their tables and row counts."""
     data_home = _prepare_runtime(home)
@@ -280,14 +341,15 @@ def datasets(home: Optional[Path] = HOME_OPTION) -> None:
 
 
 def _check_before_running(config: Any) -> None:
-    """Fail on bad settings before any work starts: device, and calibration of a target epsilon."""
+    """Fail on bad settings before any work starts: the device, and the calibration of a target epsilon
+    for userdp (uedp's depends on the number of users, known after ingest)."""
     from models.device import resolve_device
     from tasks.train import build_mechanism
 
     resolve_device(config.device)
     for train_config in config.train_configs():
-        if train_config.is_private and train_config.target_epsilon is not None:
-            build_mechanism(train_config)
+        if train_config.mechanism == "userdp" and train_config.target_epsilon is not None:
+            build_mechanism(train_config, n_users=0)
 
 
 def _print_summary(runs: list[Any]) -> None:

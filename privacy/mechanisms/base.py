@@ -20,6 +20,9 @@ class TrainData:
 
     by_user: dict[str, list[torch.Tensor]]
     pad_id: int
+    # For entity-level mechanisms: per user, per sequence, the keys of the detected entities of the chosen
+    # categories (an empty set marks a sentence with none: one extended entity of the set S).
+    entities: dict[str, list[frozenset[str]]] | None = None
 
     @property
     def sequences(self) -> list[torch.Tensor]:

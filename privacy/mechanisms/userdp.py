@@ -11,26 +11,20 @@ Sensitivity: adding or removing one user moves the weighted sum by at most ``max
 weight ceiling 1 is used as ``max(w)``, not the largest weight in this dataset, because the added user
 may be the one that reaches it. Accounting: ``rounds``-fold ``PoissonSampled(q_user, Gaussian(z))``.
 
-Speed: one preallocated worker model is reused for every user (its parameters are overwritten with
-the global ones), instead of a deep copy per user as the UeDP reference code does.
+The local updates are :class:`privacy.mechanisms.fedavg.LocalTrainer`'s.
 """
 
 from __future__ import annotations
 
-import copy
-import itertools
 import math
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 
-from models.batching import batches
-from models.training import optimizer_step
 from privacy.accounting import AccountantKind, RoundAccountant, calibrate_noise_multiplier, check_delta, poisson_gaussian_round
 from privacy.mechanisms.base import LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
-from privacy.primitives import assign_flat_, clip_l2, flatten, gaussian_noise, make_generator, poisson_sample
-
+from privacy.mechanisms.fedavg import WEIGHT_CEILING, LocalTrainer, user_weights
+from privacy.primitives import assign_flat_, flatten, gaussian_noise, make_generator, poisson_sample
 
 @dataclass
 class UserDpParams:
@@ -50,31 +44,21 @@ class UserDpParams:
     seed: int = 0
     secure_noise: bool = False
 
-    def resolve_noise_multiplier(self) -> float:
-        """The z this run uses: given, or the smallest one meeting ``target_epsilon`` after ``rounds``."""
-        if self.target_epsilon is not None:
-            return calibrate_noise_multiplier(
-                lambda z: poisson_gaussian_round(self.q_user, z), self.rounds, self.target_epsilon, self.delta,
-                self.accountant,
-            )
-        if self.noise_multiplier is None or self.noise_multiplier <= 0:
-            raise ValueError("userdp needs a positive noise multiplier or a target epsilon")
-        return self.noise_multiplier
-
-
-def user_weights(data: TrainData, weight_cap: float) -> torch.Tensor:
-    """``w_u = min(n_u / cap, 1)`` in the order of ``data.by_user``."""
-    return torch.tensor([min(len(seqs) / weight_cap, 1.0) for seqs in data.by_user.values()], dtype=torch.float64)
-
 
 class UserDp:
     name = "userdp"
     unit = "one user (all of their sentences)"
-    WEIGHT_CEILING = 1.0
 
     def __init__(self, params: UserDpParams):
         self.params = params
-        self.noise_multiplier = params.resolve_noise_multiplier()
+        if params.target_epsilon is not None:  # the smallest z meeting the target after all rounds
+            self.noise_multiplier = calibrate_noise_multiplier(
+                lambda z: poisson_gaussian_round(params.q_user, z), params.rounds, params.target_epsilon, params.delta,
+                params.accountant)
+        elif params.noise_multiplier is not None and params.noise_multiplier > 0:
+            self.noise_multiplier = params.noise_multiplier
+        else:
+            raise ValueError("userdp needs a positive noise multiplier or a target epsilon")
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
               on_round: OnRound) -> PrivacyStatement:
@@ -83,16 +67,13 @@ class UserDp:
         accountant = RoundAccountant(poisson_gaussian_round(p.q_user, z), p.delta, p.accountant)
         noise_gen = make_generator(p.seed, p.secure_noise, device)
         sample_gen = make_generator(p.seed + 1, p.secure_noise)
-        data_gen = torch.Generator().manual_seed(p.seed + 2)
-
+        trainer = self.local_trainer(model, loss_fn, device, data.pad_id)
         weights = user_weights(data, p.weight_cap)
         denominator = p.q_user * float(weights.sum())
-        sigma = z * p.clip * self.WEIGHT_CEILING
+        sigma = z * p.clip * WEIGHT_CEILING
         params = [q for q in model.parameters() if q.requires_grad]
-        worker = copy.deepcopy(model).to(device)
         user_sequences = list(data.by_user.values())
         model.train()
-        worker.train()
         stopped = ""
         for round_index in range(1, p.rounds + 1):
             if p.max_epsilon is not None and accountant.peek() > p.max_epsilon:
@@ -100,8 +81,7 @@ class UserDp:
                 break
             sampled = poisson_sample(len(user_sequences), p.q_user, sample_gen)
             theta = flatten(params)
-            total = self.clipped_sum(worker, theta, [user_sequences[i] for i in sampled], weights[sampled].tolist(),
-                                     loss_fn, device, data.pad_id, data_gen)
+            total = trainer.clipped_sum(theta, [user_sequences[i] for i in sampled], weights[sampled].tolist())
             noisy = total + gaussian_noise(theta.shape, sigma, noise_gen, theta.dtype)
             assign_flat_(params, theta + p.server_lr * noisy / denominator)
             epsilon = accountant.step()
@@ -110,33 +90,10 @@ class UserDp:
         return PrivacyStatement(
             mechanism=self.name, unit=self.unit, epsilon=accountant.epsilon, delta=p.delta, accountant=p.accountant,
             noise_multiplier=z, sampling_probability=p.q_user, rounds=accountant.rounds, notes=stopped,
-            extra={"noise_std": sigma, "sensitivity": p.clip * self.WEIGHT_CEILING},
+            extra={"noise_std": sigma, "sensitivity": p.clip * WEIGHT_CEILING},
         )
 
-    def clipped_sum(self, worker: torch.nn.Module, theta: torch.Tensor, users: list[list[torch.Tensor]],
-                    weights: list[float], loss_fn: LossFn, device: torch.device, pad_id: int,
-                    generator: torch.Generator) -> torch.Tensor:
-        """``sum_u w_u clip(Delta_u, clip)`` over the given users: the quantity whose sensitivity is bounded."""
-        worker_params = [q for q in worker.parameters() if q.requires_grad]
-        total = torch.zeros_like(theta)
-        for sequences, weight in zip(users, weights):
-            delta_u = self._local_update(worker_params, worker, theta, sequences, loss_fn, device, pad_id, generator)
-            total += weight * clip_l2(delta_u, self.params.clip)
-        return total
-
-    def _local_update(self, worker_params: list[torch.Tensor], worker: torch.nn.Module, theta: torch.Tensor,
-                      sequences: list[torch.Tensor], loss_fn: LossFn, device: torch.device, pad_id: int,
-                      generator: torch.Generator) -> torch.Tensor:
-        """K local SGD steps from the global weights; returns ``theta_u - theta``."""
+    def local_trainer(self, model: torch.nn.Module, loss_fn: LossFn, device: torch.device, pad_id: int) -> LocalTrainer:
         p = self.params
-        assign_flat_(worker_params, theta)
-        optimizer = torch.optim.SGD(worker_params, lr=p.local_lr)
-        for batch in itertools.islice(_cycle(sequences, p.local_batch_size, pad_id, generator), p.local_steps):
-            optimizer_step(worker, optimizer, batch, loss_fn, device)
-        return flatten(worker_params) - theta
-
-
-def _cycle(sequences: list[torch.Tensor], batch_size: int, pad_id: int,
-           generator: torch.Generator) -> Iterator[dict[str, torch.Tensor]]:
-    while True:
-        yield from batches(sequences, batch_size, pad_id, generator)
+        return LocalTrainer(model, loss_fn, device, pad_id, p.clip, p.local_steps, p.local_batch_size, p.local_lr,
+                            torch.Generator().manual_seed(p.seed + 2))

@@ -1,0 +1,65 @@
+"""What user-level mechanisms share (DP-FedAvg, McMahan et al. 2018): K local SGD steps per sampled
+user from the global weights, the user's model delta clipped in L2 over all trainable parameters,
+weighted and summed.
+
+Speed: one preallocated worker model is reused for every user (its parameters are overwritten with the
+global ones), instead of a deep copy per user as the UeDP reference code does.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from typing import Iterator
+
+import torch
+
+from models.batching import batches
+from models.training import LossFn, optimizer_step
+from privacy.mechanisms.base import TrainData
+from privacy.primitives import assign_flat_, clip_l2, flatten
+
+# Any user's weight is at most 1, so max(w) * clip bounds one user's contribution even for a user who
+# is added (the largest weight in this dataset would not be a bound).
+WEIGHT_CEILING = 1.0
+
+
+def user_weights(data: TrainData, weight_cap: float) -> torch.Tensor:
+    """``w_u = min(n_u / cap, 1)`` in the order of ``data.by_user``."""
+    return torch.tensor([min(len(seqs) / weight_cap, 1.0) for seqs in data.by_user.values()], dtype=torch.float64)
+
+
+class LocalTrainer:
+    """Runs users' local updates on one reused worker copy of the model and sums their clipped deltas."""
+
+    def __init__(self, model: torch.nn.Module, loss_fn: LossFn, device: torch.device, pad_id: int, clip: float,
+                 local_steps: int, local_batch_size: int, local_lr: float, generator: torch.Generator):
+        self.worker = copy.deepcopy(model).to(device)
+        self.worker.train()
+        self.params = [p for p in self.worker.parameters() if p.requires_grad]
+        self.loss_fn, self.device, self.pad_id, self.clip = loss_fn, device, pad_id, clip
+        self.local_steps, self.local_batch_size, self.local_lr = local_steps, local_batch_size, local_lr
+        self.generator = generator
+
+    def clipped_sum(self, theta: torch.Tensor, users: list[list[torch.Tensor]], weights: list[float]) -> torch.Tensor:
+        """``sum_u w_u clip(Delta_u, clip)``: the quantity whose sensitivity the mechanisms bound.
+
+        A user with no usable sequence this round contributes nothing (a zero delta).
+        """
+        total = torch.zeros_like(theta)
+        for sequences, weight in zip(users, weights):
+            if sequences:
+                total += weight * clip_l2(self.local_delta(theta, sequences), self.clip)
+        return total
+
+    def local_delta(self, theta: torch.Tensor, sequences: list[torch.Tensor]) -> torch.Tensor:
+        """K local SGD steps from ``theta``; returns ``theta_u - theta``."""
+        assign_flat_(self.params, theta)
+        optimizer = torch.optim.SGD(self.params, lr=self.local_lr)
+        for batch in itertools.islice(self._cycle(sequences), self.local_steps):
+            optimizer_step(self.worker, optimizer, batch, self.loss_fn, self.device)
+        return flatten(self.params) - theta
+
+    def _cycle(self, sequences: list[torch.Tensor]) -> Iterator[dict[str, torch.Tensor]]:
+        while True:
+            yield from batches(sequences, self.local_batch_size, self.pad_id, self.generator)
