@@ -31,7 +31,7 @@ class DemoConfig(BaseModel):
     mechanisms: list[MechanismName] = Field(default_factory=lambda: ["noiseless", "deid", "userdp", "uedp"])
     categories: Categories = Field(default_factory=lambda: ["PERSON", "LOC", "ORG", "PHONE_NUMBER", "EMAIL_ADDRESS"],
                                   validate_default=True)
-    steps: int = Field(300, ge=1, description="optimizer steps of noiseless and deid")
+    steps: int = Field(300, ge=1, description="optimizer steps of noiseless, deid and dpsgd")
     rounds: int = Field(30, ge=1, description="DP-FedAvg rounds of userdp and uedp")
     q_user: float = Field(0.5, gt=0, le=1)
     q_entity: float = Field(0.5, gt=0, le=1)
@@ -45,11 +45,10 @@ class DemoConfig(BaseModel):
     def train_configs(self) -> list[TrainConfig]:
         configs = []
         for mechanism in self.mechanisms:
-            private = mechanism in FEDERATED
             configs.append(
                 TrainConfig(
                     dataset=self.dataset, mechanism=mechanism, categories=self.categories,
-                    steps=self.rounds if private else self.steps, q_user=self.q_user, q_entity=self.q_entity,
+                    steps=self.rounds if mechanism in FEDERATED else self.steps, q_user=self.q_user, q_entity=self.q_entity,
                     q_extended=self.q_extended,
                     noise_multiplier=None if self.target_epsilon else self.noise_multiplier,
                     target_epsilon=self.target_epsilon, clip=self.clip, seed=self.seed, device=self.device,

@@ -28,6 +28,21 @@ def causal_lm_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> to
     return nll / max(count, 1)
 
 
+def per_sequence_lm_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean over sequences of each sequence's mean next-token loss.
+
+    DP-SGD clips per-example gradients, so the batch loss must be a mean of per-example losses (a
+    token-weighted batch mean would couple the examples). Position ids are passed explicitly, one row
+    per example, so per-sample gradients of the position embedding are per example too.
+    """
+    rows, width = batch["input_ids"].shape
+    positions = torch.arange(width, device=batch["input_ids"].device).expand(rows, width)
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=positions).logits
+    targets = batch["labels"][:, 1:]
+    nll = F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), targets, ignore_index=IGNORE, reduction="none").sum(1)
+    return (nll / (targets != IGNORE).sum(1).clamp(min=1)).mean()
+
+
 @torch.no_grad()
 def perplexity(
     model: torch.nn.Module, sequences: Sequence[torch.Tensor], pad_id: int, device: torch.device, batch_size: int = 32

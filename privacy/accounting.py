@@ -82,6 +82,17 @@ def calibrate_noise_multiplier(
     return float(z)
 
 
+def resolve_noise_multiplier(mechanism: str, noise_multiplier: float | None, target_epsilon: float | None,
+                             round_event_for: Callable[[float], dp_accounting.DpEvent], rounds: int, delta: float,
+                             kind: AccountantKind) -> float:
+    """The z a run uses: calibrated to ``target_epsilon`` when given, else the given positive one."""
+    if target_epsilon is not None:
+        return calibrate_noise_multiplier(round_event_for, rounds, target_epsilon, delta, kind)
+    if noise_multiplier is None or noise_multiplier <= 0:
+        raise ValueError(f"{mechanism} needs a positive noise multiplier or a target epsilon")
+    return noise_multiplier
+
+
 def check_delta(delta: float, privacy_units: int) -> str | None:
     """PRIVACY.md: delta must stay below 1 / (number of privacy units). Returns a warning text or None."""
     if not 0 < delta < 1:

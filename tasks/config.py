@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from detection.categories import Categories
 from privacy.mechanisms import MECHANISMS
 
-MechanismName = Literal["noiseless", "deid", "userdp", "uedp", "uedp-naive"]
+MechanismName = Literal["noiseless", "deid", "dpsgd", "selective", "userdp", "uedp", "uedp-naive"]
 FEDERATED = ("userdp", "uedp", "uedp-naive")
 
 
@@ -25,8 +25,9 @@ class TrainConfig(BaseModel):
     model: str = Field("tiny", description="a GPT-2 size preset (tiny, small) or a pretrained path / hub name")
     tokenizer: str = Field("byte", description="'byte' (leak-free byte-level) or a pretrained path / hub name")
     max_len: int = Field(96, ge=8, le=4096)
-    steps: int = Field(300, ge=1, description="optimizer steps (noiseless, deid) or rounds (userdp, uedp)")
-    batch_size: int = Field(16, ge=1)
+    steps: int = Field(300, ge=1, description="optimizer steps (noiseless, deid, dpsgd) or rounds (userdp, uedp)")
+    batch_size: int = Field(16, ge=1, description="batch size; dpsgd: expected Poisson batch size")
+    public_steps: int = Field(300, ge=0, description="selective: noiseless steps on the redacted corpus first")
     lr: float = Field(1e-3, gt=0)
     # userdp (DP-FedAvg) and uedp
     q_user: float = Field(0.5, gt=0, le=1)
@@ -48,7 +49,7 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _noise(self) -> "TrainConfig":
-        if self.mechanism in FEDERATED and self.noise_multiplier is None and self.target_epsilon is None:
+        if self.is_private and self.noise_multiplier is None and self.target_epsilon is None:
             raise ValueError(f"{self.mechanism} needs --noise-multiplier or --target-epsilon")
         return self
 

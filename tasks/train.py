@@ -14,11 +14,13 @@ from tqdm.auto import tqdm
 from models.batching import encode
 from models.device import resolve_device
 from models.gpt2 import PRESETS, build_gpt2, load_gpt2
-from models.metrics import causal_lm_loss, perplexity
+from models.metrics import causal_lm_loss, per_sequence_lm_loss, perplexity
 from models.tokenization import load_tokenizer
 from privacy.deid import redact
 from privacy.mechanisms.base import Mechanism, RoundReport, TrainData
+from privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
 from privacy.mechanisms.noiseless import Noiseless, NoiselessParams
+from privacy.mechanisms.selective import SelectiveParams, SelectiveTwoPhase
 from privacy.mechanisms.uedp import UeDp, UeDpParams
 from privacy.mechanisms.userdp import UserDp, UserDpParams
 from storage.catalog import Catalog
@@ -43,8 +45,9 @@ class TrainResult:
     notes: str = ""
 
 
-def build_mechanism(config: TrainConfig, n_users: int) -> Mechanism:
-    """The mechanism a configuration names; ``n_users`` (training users) bounds UeDP's sampled users."""
+def build_mechanism(config: TrainConfig, n_users: int, n_examples: int) -> Mechanism:
+    """The mechanism a configuration names; the counts of training users and sequences set UeDP's
+    bound on sampled users and DP-SGD's sampling rate."""
     try:
         if config.mechanism in ("noiseless", "deid"):
             return Noiseless(NoiselessParams(steps=config.steps, batch_size=config.batch_size, lr=config.lr,
@@ -56,6 +59,16 @@ def build_mechanism(config: TrainConfig, n_users: int) -> Mechanism:
             weight_cap=config.weight_cap, delta=config.delta, accountant=config.accountant,
             max_epsilon=config.max_epsilon, seed=config.seed,
         )
+        dpsgd = DpSgdParams(steps=config.steps, expected_batch_size=config.batch_size,
+                            noise_multiplier=config.noise_multiplier, target_epsilon=config.target_epsilon,
+                            clip=config.clip, lr=config.lr, delta=config.delta, accountant=config.accountant,
+                            max_epsilon=config.max_epsilon, seed=config.seed)
+        if config.mechanism == "dpsgd":
+            return DpSgd(dpsgd, n_examples)
+        if config.mechanism == "selective":
+            public = NoiselessParams(steps=config.public_steps, batch_size=config.batch_size, lr=config.lr,
+                                     seed=config.seed)
+            return SelectiveTwoPhase(SelectiveParams(public, dpsgd), n_examples)
         if config.mechanism == "userdp":
             return UserDp(UserDpParams(**shared))
         if config.mechanism in ("uedp", "uedp-naive"):
@@ -68,24 +81,27 @@ def build_mechanism(config: TrainConfig, n_users: int) -> Mechanism:
 
 @dataclass(frozen=True)
 class TrainingTexts:
-    """Train-split texts by user and, parallel to them, each sentence's entity keys (chosen categories)."""
+    """Train-split texts by user, parallel to them each sentence's entity keys (chosen categories), and
+    the texts with those entities redacted."""
 
     texts: dict[str, list[str]]
     entities: dict[str, list[frozenset[str]]]
+    redacted: dict[str, list[str]]
 
 
 def load_training_texts(catalog: Catalog, config: TrainConfig) -> TrainingTexts:
-    """Train-split texts by user; for ``deid`` with the chosen categories' spans redacted."""
+    """Train-split texts by user; ``deid`` trains on the redacted ones in place of the originals."""
     spans = catalog.entity_spans(config.categories, "train")
     texts: dict[str, list[str]] = {}
     entities: dict[str, list[frozenset[str]]] = {}
+    redacted: dict[str, list[str]] = {}
     for sentence_id, user_id, text in catalog.sentences("train"):
         found = spans.get(sentence_id, [])
-        if config.mechanism == "deid" and found:
-            text = redact(text, [(s, e, c) for s, e, c, _ in found])
-        texts.setdefault(user_id, []).append(text)
+        clean = redact(text, [(s, e, c) for s, e, c, _ in found]) if found else text
+        texts.setdefault(user_id, []).append(clean if config.mechanism == "deid" else text)
+        redacted.setdefault(user_id, []).append(clean)
         entities.setdefault(user_id, []).append(frozenset(key for _, _, _, key in found))
-    return TrainingTexts(texts, entities)
+    return TrainingTexts(texts, entities, redacted)
 
 
 def _build_model(config: TrainConfig, vocab_size: int, eos_id: int) -> torch.nn.Module:
@@ -110,11 +126,14 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
     tokenizer = load_tokenizer(config.tokenizer)
     pad_id = tokenizer.pad_token_id
     data = TrainData({u: encode(tokenizer, t, config.max_len) for u, t in training.texts.items()}, pad_id,
-                     entities=training.entities)
+                     entities=training.entities,
+                     redacted={u: encode(tokenizer, t, config.max_len) for u, t in training.redacted.items()}
+                     if config.mechanism == "selective" else None)
     valid = encode(tokenizer, valid_texts, config.max_len)
     test = encode(tokenizer, test_texts, config.max_len)
     model = _build_model(config, len(tokenizer), tokenizer.eos_token_id).to(device)
-    mechanism = build_mechanism(config, data.n_users)
+    mechanism = build_mechanism(config, data.n_users, len(data.sequences))
+    loss_fn = per_sequence_lm_loss if config.mechanism in ("dpsgd", "selective") else causal_lm_loss
 
     tags = {
         "uedp.dataset": config.dataset,
@@ -151,7 +170,7 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
                 bar.set_postfix(loss=f"{report.loss:.3f}")
             bar.update(1)
 
-        statement = mechanism.train(model, data, causal_lm_loss, device, on_round)
+        statement = mechanism.train(model, data, loss_fn, device, on_round)
         bar.close()
         ppl_valid = perplexity(model, valid, pad_id, device)
         ppl_test = perplexity(model, test, pad_id, device)

@@ -98,10 +98,10 @@ def _fmt(value: float, digits: int = 3) -> str:
 def demo(
     home: Optional[Path] = HOME_OPTION,
     mechanisms: str = typer.Option("noiseless,deid,userdp,uedp", help="Comma-separated mechanisms to train: "
-                                   "noiseless, deid, userdp, uedp, uedp-naive."),
+                                   "noiseless, deid, dpsgd, selective, userdp, uedp, uedp-naive."),
     categories: str = typer.Option("PERSON,LOC,ORG,PHONE_NUMBER,EMAIL_ADDRESS",
                                    help="Entity categories treated as sensitive (names, aliases such as PER, or composites such as PII)."),
-    steps: int = typer.Option(300, help="Optimizer steps for noiseless and deid."),
+    steps: int = typer.Option(300, help="Optimizer steps for noiseless, deid and dpsgd."),
     rounds: int = typer.Option(30, help="DP-FedAvg rounds for userdp and uedp."),
     q_user: float = typer.Option(0.5, help="Poisson sampling probability of a user per round."),
     q_entity: float = typer.Option(0.5, help="uedp: sampling probability of a detected entity per round."),
@@ -349,7 +349,7 @@ def _check_before_running(config: Any) -> None:
     resolve_device(config.device)
     for train_config in config.train_configs():
         if train_config.mechanism == "userdp" and train_config.target_epsilon is not None:
-            build_mechanism(train_config, n_users=0)
+            build_mechanism(train_config, n_users=0, n_examples=0)
 
 
 def _print_summary(runs: list[Any]) -> None:

@@ -23,6 +23,8 @@ class TrainData:
     # For entity-level mechanisms: per user, per sequence, the keys of the detected entities of the chosen
     # categories (an empty set marks a sentence with none: one extended entity of the set S).
     entities: dict[str, list[frozenset[str]]] | None = None
+    # For selective: the same users' sequences with the sensitive spans redacted.
+    redacted: dict[str, list[torch.Tensor]] | None = None
 
     @property
     def sequences(self) -> list[torch.Tensor]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from privacy.accounting import AccountantKind, RoundAccountant, calibrate_noise_multiplier, check_delta, poisson_gaussian_round
+from privacy.accounting import AccountantKind, RoundAccountant, check_delta, poisson_gaussian_round, resolve_noise_multiplier
 from privacy.mechanisms.base import LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
 from privacy.mechanisms.fedavg import WEIGHT_CEILING, LocalTrainer, user_weights
 from privacy.primitives import assign_flat_, flatten, gaussian_noise, make_generator, poisson_sample
@@ -51,14 +51,9 @@ class UserDp:
 
     def __init__(self, params: UserDpParams):
         self.params = params
-        if params.target_epsilon is not None:  # the smallest z meeting the target after all rounds
-            self.noise_multiplier = calibrate_noise_multiplier(
-                lambda z: poisson_gaussian_round(params.q_user, z), params.rounds, params.target_epsilon, params.delta,
-                params.accountant)
-        elif params.noise_multiplier is not None and params.noise_multiplier > 0:
-            self.noise_multiplier = params.noise_multiplier
-        else:
-            raise ValueError("userdp needs a positive noise multiplier or a target epsilon")
+        self.noise_multiplier = resolve_noise_multiplier(
+            self.name, params.noise_multiplier, params.target_epsilon, lambda z: poisson_gaussian_round(params.q_user, z),
+            params.rounds, params.delta, params.accountant)
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
               on_round: OnRound) -> PrivacyStatement:

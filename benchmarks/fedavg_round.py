@@ -1,0 +1,87 @@
+"""One DP-FedAvg round (userdp/uedp local updates): uedp's reused worker model against the UeDP
+reference code's pattern, a deep copy of the model (and a fresh optimizer) per user.
+
+Same users, same data, same batches in the same order, same GPT-2 config; the clipped sums must agree
+within float tolerance. Prints the median of several repeats.
+
+    python benchmarks/fedavg_round.py [--users 16] [--local-steps 5] [--preset tiny|small] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from models.batching import encode  # noqa: E402
+from models.device import resolve_device  # noqa: E402
+from models.gpt2 import build_gpt2  # noqa: E402
+from models.metrics import causal_lm_loss  # noqa: E402
+from models.tokenization import byte_level_tokenizer  # noqa: E402
+from privacy.mechanisms.fedavg import LocalTrainer  # noqa: E402
+from privacy.primitives import flatten  # noqa: E402
+
+
+class DeepCopyPerUser(LocalTrainer):
+    """The reference code's pattern: every user gets ``copy.deepcopy(model)`` and a new optimizer."""
+
+    def __init__(self, model: torch.nn.Module, *args, **kwargs):  # type: ignore[no-untyped-def]
+        super().__init__(model, *args, **kwargs)
+        self.template = model
+
+    def local_delta(self, theta: torch.Tensor, sequences: list[torch.Tensor]) -> torch.Tensor:
+        self.worker = copy.deepcopy(self.template)
+        self.worker.train()
+        self.params = [p for p in self.worker.parameters() if p.requires_grad]
+        return super().local_delta(theta, sequences)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", type=int, default=16)
+    parser.add_argument("--sentences-per-user", type=int, default=12)
+    parser.add_argument("--local-steps", type=int, default=5)
+    parser.add_argument("--preset", default="tiny")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args()
+    device = resolve_device(args.device)
+    tokenizer = byte_level_tokenizer()
+    torch.manual_seed(0)
+    model = build_gpt2(args.preset, len(tokenizer), tokenizer.eos_token_id).to(device)
+    users = [encode(tokenizer, [f"user {u} note {i}: the clinic in Leeds called about the tablets"
+                                for i in range(args.sentences_per_user)], 64) for u in range(args.users)]
+    theta = flatten([p for p in model.parameters() if p.requires_grad])
+    results, times = {}, {}
+    for name, cls in (("deep copy per user (reference code)", DeepCopyPerUser), ("uedp: one reused worker", LocalTrainer)):
+        runs = []
+        for _ in range(args.repeats):
+            trainer = cls(model, causal_lm_loss, device, tokenizer.pad_token_id, 1.0, args.local_steps, 8, 0.5,
+                          torch.Generator().manual_seed(1))
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            results[name] = trainer.clipped_sum(theta, users, [1.0] * len(users))
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            runs.append(time.perf_counter() - start)
+        times[name] = statistics.median(runs)
+    baseline, ours = times
+    equal = torch.allclose(results[baseline], results[ours], rtol=1e-5, atol=1e-7)
+    params = sum(p.numel() for p in model.parameters())
+    print(f"{'what':<40}{'users':>6}{'K':>4}{'params':>12}{'s/round':>10}{'ratio':>8}")
+    for name in times:
+        print(f"{name:<40}{args.users:>6}{args.local_steps:>4}{params:>12,}{times[name]:>10.3f}"
+              f"{times[baseline] / times[name]:>8.2f}")
+    print(f"equal clipped sums (rtol 1e-5): {equal}; device: {device}")
+
+
+if __name__ == "__main__":
+    main()

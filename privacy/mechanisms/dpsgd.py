@@ -1,0 +1,121 @@
+"""``dpsgd``: example-level DP-SGD (Abadi et al. 2016); the privacy unit is one training sequence.
+
+Per step: Poisson-sample sequences with ``q = expected_batch_size / N``; per-example gradients come
+from Opacus' ``GradSampleModule``; each example's gradient is clipped to ``clip`` in L2 over all
+trainable parameters (flat clipping); Gaussian noise with standard deviation ``z * clip`` is added
+once to the sum, which is divided by the fixed expected batch size, and the optimizer (Adam, or any
+other: post-processing) steps. An empty Poisson batch still adds noise and counts as a step.
+Accounting: ``steps``-fold ``PoissonSampled(q, Gaussian(z))`` by dp_accounting.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import torch
+from opacus import GradSampleModule
+
+from models.batching import collate
+from models.device import autocast
+from privacy.accounting import AccountantKind, RoundAccountant, check_delta, poisson_gaussian_round, resolve_noise_multiplier
+from privacy.mechanisms.base import LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
+from privacy.primitives import gaussian_noise, make_generator, poisson_sample
+
+
+@dataclass
+class DpSgdParams:
+    steps: int = 300
+    expected_batch_size: int = 16
+    noise_multiplier: float | None = 1.0
+    target_epsilon: float | None = None
+    clip: float = 1.0
+    lr: float = 1e-3
+    delta: float = 1e-5
+    accountant: AccountantKind = "pld"
+    max_epsilon: float | None = None
+    seed: int = 0
+    secure_noise: bool = False
+
+
+class DpSgd:
+    name = "dpsgd"
+    unit = "one training sequence"
+
+    def __init__(self, params: DpSgdParams, n_examples: int):
+        if n_examples < 1:
+            raise ValueError("dpsgd needs at least one training sequence")
+        self.params = params
+        self.sample_rate = min(1.0, params.expected_batch_size / n_examples)
+        self.noise_multiplier = resolve_noise_multiplier(
+            self.name, params.noise_multiplier, params.target_epsilon,
+            lambda z: poisson_gaussian_round(self.sample_rate, z), params.steps, params.delta, params.accountant)
+
+    def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
+              on_round: OnRound) -> PrivacyStatement:
+        """``loss_fn`` must be a mean of per-example losses (``models.metrics.per_sequence_lm_loss``)."""
+        p, z, q = self.params, self.noise_multiplier, self.sample_rate
+        sequences = data.sequences
+        check_delta(p.delta, len(sequences))
+        accountant = RoundAccountant(poisson_gaussian_round(q, z), p.delta, p.accountant)
+        noise_gen = make_generator(p.seed, p.secure_noise, device)
+        sample_gen = make_generator(p.seed + 1, p.secure_noise)
+        with warnings.catch_warnings():  # Opacus warns about modules it does not validate strictly
+            warnings.simplefilter("ignore")
+            private = GradSampleModule(model, strict=False, loss_reduction="mean")
+        params = [q_ for q_ in private.parameters() if q_.requires_grad]
+        optimizer = torch.optim.Adam(params, lr=p.lr)
+        private.train()
+        stopped = ""
+        try:
+            for step in range(1, p.steps + 1):
+                if p.max_epsilon is not None and accountant.peek() > p.max_epsilon:
+                    stopped = f"stopped before step {step}: epsilon would exceed the budget {p.max_epsilon:g}"
+                    break
+                batch = [sequences[i] for i in poisson_sample(len(sequences), q, sample_gen)]
+                for param, grad in zip(params, self.noisy_gradient(private, params, batch, loss_fn, device,
+                                                                   data.pad_id, noise_gen)):
+                    param.grad = grad
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                on_round(RoundReport(step, math.nan, accountant.step(), p.delta, len(batch)))
+        finally:
+            private.remove_hooks()  # the caller gets its plain model back
+        return PrivacyStatement(
+            mechanism=self.name, unit=self.unit, epsilon=accountant.epsilon, delta=p.delta, accountant=p.accountant,
+            noise_multiplier=z, sampling_probability=q, rounds=accountant.rounds, notes=stopped,
+            extra={"noise_std": z * p.clip, "sensitivity": p.clip},
+        )
+
+    def noisy_gradient(self, private: GradSampleModule, params: list[torch.Tensor], batch: list[torch.Tensor],
+                       loss_fn: LossFn, device: torch.device, pad_id: int,
+                       noise_gen: torch.Generator) -> list[torch.Tensor]:
+        """``(sum_i clip(g_i) + N(0, (z clip)^2 I)) / expected_batch_size``, per parameter."""
+        sigma = self.noise_multiplier * self.params.clip
+        summed = self.clipped_gradient_sum(private, params, batch, loss_fn, device, pad_id)
+        return [(total + gaussian_noise(total.shape, sigma, noise_gen, total.dtype)) / self.params.expected_batch_size
+                for total in summed]
+
+    def clipped_gradient_sum(self, private: GradSampleModule, params: list[torch.Tensor],
+                              batch: list[torch.Tensor], loss_fn: LossFn, device: torch.device,
+                              pad_id: int) -> list[torch.Tensor]:
+        """``sum_i clip(g_i, clip)`` per parameter, from Opacus' per-example gradients (flat clipping)."""
+        if not batch:
+            return [torch.zeros_like(param) for param in params]
+        inputs = {k: v.to(device) for k, v in collate(batch, pad_id).items()}
+        with autocast(device):
+            loss = loss_fn(private, inputs)
+        with warnings.catch_warnings():  # PyTorch notes that Opacus' hooks fire on outputs only: expected
+            warnings.filterwarnings("ignore", message="Full backward hook is firing")
+            loss.backward()
+        # loss_reduction="mean": Opacus scales per-sample gradients back to per-example losses.
+        samples = [param.grad_sample for param in params]
+        norms = torch.sqrt(sum(g.reshape(len(batch), -1).pow(2).sum(1) for g in samples))
+        scale = torch.clamp(self.params.clip / (norms + 1e-12), max=1.0)
+        scale = torch.where(torch.isfinite(norms), scale, torch.zeros_like(scale))  # a non-finite example counts 0
+        summed = [torch.einsum("b,b...->...", scale, torch.nan_to_num(g)) for g in samples]
+        for param in params:
+            param.grad_sample = None
+            param.grad = None
+        return summed

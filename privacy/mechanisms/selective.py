@@ -1,0 +1,59 @@
+"""``selective`` for transformers: the two-phase form of Selective DP (``selective-dp.txt`` section 6,
+after Shi et al. 2022). Phase 1 fine-tunes noiselessly on the redacted corpus (detected sensitive
+spans replaced by ``[CATEGORY]``); phase 2 fine-tunes that model with DP-SGD on the original corpus.
+
+The privacy unit is one sensitive token (Selective DP's F-neighbours): phase 1 sees no sensitive span,
+so the epsilon is that of the DP-SGD phase. This rests on detection: a sensitive span the detector
+missed reaches phase 1 unprotected by noise, as it would under any policy function.
+
+The recurrent Selective-DPSGD (hidden-state clipping and noise, two Gaussian releases per private
+update) needs the LSTM model and is not implemented yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from models.metrics import causal_lm_loss
+from privacy.mechanisms.base import LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
+from privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
+from privacy.mechanisms.noiseless import Noiseless, NoiselessParams
+
+
+@dataclass
+class SelectiveParams:
+    public: NoiselessParams  # phase 1, on redacted text
+    private: DpSgdParams  # phase 2, on the original text
+
+
+class SelectiveTwoPhase:
+    name = "selective"
+    unit = "one sensitive token (Selective DP; spans the detector missed are not covered)"
+
+    def __init__(self, params: SelectiveParams, n_examples: int, public_loss: LossFn = causal_lm_loss):
+        self.params = params
+        self.public_loss = public_loss  # phase 1's objective: the ordinary LM loss
+        self.dpsgd = DpSgd(params.private, n_examples)
+        self.noise_multiplier = self.dpsgd.noise_multiplier
+
+    def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
+              on_round: OnRound) -> PrivacyStatement:
+        """``data.redacted`` feeds phase 1; ``data`` phase 2, whose ``loss_fn`` must be per-example (DP-SGD)."""
+        if data.redacted is None:
+            raise ValueError("selective needs the redacted corpus (TrainData.redacted)")
+        public = TrainData(data.redacted, data.pad_id)
+        first = Noiseless(self.params.public).train(
+            model, public, self.public_loss, device,
+            lambda r: on_round(RoundReport(r.round, r.loss, 0.0, self.params.private.delta, r.participants)))
+        offset = first.rounds
+        second = self.dpsgd.train(
+            model, data, loss_fn, device,
+            lambda r: on_round(RoundReport(offset + r.round, r.loss, r.epsilon, r.delta, r.participants)))
+        return PrivacyStatement(
+            mechanism=self.name, unit=self.unit, epsilon=second.epsilon, delta=second.delta,
+            accountant=second.accountant, noise_multiplier=second.noise_multiplier,
+            sampling_probability=second.sampling_probability, rounds=offset + second.rounds,
+            notes=second.notes, extra={**second.extra, "public_steps": float(offset)},
+        )
