@@ -156,7 +156,8 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         tracker.log_metrics({"perplexity_valid": perplexity(model, valid, pad_id, device)}, step=0)
         rounds: list[int] = []
         epsilons: list[float] = []
-        bar = tqdm(total=config.steps, desc=config.run_name(), unit="round" if config.is_private else "step",
+        total = config.steps + (config.public_steps if config.mechanism == "selective" else 0)
+        bar = tqdm(total=total, desc=config.run_name(), unit="round" if config.is_private else "step",
                    disable=not progress, leave=False)
 
         def on_round(report: RoundReport) -> None:
