@@ -41,6 +41,7 @@ class TrainConfig(BaseModel):
     local_lr: float = Field(0.5, gt=0)
     server_lr: float = Field(1.0, gt=0)
     weight_cap: float = Field(1.0, gt=0)
+    vectorize_users: bool = Field(False, description="userdp/uedp: train a round's users at once (torch.func.vmap)")
     delta: float = Field(1e-5, gt=0, lt=1)
     accountant: Literal["pld", "rdp"] = "pld"
     max_epsilon: float | None = Field(None, gt=0)

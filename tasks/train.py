@@ -57,7 +57,7 @@ def build_mechanism(config: TrainConfig, n_users: int, n_examples: int) -> Mecha
             target_epsilon=config.target_epsilon, clip=config.clip, local_steps=config.local_steps,
             local_batch_size=config.local_batch_size, local_lr=config.local_lr, server_lr=config.server_lr,
             weight_cap=config.weight_cap, delta=config.delta, accountant=config.accountant,
-            max_epsilon=config.max_epsilon, seed=config.seed,
+            max_epsilon=config.max_epsilon, seed=config.seed, vectorize_users=config.vectorize_users,
         )
         dpsgd = DpSgdParams(steps=config.steps, expected_batch_size=config.batch_size,
                             noise_multiplier=config.noise_multiplier, target_epsilon=config.target_epsilon,

@@ -26,8 +26,8 @@ import torch
 
 from privacy.accounting import UeDpAccounting, check_delta
 from privacy.mechanisms.base import LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
-from privacy.mechanisms.fedavg import WEIGHT_CEILING, LocalTrainer, user_weights
-from privacy.mechanisms.userdp import UserDpParams
+from privacy.mechanisms.fedavg import WEIGHT_CEILING, user_weights
+from privacy.mechanisms.userdp import UserDpParams, make_local_trainer
 from privacy.primitives import assign_flat_, flatten, gaussian_noise, make_generator, poisson_sample
 
 
@@ -97,8 +97,7 @@ class UeDp:
 
         noise_gen = make_generator(p.seed, p.secure_noise, device)
         sample_gen = make_generator(p.seed + 1, p.secure_noise)
-        trainer = LocalTrainer(model, loss_fn, device, data.pad_id, p.clip, p.local_steps, p.local_batch_size,
-                               p.local_lr, torch.Generator().manual_seed(p.seed + 2))
+        trainer = make_local_trainer(p, model, loss_fn, device, data.pad_id)
         weights = user_weights(data, p.weight_cap)
         entity_mass = p.q_entity * len(entity_keys) + (0.0 if p.naive else p.q_extended * n_extended)
         denominator = p.q_user * float(weights.sum()) * max(entity_mass, 1e-12)

@@ -24,6 +24,7 @@ import torch
 from privacy.accounting import AccountantKind, RoundAccountant, check_delta, poisson_gaussian_round, resolve_noise_multiplier
 from privacy.mechanisms.base import LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
 from privacy.mechanisms.fedavg import WEIGHT_CEILING, LocalTrainer, user_weights
+from privacy.mechanisms.vectorized import VectorizedLocalTrainer
 from privacy.primitives import assign_flat_, flatten, gaussian_noise, make_generator, poisson_sample
 
 @dataclass
@@ -43,6 +44,7 @@ class UserDpParams:
     max_epsilon: float | None = None  # budget: stop before a round would exceed it
     seed: int = 0
     secure_noise: bool = False
+    vectorize_users: bool = False  # local updates of a round's users at once (torch.func.vmap)
 
 
 class UserDp:
@@ -89,6 +91,12 @@ class UserDp:
         )
 
     def local_trainer(self, model: torch.nn.Module, loss_fn: LossFn, device: torch.device, pad_id: int) -> LocalTrainer:
-        p = self.params
-        return LocalTrainer(model, loss_fn, device, pad_id, p.clip, p.local_steps, p.local_batch_size, p.local_lr,
-                            torch.Generator().manual_seed(p.seed + 2))
+        return make_local_trainer(self.params, model, loss_fn, device, pad_id)
+
+
+def make_local_trainer(p: UserDpParams, model: torch.nn.Module, loss_fn: LossFn, device: torch.device,
+                       pad_id: int) -> LocalTrainer:
+    """The local-update engine of userdp and uedp: sequential or vectorized over users (same results)."""
+    cls = VectorizedLocalTrainer if p.vectorize_users else LocalTrainer
+    return cls(model, loss_fn, device, pad_id, p.clip, p.local_steps, p.local_batch_size, p.local_lr,
+               torch.Generator().manual_seed(p.seed + 2))
