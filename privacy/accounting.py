@@ -111,7 +111,8 @@ class RoundAccountant:
     """Composes one identical ``DpEvent`` per round; ``epsilon`` is valid for the rounds run so far.
 
     ``peek`` answers what epsilon would be after one more round, so training can stop *before* a
-    round that would exceed a budget (nothing is released for a round that does not run).
+    round that would exceed a budget (nothing is released for a round that does not run); ``step``
+    reuses a peeked value rather than computing it again.
     """
 
     def __init__(self, round_event: dp_accounting.DpEvent, delta: float, kind: AccountantKind = "pld"):
@@ -120,22 +121,18 @@ class RoundAccountant:
         self.kind: AccountantKind = kind
         self.rounds = 0
         self.epsilon = 0.0
+        self._peeked: float | None = None
 
-    def peek(self, extra_rounds: int = 1) -> float:
-        return epsilon_after(self.round_event, self.rounds + extra_rounds, self.delta, self.kind)
+    def peek(self) -> float:
+        if self._peeked is None:
+            self._peeked = epsilon_after(self.round_event, self.rounds + 1, self.delta, self.kind)
+        return self._peeked
 
     def step(self) -> float:
-        self.epsilon = self.peek(1)
+        self.epsilon = self.peek()
         self.rounds += 1
+        self._peeked = None
         return self.epsilon
-
-    def state_dict(self) -> dict[str, object]:
-        """What a checkpoint must keep so a resumed run never spends privacy twice."""
-        return {"rounds": self.rounds, "epsilon": self.epsilon, "delta": self.delta, "kind": self.kind}
-
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        self.rounds = int(state["rounds"])  # type: ignore[arg-type]
-        self.epsilon = float(state["epsilon"])  # type: ignore[arg-type]
 
 
 # --- UeDP (PRIVACY.md, "UeDP-Alg, made sound") ------------------------------------------------------

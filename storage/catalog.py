@@ -91,6 +91,11 @@ class Catalog:
         ).fetchall()
         return [CategoryCount(*row) for row in rows]
 
+    def detectors(self) -> list[str]:
+        """Names of the detectors whose spans the entities table holds."""
+        self._require_entities()
+        return [d for (d,) in self.con.execute("SELECT DISTINCT detector FROM entities ORDER BY 1").fetchall()]
+
     def sensitive_sentence_ids(self, categories: list[str], split: str | None = None) -> set[int]:
         """Sentences holding at least one entity of the chosen categories (the UeDP set E's sentences)."""
         self._require_entities()
@@ -157,12 +162,3 @@ class Catalog:
         ).fetchall()
         return [(cls, n_ref, n_pred, tp, tp / n_pred if n_pred else 0.0, tp / n_ref, overlap / n_ref)
                 for cls, n_ref, n_pred, tp, overlap in rows]
-
-    def count_users(self, split: str = "train") -> int:
-        return int(self.con.execute("SELECT count(*) FROM users WHERE n_" + _split_column(split) + " > 0").fetchone()[0])
-
-
-def _split_column(split: str) -> str:
-    if split not in ("train", "valid", "test"):
-        raise UedpError(f"unknown split {split!r}; valid: train, valid, test")
-    return split

@@ -49,9 +49,6 @@ class DataHome:
         """One folder per table: ``data.parquet`` plus ``manifest.json``, replaced as a unit."""
         return self.dataset_dir(dataset) / table
 
-    def model_dir(self, run_name: str) -> Path:
-        return self.root / "models" / run_name
-
     @property
     def mlflow_db(self) -> Path:
         return self.root / "mlflow.db"

@@ -209,8 +209,8 @@ def ingest(home: DataHome, dataset: str, files: list[Path], options: IngestOptio
     return IngestResult(dataset, False, writer.rows, len(counts), key, per_split)
 
 
-def ingest_conll(home: DataHome, dataset: str, files: list[Path], split_by_user: SplitByUser | None = None) -> IngestResult:
-    """CoNLL-2003 files; splits from the file names, or by user when ``split_by_user`` is given."""
-    options = IngestOptions(format="conll2003", split="users" if split_by_user else "auto",
-                            split_by_user=split_by_user or SplitByUser())
-    return ingest(home, dataset, files, options)
+def conll_options(split_seed: int | None = None) -> IngestOptions:
+    """CoNLL-2003 options: splits from the file names, or whole users by a hash seeded with ``split_seed``."""
+    if split_seed is None:
+        return IngestOptions(format="conll2003")
+    return IngestOptions(format="conll2003", split="users", split_by_user=SplitByUser(seed=split_seed))

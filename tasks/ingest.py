@@ -8,7 +8,9 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from storage.home import DataHome
-from storage.ingest import IngestOptions, IngestResult, SplitByUser, ingest
+from storage.ingest import IngestOptions, IngestResult, conll_options, ingest
+
+__all__ = ["conll_options", "ingest_task"]
 
 
 @task(name="ingest-corpus", cache_policy=NO_CACHE)
@@ -20,10 +22,3 @@ def ingest_task(home: DataHome, dataset: str, files: list[Path], options: Ingest
         options.format, result.sentences, result.users, " (inputs unchanged)" if result.reused else "",
     )
     return result
-
-
-def conll_options(split_seed: int | None = None) -> IngestOptions:
-    """CoNLL-2003 options: splits from file names, or by user with ``split_seed``."""
-    if split_seed is None:
-        return IngestOptions(format="conll2003")
-    return IngestOptions(format="conll2003", split="users", split_by_user=SplitByUser(seed=split_seed))

@@ -29,6 +29,14 @@ def test_round_accountant_equals_dp_accounting_directly() -> None:
     assert epsilon_after(event, 20, 1e-5, "pld") == pytest.approx(pld_direct.get_epsilon(1e-5), rel=1e-9)
 
 
+def test_peek_does_not_spend_and_step_reports_the_peeked_value() -> None:
+    accountant = RoundAccountant(poisson_gaussian_round(0.2, 1.0), 1e-5, "rdp")
+    ahead = accountant.peek()
+    assert accountant.rounds == 0 and accountant.epsilon == 0.0
+    assert accountant.step() == ahead == epsilon_after(poisson_gaussian_round(0.2, 1.0), 1, 1e-5, "rdp")
+    assert accountant.peek() == pytest.approx(epsilon_after(poisson_gaussian_round(0.2, 1.0), 2, 1e-5, "rdp"))
+
+
 def test_epsilon_grows_with_rounds() -> None:
     accountant = RoundAccountant(poisson_gaussian_round(0.2, 1.0), 1e-5, "rdp")
     values = [accountant.step() for _ in range(5)]

@@ -12,7 +12,7 @@ from conftest import write
 from flows.demo import DEMO_CORPUS
 from storage.catalog import Catalog
 from storage.formats import FormatError
-from storage.ingest import SplitByUser, ingest_conll
+from storage.ingest import conll_options, ingest
 from storage.schemas import USERS
 from storage.tables import TableWriter, read_manifest, read_table
 from tasks.detect import detect_entities
@@ -39,29 +39,29 @@ def test_failed_write_leaves_previous_table_and_no_temporary_files(tmp_path: Pat
 def test_ingest_is_idempotent_and_rebuilds_on_changed_input(home, tmp_path: Path) -> None:
     corpus = tmp_path / "demo.conll"
     shutil.copy(DEMO_CORPUS, corpus)
-    first = ingest_conll(home, "demo", [corpus], SplitByUser(seed=0))
+    first = ingest(home, "demo", [corpus], conll_options(split_seed=0))
     assert not first.reused and first.users == 40 and first.sentences > 500
-    again = ingest_conll(home, "demo", [corpus], SplitByUser(seed=0))
+    again = ingest(home, "demo", [corpus], conll_options(split_seed=0))
     assert again.reused and again.sentences == first.sentences
     with open(corpus, "a", encoding="utf-8") as handle:
         handle.write("\n-DOCSTART- -X- -X- O\n\nHello XX O O\n")
-    changed = ingest_conll(home, "demo", [corpus], SplitByUser(seed=0))
+    changed = ingest(home, "demo", [corpus], conll_options(split_seed=0))
     assert not changed.reused and changed.users == 41
 
 
 def test_bad_input_leaves_previous_tables_untouched(home, tmp_path: Path) -> None:
     good = shutil.copy(DEMO_CORPUS, tmp_path / "demo.conll")
-    ingest_conll(home, "demo", [Path(good)])
+    ingest(home, "demo", [Path(good)], conll_options())
     before = read_manifest(home.table_dir("demo", "sentences"))
     bad = write(tmp_path / "bad.conll", Path(good).read_text() + "\nbroken line with five cols O\n")
     with pytest.raises(FormatError, match=r"bad.conll:\d+: expected 4 columns"):
-        ingest_conll(home, "demo", [bad])
+        ingest(home, "demo", [bad], conll_options())
     assert read_manifest(home.table_dir("demo", "sentences")) == before
     assert _leftovers(home.dataset_dir("demo")) == []
 
 
 def test_split_by_user_never_splits_a_user(home) -> None:
-    ingest_conll(home, "demo", [DEMO_CORPUS], SplitByUser(seed=3))
+    ingest(home, "demo", [DEMO_CORPUS], conll_options(split_seed=3))
     with Catalog(home, "demo") as catalog:
         per_user = catalog.con.execute("SELECT user_id, count(DISTINCT split) FROM sentences GROUP BY user_id").fetchall()
         splits = {s for (s,) in catalog.con.execute("SELECT DISTINCT split FROM sentences").fetchall()}
@@ -70,7 +70,7 @@ def test_split_by_user_never_splits_a_user(home) -> None:
 
 
 def test_gold_detection_is_cached_and_categories_are_a_query(home) -> None:
-    ingest_conll(home, "demo", [DEMO_CORPUS])
+    ingest(home, "demo", [DEMO_CORPUS], conll_options())
     first = detect_entities(home, "demo")
     assert not first.reused and first.entities > 500
     assert detect_entities(home, "demo").reused

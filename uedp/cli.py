@@ -249,7 +249,7 @@ def entities(
         totals = catalog.totals(chosen)
         typer.echo(", ".join(f"{k.replace('_', ' ')}: {v}" for k, v in totals.items()))
         if coverage:
-            detectors = [d for (d,) in catalog.con.execute("SELECT DISTINCT detector FROM entities ORDER BY 1").fetchall()]
+            detectors = catalog.detectors()
             if "gold" not in detectors:
                 raise UedpError(f"dataset {dataset!r} has no gold entities to compare with; detect with --detector gold,...")
             cov = Table(title=f"{dataset}: detectors against gold tags (CoNLL classes)")
@@ -280,8 +280,8 @@ def epsilon(
 
     Example: uedp epsilon --mechanism uedp --users 946 --q-user 0.05 --q-entity 0.05 --steps 500 --noise-multiplier 2
     """
-    from privacy.accounting import (UeDpAccounting, calibrate_noise_multiplier, check_delta, epsilon_after,
-                                    poisson_gaussian_round)
+    from privacy.accounting import (UeDpAccounting, check_delta, epsilon_after, poisson_gaussian_round,
+                                    resolve_noise_multiplier)
 
     if mechanism not in ("userdp", "uedp", "uedp-naive"):
         raise UedpError(f"unknown mechanism {mechanism!r} for planning; valid: userdp, uedp, uedp-naive")
@@ -298,7 +298,7 @@ def epsilon(
             def event(z: float):  # type: ignore[no-untyped-def]
                 return poisson_gaussian_round(q_user, z)
 
-            z = noise_multiplier or calibrate_noise_multiplier(event, steps, target_epsilon, delta, accountant)  # type: ignore[arg-type]
+            z = resolve_noise_multiplier(mechanism, noise_multiplier, target_epsilon, event, steps, delta, accountant)  # type: ignore[arg-type]
             typer.echo(f"userdp: epsilon = {epsilon_after(event(z), steps, delta, accountant):.4g} at delta = {delta:g} "  # type: ignore[arg-type]
                        f"after {steps} rounds, z = {z:.4g} ({accountant}; unit: one user)")
         else:
