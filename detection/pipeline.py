@@ -20,7 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from detection.categories import Taxonomy
 from detection.identity import entity_key
-from detection.presidio_engine import LANGUAGE, PreloadedSpacyNlpEngine, build_analyzer
+from detection.presidio_engine import (HAS_DIGIT, LANGUAGE, PreloadedSpacyNlpEngine, build_analyzer,
+                                       without_digit_only_recognizers)
 from detection.spacy_pipeline import load_pipeline, pipeline_identity
 from uedp.errors import UedpError
 
@@ -116,6 +117,7 @@ class _Detector:
         self.analyzer, self.engine = (None, None)
         if "presidio" in config.detectors and self.nlp is not None:
             self.analyzer, self.engine = build_analyzer(self.nlp, config.recognizers)
+            self.digit_free_analyzer = without_digit_only_recognizers(self.analyzer)
         elif self.nlp is not None:
             self.engine = PreloadedSpacyNlpEngine(self.nlp)
 
@@ -143,9 +145,10 @@ class _Detector:
                 rows += [make(sentence_id, user_id, text, e.start_char, e.end_char, e.label_, "spacy", 1.0)
                          for e in doc.ents]
             if self.analyzer is not None and self.engine is not None:
-                results = self.analyzer.analyze(text, LANGUAGE, entities=self.config.presidio_entities,
-                                                nlp_artifacts=self.engine.artifacts(doc),
-                                                score_threshold=self.config.score_threshold)
+                analyzer = self.analyzer if HAS_DIGIT.search(text) else self.digit_free_analyzer
+                results = analyzer.analyze(text, LANGUAGE, entities=self.config.presidio_entities,
+                                           nlp_artifacts=self.engine.artifacts(doc),
+                                           score_threshold=self.config.score_threshold)
                 best: dict[tuple[int, int, str], float] = {}  # several recognizers may report one span
                 for r in results:
                     key = (r.start, r.end, r.entity_type)

@@ -8,9 +8,11 @@ text is parsed once for both the spaCy and the Presidio detectors.
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
+from presidio_analyzer.predefined_recognizers import PhoneRecognizer
 from presidio_analyzer.nlp_engine import NlpArtifacts, SpacyNlpEngine
 from spacy.language import Language
 from spacy.tokens import Doc
@@ -63,3 +65,20 @@ def build_analyzer(nlp: Language, recognizers_yaml: str | None = None) -> tuple[
         except Exception as exc:  # Presidio raises assorted errors for a malformed file
             raise UedpError(f"{path}: invalid Presidio recognizer file: {str(exc).splitlines()[0]}") from None
     return AnalyzerEngine(registry=registry, nlp_engine=engine, supported_languages=[LANGUAGE]), engine
+
+
+# A decimal digit (Unicode Nd: what `\d` matches in a str pattern).
+HAS_DIGIT = re.compile(r"\d")
+
+
+def without_digit_only_recognizers(analyzer: AnalyzerEngine) -> AnalyzerEngine:
+    """The same analyzer minus recognizers that cannot match a text without a decimal digit, for such texts.
+
+    Only Presidio's own ``PhoneRecognizer`` is dropped (exact type, not a user's subclass): every
+    candidate of its ``phonenumbers`` matcher contains ``\\d``, so on a digit-free text it returns nothing
+    and analyzing without it gives identical results. It is half of all recognizer time on CoNLL-2003.
+    The cheap regex recognizers are left alone: proving each pattern needs a digit is not worth 5 us.
+    """
+    kept = [r for r in analyzer.registry.recognizers if type(r) is not PhoneRecognizer]
+    registry = RecognizerRegistry(recognizers=kept, supported_languages=[LANGUAGE])
+    return AnalyzerEngine(registry=registry, nlp_engine=analyzer.nlp_engine, supported_languages=[LANGUAGE])

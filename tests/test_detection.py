@@ -160,6 +160,31 @@ def test_worker_processes_give_identical_entities(home, tmp_path: Path, ruler_pi
     assert _rows(home, "demo") == single and any(r[0] == "spacy" for r in single)
 
 
+def test_batched_presidio_equals_plain_analyze_per_sentence(home, ruler_pipeline: Path, tmp_path: Path) -> None:
+    """uedp skips the phone recognizer on digit-free texts; results must still equal Presidio's own."""
+    from detection.presidio_engine import build_analyzer
+
+    extra = ["Ring ２１２-５５５-０１９９ (full-width digits) after Anna Berg leaves.", "No digits: call Imelda Okafor."]
+    texts = [s["text"] for s in SENTENCES] + extra
+    path = write(tmp_path / "mixed.jsonl", "\n".join(json.dumps({"text": t, "user": "u"}) for t in texts))
+    ingest(home, "mixed", [path], IngestOptions(format="jsonl", text_col="text", user_col="user", split="users"))
+    ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
+    analyzer, _ = build_analyzer(load_pipeline(str(ruler_pipeline)))
+    for dataset in ("mixed", "demo"):
+        detect_entities(home, dataset, DetectorConfig(detectors=["presidio"], spacy_model=str(ruler_pipeline)))
+        ours = sorted((r["sentence_id"], r["start"], r["end"], round(r["score"], 6))
+                      for r in read_table(home.table_dir(dataset, "entities")).to_pylist())
+        plain = set()
+        for row in read_table(home.table_dir(dataset, "sentences")).to_pylist():
+            best: dict[tuple[int, int, str], float] = {}
+            for r in analyzer.analyze(row["text"], "en", score_threshold=0.4):
+                best[(r.start, r.end, r.entity_type)] = max(best.get((r.start, r.end, r.entity_type), 0.0), r.score)
+            plain |= {(row["sentence_id"], s, e, round(v, 6)) for (s, e, _), v in best.items()}
+        assert ours == sorted(plain)
+    phones = [r["text"] for r in read_table(home.table_dir("mixed", "entities")).to_pylist() if r["category"] == "PHONE_NUMBER"]
+    assert "(212) 555-0199" in phones and "２１２-５５５-０１９９" in phones  # the gate was open where it must be
+
+
 def test_unknown_detector_label_names_the_taxonomy(home, notes: str, tmp_path: Path) -> None:
     nlp = spacy.blank("en")
     nlp.add_pipe("entity_ruler").add_patterns([{"label": "SPACESHIP", "pattern": "Leeds"}])
