@@ -1,13 +1,19 @@
-"""Turn sentences into padded causal-LM batches. Labels are -100 on padding so it never counts."""
+"""Turn examples into padded batches.
+
+An example is a token-id tensor (language modelling: labels are the ids, -100 on padding so it never
+counts) or a ``(token ids, class)`` pair (classification: labels are the classes). Mechanisms hold
+examples in lists and never look inside them, so every mechanism trains either kind of model.
+"""
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Iterator, Sequence, Union
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
 IGNORE = -100
+Example = Union[torch.Tensor, tuple[torch.Tensor, int]]
 
 
 def encode(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_len: int) -> list[torch.Tensor]:
@@ -17,7 +23,10 @@ def encode(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_len: in
     return [torch.tensor((row + [eos])[:max_len], dtype=torch.long) for row in ids]
 
 
-def collate(sequences: Sequence[torch.Tensor], pad_id: int) -> dict[str, torch.Tensor]:
+def collate(examples: Sequence[Example], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded ``input_ids``, ``attention_mask`` and ``labels`` (per token, or one class per row)."""
+    classes = [e[1] for e in examples] if isinstance(examples[0], tuple) else None
+    sequences = [e[0] if isinstance(e, tuple) else e for e in examples]
     width = max(len(s) for s in sequences)
     input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     labels = torch.full((len(sequences), width), IGNORE, dtype=torch.long)
@@ -26,14 +35,50 @@ def collate(sequences: Sequence[torch.Tensor], pad_id: int) -> dict[str, torch.T
         input_ids[row, : len(seq)] = seq
         labels[row, : len(seq)] = seq
         attention[row, : len(seq)] = 1
+    if classes is not None:
+        labels = torch.tensor(classes, dtype=torch.long)
     return {"input_ids": input_ids, "labels": labels, "attention_mask": attention}
 
 
 def batches(
-    sequences: Sequence[torch.Tensor], batch_size: int, pad_id: int, generator: torch.Generator | None = None
+    sequences: Sequence[Example], batch_size: int, pad_id: int, generator: torch.Generator | None = None
 ) -> Iterator[dict[str, torch.Tensor]]:
     """Batches in order, or shuffled with ``generator``."""
     order = torch.randperm(len(sequences), generator=generator).tolist() if generator else range(len(sequences))
     order = list(order)
     for start in range(0, len(order), batch_size):
         yield collate([sequences[i] for i in order[start : start + batch_size]], pad_id)
+
+
+class ShuffledBatches:
+    """Endless batches of indices, reshuffled each epoch, whose position can be saved and restored.
+
+    Its state is the generator's state at the start of the current epoch plus the position within
+    the epoch, so a run resumed from a checkpoint draws exactly the batches the original would have.
+    """
+
+    def __init__(self, n: int, batch_size: int, generator: torch.Generator):
+        if n < 1:
+            raise ValueError("no training examples")
+        self.n, self.batch_size, self.generator = n, batch_size, generator
+        self._epoch_start = generator.get_state()
+        self._order = torch.randperm(n, generator=generator).tolist()
+        self._position = 0
+
+    def next(self) -> list[int]:
+        if self._position >= self.n:
+            self._epoch_start = self.generator.get_state()
+            self._order = torch.randperm(self.n, generator=self.generator).tolist()
+            self._position = 0
+        indices = self._order[self._position:self._position + self.batch_size]
+        self._position += len(indices)
+        return indices
+
+    def state_dict(self) -> dict[str, object]:
+        return {"epoch_start": self._epoch_start, "position": self._position}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.generator.set_state(state["epoch_start"])  # type: ignore[arg-type]
+        self._epoch_start = self.generator.get_state()
+        self._order = torch.randperm(self.n, generator=self.generator).tolist()
+        self._position = int(state["position"])  # type: ignore[call-overload]

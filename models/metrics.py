@@ -9,7 +9,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from models.batching import IGNORE, batches
+from models.batching import IGNORE, Example, batches
 
 
 def causal_lm_nll(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
@@ -61,3 +61,44 @@ def perplexity(
         raise ValueError("perplexity of an empty split")
     mean = total_nll / total_tokens
     return math.exp(mean) if mean < 700 else math.inf  # a destroyed model has an infinite perplexity
+
+
+def _classifier_logits(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    # Explicit per-row position and token-type ids where the encoder takes them: Opacus needs every
+    # embedding input to carry the batch dimension to compute per-example gradients (the models' own
+    # defaults are broadcast buffers).
+    ids = batch["input_ids"]
+    inputs = {"input_ids": ids, "attention_mask": batch["attention_mask"]}
+    accepted = _forward_arguments(getattr(model, "_module", model))  # Opacus' GradSampleModule wraps the model
+    if "position_ids" in accepted:
+        inputs["position_ids"] = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+    if "token_type_ids" in accepted:
+        inputs["token_type_ids"] = torch.zeros_like(ids)
+    return model(**inputs).logits
+
+
+def _forward_arguments(model: torch.nn.Module) -> frozenset[str]:
+    import inspect
+
+    return frozenset(inspect.signature(model.forward).parameters)
+
+
+def classification_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean cross-entropy over examples: already a mean of per-example losses, as DP-SGD needs."""
+    return F.cross_entropy(_classifier_logits(model, batch).float(), batch["labels"])
+
+
+@torch.no_grad()
+def classification_error(model: torch.nn.Module, examples: Sequence[Example], pad_id: int, device: torch.device,
+                         batch_size: int = 64) -> float:
+    """Share of examples whose most likely class is not their label (the UeDP paper's test error)."""
+    if not examples:
+        raise ValueError("classification error of an empty split")
+    was_training = model.training
+    model.eval()
+    wrong = 0
+    for batch in batches(examples, batch_size, pad_id):
+        batch = {k: v.to(device) for k, v in batch.items()}
+        wrong += int((_classifier_logits(model, batch).argmax(-1) != batch["labels"]).sum())
+    model.train(was_training)
+    return wrong / len(examples)

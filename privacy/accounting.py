@@ -113,6 +113,11 @@ class RoundAccountant:
     ``peek`` answers what epsilon would be after one more round, so training can stop *before* a
     round that would exceed a budget (nothing is released for a round that does not run); ``step``
     reuses a peeked value rather than computing it again.
+
+    Speed: with ``pld`` and a Poisson-sampled Gaussian round, the one-round privacy loss distribution
+    is built once by dp_accounting and composed into a running one each round (dp_accounting's
+    pessimistic ``compose``), about 20 ms a round, instead of rebuilding T rounds from the event
+    (about 400 ms): per-round epsilon must not cost more than the training step it reports on.
     """
 
     def __init__(self, round_event: dp_accounting.DpEvent, delta: float, kind: AccountantKind = "pld"):
@@ -122,17 +127,57 @@ class RoundAccountant:
         self.rounds = 0
         self.epsilon = 0.0
         self._peeked: float | None = None
+        self._one_round = _round_pld(round_event) if kind == "pld" else None
+        self._composed: object | None = None  # the PLD after ``rounds`` rounds
+        self._next: object | None = None  # the PLD after ``rounds + 1`` rounds, once peeked
 
     def peek(self) -> float:
         if self._peeked is None:
-            self._peeked = epsilon_after(self.round_event, self.rounds + 1, self.delta, self.kind)
+            if self._one_round is not None:
+                self._next = self._one_round if self._composed is None else self._composed.compose(self._one_round)  # type: ignore[attr-defined]
+                self._peeked = float(self._next.get_epsilon_for_delta(self.delta))  # type: ignore[union-attr]
+            else:
+                self._peeked = epsilon_after(self.round_event, self.rounds + 1, self.delta, self.kind)
         return self._peeked
 
     def step(self) -> float:
         self.epsilon = self.peek()
         self.rounds += 1
-        self._peeked = None
+        self._composed, self._next, self._peeked = self._next, None, None
         return self.epsilon
+
+    def state_dict(self) -> dict[str, object]:
+        """The rounds composed so far, with what identifies the round event, for checkpoints."""
+        return {"rounds": self.rounds, "epsilon": self.epsilon, "event": repr(self.round_event),
+                "delta": self.delta, "kind": self.kind}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        """Continue after ``state['rounds']`` rounds (recomposed the same way, so figures match exactly)."""
+        mine = {"event": repr(self.round_event), "delta": self.delta, "kind": self.kind}
+        if any(state[key] != value for key, value in mine.items()):
+            raise ValueError(f"accountant state of another mechanism ({state['event']}, delta {state['delta']}, "
+                             f"{state['kind']}) cannot continue this one ({mine['event']})")
+        fresh = RoundAccountant(self.round_event, self.delta, self.kind)
+        if self._one_round is not None:
+            for _ in range(int(state["rounds"])):  # type: ignore[call-overload]
+                fresh.step()
+        self.rounds, self._peeked, self._next = int(state["rounds"]), None, None  # type: ignore[call-overload]
+        self.epsilon, self._composed = float(state["epsilon"]), fresh._composed  # type: ignore[arg-type]
+
+
+def _round_pld(event: dp_accounting.DpEvent) -> object | None:
+    """dp_accounting's PLD of one Poisson-sampled Gaussian round, built as its PLDAccountant builds it."""
+    if not (isinstance(event, dp_accounting.PoissonSampledDpEvent)
+            and isinstance(event.event, dp_accounting.GaussianDpEvent)):
+        return None
+    from dp_accounting.pld import privacy_loss_distribution
+
+    return privacy_loss_distribution.from_gaussian_mechanism(
+        standard_deviation=event.event.noise_multiplier, sampling_prob=event.sampling_probability,
+        value_discretization_interval=PLD_DISCRETIZATION)
+
+
+PLD_DISCRETIZATION = 1e-4  # dp_accounting's PLDAccountant default
 
 
 # --- UeDP (PRIVACY.md, "UeDP-Alg, made sound") ------------------------------------------------------
@@ -203,6 +248,11 @@ class UeDpAccounting:
 
     def epsilon(self, noise_multiplier: float, rounds: int | None = None) -> float:
         return max(self.epsilons(noise_multiplier, rounds).values())
+
+    def round_accountants(self, noise_multiplier: float) -> dict[str, RoundAccountant]:
+        """One incremental accountant per case, for per-round epsilon during training (the max of them)."""
+        return {case: RoundAccountant(event, self.delta_accountant, self.kind)
+                for case, event in self.case_events(noise_multiplier).items()}
 
     def calibrate(self, target_epsilon: float) -> float:
         """Smallest z meeting the target in every case: each case's epsilon falls as z grows, so the

@@ -61,6 +61,11 @@ class Catalog:
             "SELECT sentence_id, user_id, text FROM sentences WHERE split = ? ORDER BY sentence_id", [split]
         ).fetchall()
 
+    def labels(self, split: str) -> dict[int, str]:
+        """``sentence_id -> class`` of a classification corpus' split (sentences without a class left out)."""
+        return dict(self.con.execute(
+            "SELECT sentence_id, label FROM sentences WHERE split = ? AND label IS NOT NULL", [split]).fetchall())
+
     def entity_spans(self, categories: list[str], split: str) -> dict[int, list[tuple[int, int, str, str]]]:
         """``sentence_id -> [(start, end, category, entity_key)]`` for the chosen categories in a split."""
         self._require_entities()

@@ -61,6 +61,13 @@ class DataHome:
     def mlflow_artifacts(self) -> Path:
         return self.root / "mlartifacts"
 
+    def checkpoint_dir(self, dataset: str, fingerprint: str) -> Path:
+        """Where a training configuration's resumable checkpoint lives until the run finishes."""
+        return self.root / "checkpoints" / f"{validate_dataset_name(dataset)}-{fingerprint}"
+
+    def reports_dir(self, dataset: str) -> Path:
+        return self.root / "reports" / validate_dataset_name(dataset)
+
     @property
     def prefect_home(self) -> Path:
         return self.root / "prefect"

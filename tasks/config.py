@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from detection.categories import Categories
+from models.factory import SIZE_PRESETS, ModelKind, Task, task_of
 from privacy.mechanisms import MECHANISMS
 
 MechanismName = Literal["noiseless", "deid", "dpsgd", "selective", "userdp", "uedp", "uedp-naive"]
@@ -22,7 +23,10 @@ class TrainConfig(BaseModel):
     mechanism: MechanismName
     categories: Categories = Field(default_factory=lambda: ["PERSON", "LOC", "ORG", "PHONE_NUMBER", "EMAIL_ADDRESS"],
                                   validate_default=True)
-    model: str = Field("tiny", description="a GPT-2 size preset (tiny, small) or a pretrained path / hub name")
+    model: ModelKind = Field("gpt2", description="gpt2 (next-word prediction), lstm (the Selective-DP paper's "
+                                                 "200/200 LSTM) or bert (sequence classification)")
+    model_size: str = Field("tiny", description="a size preset (gpt2: tiny, small; lstm: tiny, paper; bert: tiny, "
+                                                "small) or a pretrained checkpoint folder / hub name")
     tokenizer: str = Field("byte", description="'byte' (leak-free byte-level) or a pretrained path / hub name")
     max_len: int = Field(96, ge=8, le=4096)
     steps: int = Field(300, ge=1, description="optimizer steps (noiseless, deid, dpsgd) or rounds (userdp, uedp)")
@@ -47,19 +51,38 @@ class TrainConfig(BaseModel):
     max_epsilon: float | None = Field(None, gt=0)
     seed: int = 0
     device: str = "auto"
+    checkpoint_every: int = Field(25, ge=0, description="save a resumable checkpoint every N rounds (0: never)")
+    log_model: bool = Field(False, description="store the trained model as an MLflow artifact")
 
     @model_validator(mode="after")
-    def _noise(self) -> "TrainConfig":
+    def _consistent(self) -> "TrainConfig":
         if self.is_private and self.noise_multiplier is None and self.target_epsilon is None:
             raise ValueError(f"{self.mechanism} needs --noise-multiplier or --target-epsilon")
+        if self.vectorize_users and self.model != "gpt2":
+            raise ValueError("vectorize_users is implemented for GPT-2 language models only")
         return self
+
+    @property
+    def task(self) -> Task:
+        return task_of(self.model)
+
+    def size_is_preset(self) -> bool:
+        return self.model_size in SIZE_PRESETS[self.model]
 
     @property
     def is_private(self) -> bool:
         return self.mechanism not in ("noiseless", "deid")
 
     def run_name(self) -> str:
-        return f"{self.mechanism}-{'+'.join(self.categories)}-s{self.seed}"
+        budget = f"-eps{self.target_epsilon:g}" if self.target_epsilon and self.is_private else ""
+        return f"{self.mechanism}-{self.model}-{'+'.join(self.categories)}{budget}-s{self.seed}"
+
+    def fingerprint(self) -> str:
+        """Content hash of everything that shapes training (not the device): names its checkpoint."""
+        import hashlib
+
+        fields = self.model_dump(exclude={"device", "log_model", "checkpoint_every"})
+        return hashlib.sha256(repr(sorted(fields.items())).encode()).hexdigest()[:16]
 
 
 assert set(MechanismName.__args__) == set(MECHANISMS), "TrainConfig and the mechanism registry disagree"  # type: ignore[attr-defined]

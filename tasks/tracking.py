@@ -37,14 +37,18 @@ class RunTracker:
 
     def __init__(self, home: DataHome, experiment: str, run_name: str, tags: dict[str, str]):
         self.client = MlflowClient(tracking_uri=tracking_uri(home))
-        found = self.client.get_experiment_by_name(experiment)
-        if found is not None:
-            experiment_id = found.experiment_id
-        else:
-            home.mlflow_artifacts.mkdir(parents=True, exist_ok=True)
-            location = (home.mlflow_artifacts / experiment).as_uri() if tracking_uri(home).startswith("sqlite") else None
-            experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+        experiment_id = experiment_id_for(self.client, home, experiment)
         self.run_id: str = self.client.create_run(experiment_id, run_name=run_name, tags=tags).info.run_id
+
+    @classmethod
+    def attach(cls, home: DataHome, run_id: str, reopen: bool = False) -> "RunTracker":
+        """Log to an existing run; ``reopen`` marks it running again (a training resumed from its checkpoint)."""
+        tracker = cls.__new__(cls)
+        tracker.client = MlflowClient(tracking_uri=tracking_uri(home))
+        tracker.run_id = run_id
+        if reopen:
+            tracker.client.update_run(run_id, status="RUNNING")
+        return tracker
 
     def log_params(self, params: dict[str, Any]) -> None:
         self.client.log_batch(self.run_id, params=[Param(k, _param(v)) for k, v in sorted(params.items())])
@@ -73,8 +77,28 @@ class RunTracker:
             self.client.log_artifact(self.run_id, str(path))
         plt.close(fig)
 
+    def log_file(self, path: Path, folder: str | None = None) -> None:
+        self.client.log_artifact(self.run_id, str(path), folder)
+
+    def log_model(self, model: Any, tokenizer: Any) -> None:
+        """The trained model and its tokenizer in ``save_pretrained`` form, under the artifact folder ``model``."""
+        with tempfile.TemporaryDirectory() as tmp:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            self.client.log_artifacts(self.run_id, tmp, "model")
+
     def finish(self, failed: bool = False) -> None:
         self.client.set_terminated(self.run_id, status="FAILED" if failed else "FINISHED")
+
+
+def experiment_id_for(client: MlflowClient, home: DataHome, experiment: str) -> str:
+    """The experiment of a dataset, created on first use (artifacts in the data home for a local store)."""
+    found = client.get_experiment_by_name(experiment)
+    if found is not None:
+        return str(found.experiment_id)
+    home.mlflow_artifacts.mkdir(parents=True, exist_ok=True)
+    location = (home.mlflow_artifacts / experiment).as_uri() if tracking_uri(home).startswith("sqlite") else None
+    return str(client.create_experiment(experiment, artifact_location=location))
 
 
 def _param(value: Any) -> str:

@@ -1,23 +1,28 @@
-"""Train task: one configuration, end to end — data for the chosen categories, model, mechanism,
-per-round epsilon, evaluation — tracked as one MLflow run."""
+"""Train task: one configuration, end to end (data for the chosen categories, model, mechanism,
+per-round epsilon, evaluation, checkpoints) tracked as one MLflow run.
+
+A configuration that crashed resumes from its last checkpoint on the next call with the same
+configuration: weights, generators and accountant come back, and the same MLflow run continues.
+"""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass
+from typing import Sequence
 
 import torch
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from tqdm.auto import tqdm
 
-from models.batching import encode
+from models.batching import Example
 from models.device import resolve_device
-from models.gpt2 import PRESETS, build_gpt2, load_gpt2
-from models.metrics import causal_lm_loss, per_sequence_lm_loss, perplexity
+from models.factory import build_model
+from models.metrics import causal_lm_loss, classification_error, classification_loss, per_sequence_lm_loss, perplexity
 from models.tokenization import load_tokenizer
-from privacy.deid import redact
-from privacy.mechanisms.base import Mechanism, RoundReport, TrainData
+from privacy.mechanisms.base import Checkpointer, LossFn, Mechanism, RoundReport
 from privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
 from privacy.mechanisms.noiseless import Noiseless, NoiselessParams
 from privacy.mechanisms.selective import SelectiveParams, SelectiveTwoPhase
@@ -28,7 +33,10 @@ from storage.home import DataHome
 from storage.tables import read_manifest
 from tasks.config import TrainConfig
 from tasks.tracking import RunTracker
+from tasks.training_data import prepare_data
 from uedp.errors import UedpError
+
+RUN_FILE = "mlflow_run.json"
 
 
 @dataclass(frozen=True)
@@ -39,10 +47,23 @@ class TrainResult:
     epsilon: float
     delta: float
     noise_multiplier: float
-    perplexity_valid: float
-    perplexity_test: float
+    utility_metric: str  # "perplexity" (lower is better) or "error" (classification, lower is better)
+    utility_valid: float
+    utility_test: float
     rounds: int
+    resumed_from: int = 0
     notes: str = ""
+
+    @property
+    def perplexity_test(self) -> float:
+        return self.utility_test if self.utility_metric == "perplexity" else math.nan
+
+
+def loss_function(config: TrainConfig) -> LossFn:
+    """The training objective; DP-SGD clips per example, so its loss must be a mean of per-example losses."""
+    if config.task == "classification":
+        return classification_loss
+    return per_sequence_lm_loss if config.mechanism in ("dpsgd", "selective") else causal_lm_loss
 
 
 def build_mechanism(config: TrainConfig, n_users: int, n_examples: int) -> Mechanism:
@@ -68,7 +89,8 @@ def build_mechanism(config: TrainConfig, n_users: int, n_examples: int) -> Mecha
         if config.mechanism == "selective":
             public = NoiselessParams(steps=config.public_steps, batch_size=config.batch_size, lr=config.lr,
                                      seed=config.seed)
-            return SelectiveTwoPhase(SelectiveParams(public, dpsgd), n_examples)
+            public_loss = classification_loss if config.task == "classification" else causal_lm_loss
+            return SelectiveTwoPhase(SelectiveParams(public, dpsgd), n_examples, public_loss)
         if config.mechanism == "userdp":
             return UserDp(UserDpParams(**shared))
         if config.mechanism in ("uedp", "uedp-naive"):
@@ -79,81 +101,74 @@ def build_mechanism(config: TrainConfig, n_users: int, n_examples: int) -> Mecha
     raise UedpError(f"mechanism {config.mechanism!r} is not available")
 
 
-@dataclass(frozen=True)
-class TrainingTexts:
-    """Train-split texts by user, parallel to them each sentence's entity keys (chosen categories), and
-    the texts with those entities redacted."""
-
-    texts: dict[str, list[str]]
-    entities: dict[str, list[frozenset[str]]]
-    redacted: dict[str, list[str]]
-
-
-def load_training_texts(catalog: Catalog, config: TrainConfig) -> TrainingTexts:
-    """Train-split texts by user; ``deid`` trains on the redacted ones in place of the originals."""
-    spans = catalog.entity_spans(config.categories, "train")
-    texts: dict[str, list[str]] = {}
-    entities: dict[str, list[frozenset[str]]] = {}
-    redacted: dict[str, list[str]] = {}
-    for sentence_id, user_id, text in catalog.sentences("train"):
-        found = spans.get(sentence_id, [])
-        clean = redact(text, [(s, e, c) for s, e, c, _ in found]) if found else text
-        texts.setdefault(user_id, []).append(clean if config.mechanism == "deid" else text)
-        redacted.setdefault(user_id, []).append(clean)
-        entities.setdefault(user_id, []).append(frozenset(key for _, _, _, key in found))
-    return TrainingTexts(texts, entities, redacted)
+def evaluate(model: torch.nn.Module, examples: Sequence[Example], config: TrainConfig, pad_id: int,
+             device: torch.device) -> float:
+    """Token-weighted perplexity (language models) or the error rate (classifiers) over a split."""
+    if not examples:
+        return math.nan
+    if config.task == "classification":
+        return classification_error(model, examples, pad_id, device)
+    return perplexity(model, examples, pad_id, device)
 
 
-def _build_model(config: TrainConfig, vocab_size: int, eos_id: int) -> torch.nn.Module:
-    if config.model in PRESETS:
-        return build_gpt2(config.model, vocab_size, eos_id)
-    return load_gpt2(config.model)
-
-
-def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | None = None,
-                        progress: bool = True) -> TrainResult:
-    """Train and evaluate one configuration; every figure goes to one MLflow run."""
-    device = resolve_device(config.device)
-    torch.manual_seed(config.seed)
-    with Catalog(home, config.dataset) as catalog:
-        training = load_training_texts(catalog, config)
-        valid_texts = [t for _, _, t in catalog.sentences("valid")]
-        test_texts = [t for _, _, t in catalog.sentences("test")]
-        category_counts = catalog.category_counts(config.categories)
-    if not training.texts:
-        raise UedpError(f"dataset {config.dataset!r} has no training sentences")
-
-    tokenizer = load_tokenizer(config.tokenizer)
-    pad_id = tokenizer.pad_token_id
-    data = TrainData({u: encode(tokenizer, t, config.max_len) for u, t in training.texts.items()}, pad_id,
-                     entities=training.entities,
-                     redacted={u: encode(tokenizer, t, config.max_len) for u, t in training.redacted.items()}
-                     if config.mechanism == "selective" else None)
-    valid = encode(tokenizer, valid_texts, config.max_len)
-    test = encode(tokenizer, test_texts, config.max_len)
-    model = _build_model(config, len(tokenizer), tokenizer.eos_token_id).to(device)
-    mechanism = build_mechanism(config, data.n_users, len(data.sequences))
-    loss_fn = per_sequence_lm_loss if config.mechanism in ("dpsgd", "selective") else causal_lm_loss
-
+def _tags(home: DataHome, config: TrainConfig, device: torch.device, flow_run_id: str | None,
+          parent_run_id: str | None) -> dict[str, str]:
     tags = {
-        "uedp.dataset": config.dataset,
-        "uedp.mechanism": config.mechanism,
+        "uedp.dataset": config.dataset, "uedp.mechanism": config.mechanism, "uedp.model": config.model,
         "uedp.dataset_key": str((read_manifest(home.table_dir(config.dataset, "sentences")) or {}).get("key", "")),
         "uedp.entities_key": str((read_manifest(home.table_dir(config.dataset, "entities")) or {}).get("key", "")),
-        "uedp.device": str(device),
+        "uedp.device": str(device), "uedp.config_fingerprint": config.fingerprint(),
     }
     if flow_run_id:
         tags["uedp.flow_run_id"] = flow_run_id
+    if parent_run_id:
+        tags["mlflow.parentRunId"] = parent_run_id  # MLflow's own tag: the UI nests this run under the sweep
+    return tags
+
+
+def _open_tracker(home: DataHome, config: TrainConfig, tags: dict[str, str],
+                  checkpoint: Checkpointer) -> tuple[RunTracker, bool]:
+    """The MLflow run of a checkpoint being resumed, or a new run."""
+    assert checkpoint.folder is not None
+    run_file = checkpoint.folder / RUN_FILE
+    if checkpoint.saved_scope() is not None and run_file.is_file():
+        run_id = json.loads(run_file.read_text(encoding="utf-8"))["run_id"]
+        return RunTracker.attach(home, run_id, reopen=True), True
     tracker = RunTracker(home, config.dataset, config.run_name(), tags)
+    if checkpoint.enabled:
+        checkpoint.folder.mkdir(parents=True, exist_ok=True)
+        run_file.write_text(json.dumps({"run_id": tracker.run_id}), encoding="utf-8")
+    return tracker, False
+
+
+def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | None = None,
+                        parent_run_id: str | None = None, progress: bool = True) -> TrainResult:
+    """Train and evaluate one configuration; every figure goes to one MLflow run."""
+    device = resolve_device(config.device)
+    torch.manual_seed(config.seed)
+    tokenizer = load_tokenizer(config.tokenizer)
+    pad_id = tokenizer.pad_token_id
+    with Catalog(home, config.dataset) as catalog:
+        data = prepare_data(catalog, config, tokenizer)
+        category_counts = catalog.category_counts(config.categories)
+    model = build_model(config.model, config.model_size, tokenizer,
+                        len(data.classes) if data.classes else None).to(device)
+    mechanism = build_mechanism(config, data.train.n_users, len(data.train.sequences))
+    metric = "error" if config.task == "classification" else "perplexity"
+    checkpoint = Checkpointer(home.checkpoint_dir(config.dataset, config.fingerprint()), config.checkpoint_every,
+                              config.fingerprint())
+    tracker, resumed = _open_tracker(home, config, _tags(home, config, device, flow_run_id, parent_run_id), checkpoint)
+    resumed_from, first_report = 0, True
     try:
-        tracker.log_params(
-            config.model_dump()
-            | {"privacy_unit": mechanism.unit, "n_train_users": data.n_users,
-               "n_train_sentences": len(data.sequences), "model_parameters": sum(p.numel() for p in model.parameters())}
-        )
-        tracker.log_metrics({f"entities_{c.category}": c.entities for c in category_counts}
-                            | {f"users_with_{c.category}": c.users for c in category_counts})
-        tracker.log_metrics({"perplexity_valid": perplexity(model, valid, pad_id, device)}, step=0)
+        if not resumed:
+            tracker.log_params(
+                config.model_dump()
+                | {"beta": config.clip, "privacy_unit": mechanism.unit, "n_train_users": data.train.n_users,
+                   "n_train_sentences": len(data.train.sequences), "classes": ",".join(data.classes or []),
+                   "model_parameters": sum(p.numel() for p in model.parameters())})
+            tracker.log_metrics({f"entities_{c.category}": c.entities for c in category_counts}
+                                | {f"users_with_{c.category}": c.users for c in category_counts})
+            tracker.log_metrics({f"{metric}_valid": evaluate(model, data.valid, config, pad_id, device)}, step=0)
         rounds: list[int] = []
         epsilons: list[float] = []
         total = config.steps + (config.public_steps if config.mechanism == "selective" else 0)
@@ -161,6 +176,11 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
                    disable=not progress, leave=False)
 
         def on_round(report: RoundReport) -> None:
+            nonlocal resumed_from, first_report
+            if first_report and report.round > 1:  # the first round after a resume
+                resumed_from = report.round - 1
+                bar.update(resumed_from)
+            first_report = False
             tracker.log_metrics({"epsilon": report.epsilon, "train_loss": report.loss,
                                  "participants": report.participants}, step=report.round)
             if math.isfinite(report.epsilon):
@@ -171,36 +191,42 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
                 bar.set_postfix(loss=f"{report.loss:.3f}")
             bar.update(1)
 
-        statement = mechanism.train(model, data, loss_fn, device, on_round)
+        statement = mechanism.train(model, data.train, loss_function(config), device, on_round, checkpoint)
         bar.close()
-        ppl_valid = perplexity(model, valid, pad_id, device)
-        ppl_test = perplexity(model, test, pad_id, device)
-        tracker.log_metrics({"perplexity_valid": ppl_valid}, step=statement.rounds)
-        tracker.log_metrics({"perplexity": ppl_test, "perplexity_test": ppl_test, "final_epsilon": statement.epsilon})
+        valid = evaluate(model, data.valid, config, pad_id, device)
+        test = evaluate(model, data.test, config, pad_id, device)
+        tracker.log_metrics({f"{metric}_valid": valid}, step=statement.rounds)
+        tracker.log_metrics({metric: test, f"{metric}_test": test, "final_epsilon": statement.epsilon})
         tracker.log_params({"noise_multiplier_used": statement.noise_multiplier, "accountant_used": statement.accountant,
                             "epsilon_reported": "inf" if math.isinf(statement.epsilon) else f"{statement.epsilon:.6g}",
-                            "rounds_run": statement.rounds, **{f"privacy_{k}": v for k, v in statement.extra.items()}})
+                            "rounds_run": statement.rounds, "resumed_from_round": resumed_from,
+                            **{f"privacy_{k}": v for k, v in statement.extra.items()}})
         tracker.log_json({"config": config.model_dump(), "privacy": asdict(statement)}, "resolved_config.json")
         if epsilons:
             tracker.log_curve_plot(rounds, epsilons, "epsilon_per_round.png", "round", "epsilon",
                                    f"{config.mechanism}: epsilon (delta={config.delta:g}, {statement.accountant})")
+        if config.log_model:
+            tracker.log_model(model, tokenizer)
     except BaseException:
         tracker.finish(failed=True)
         raise
     tracker.finish()
+    checkpoint.clear()
     return TrainResult(
         run_id=tracker.run_id, mechanism=config.mechanism, categories=list(config.categories),
         epsilon=statement.epsilon, delta=statement.delta, noise_multiplier=statement.noise_multiplier,
-        perplexity_valid=ppl_valid, perplexity_test=ppl_test, rounds=statement.rounds, notes=statement.notes,
+        utility_metric=metric, utility_valid=valid, utility_test=test, rounds=statement.rounds,
+        resumed_from=resumed_from, notes=statement.notes,
     )
 
 
-@task(name="train-configuration", cache_policy=NO_CACHE)
-def train_task(home: DataHome, config: TrainConfig, flow_run_id: str | None = None) -> TrainResult:
-    result = train_configuration(home, config, flow_run_id)
+@task(name="train-configuration", cache_policy=NO_CACHE, task_run_name="train-{config.mechanism}")
+def train_task(home: DataHome, config: TrainConfig, flow_run_id: str | None = None,
+               parent_run_id: str | None = None) -> TrainResult:
+    result = train_configuration(home, config, flow_run_id, parent_run_id)
     get_run_logger().info(
-        "%s: epsilon=%s perplexity(test)=%.2f run_id=%s", config.run_name(),
-        "inf" if math.isinf(result.epsilon) else f"{result.epsilon:.3g}", result.perplexity_test, result.run_id,
+        "%s: epsilon=%s %s(test)=%.4g run_id=%s%s", config.run_name(),
+        "inf" if math.isinf(result.epsilon) else f"{result.epsilon:.3g}", result.utility_metric, result.utility_test,
+        result.run_id, f" (resumed after round {result.resumed_from})" if result.resumed_from else "",
     )
     return result
-

@@ -62,7 +62,7 @@ def test_training_task_builds_the_redacted_corpus_from_the_entities_table(home) 
     from storage.ingest import IngestOptions, ingest
     from tasks.config import TrainConfig
     from tasks.detect import detect_entities
-    from tasks.train import load_training_texts
+    from tasks.training_data import load_training_texts
 
     ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
     detect_entities(home, "demo")

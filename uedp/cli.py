@@ -319,6 +319,126 @@ def epsilon(
         typer.echo(f"warning: {warning}", err=True)
 
 
+MECHANISMS_HELP = "noiseless, deid, dpsgd, selective, userdp, uedp, uedp-naive"
+MODEL_HELP = "gpt2 (next-word prediction), lstm (one-layer 200/200 LSTM LM) or bert (sequence classification)."
+MODEL_CONFIG_HELP = ("Size preset (gpt2: tiny, small; lstm: tiny, paper; bert: tiny, small) or a pretrained "
+                     "checkpoint folder (save_pretrained) / hub name.")
+
+
+@app.command()
+@user_errors
+def train(
+    dataset: str = typer.Argument(..., help="An ingested (and detected) dataset."),
+    mechanism: str = typer.Option(..., help=f"One of {MECHANISMS_HELP}."),
+    model: str = typer.Option("gpt2", help=MODEL_HELP),
+    model_config: str = typer.Option("tiny", "--model-config", help=MODEL_CONFIG_HELP),
+    tokenizer: str = typer.Option("byte", help="'byte' (leak-free byte-level) or a pretrained tokenizer folder."),
+    categories: str = typer.Option("PERSON,LOC,ORG,PHONE_NUMBER,EMAIL_ADDRESS", help="Sensitive entity categories."),
+    steps: int = typer.Option(300, help="Optimizer steps (noiseless, deid, dpsgd, selective) or rounds (userdp, uedp)."),
+    public_steps: int = typer.Option(300, help="selective: noiseless steps on the redacted corpus first."),
+    batch_size: int = typer.Option(16, help="Batch size (dpsgd: expected Poisson batch size)."),
+    lr: float = typer.Option(1e-3, help="Learning rate of noiseless, deid, dpsgd and selective."),
+    max_len: int = typer.Option(96, help="Tokens per sentence at most."),
+    q_user: float = typer.Option(0.5, help="userdp/uedp: sampling probability of a user per round."),
+    q_entity: float = typer.Option(0.5, help="uedp: sampling probability of a detected entity."),
+    q_extended: float = typer.Option(0.5, help="uedp: sampling probability of a sentence with no entity."),
+    noise_multiplier: Optional[float] = typer.Option(None, help="Noise multiplier z (default 1.0 without --target-epsilon)."),
+    target_epsilon: Optional[float] = typer.Option(None, help="Calibrate z so the run ends at this epsilon."),
+    max_epsilon: Optional[float] = typer.Option(None, help="Stop before a round that would exceed this epsilon."),
+    clip: float = typer.Option(1.0, help="L2 clipping bound (beta): per example (dpsgd) or per user delta."),
+    local_steps: int = typer.Option(5, help="userdp/uedp: local SGD steps per sampled user."),
+    local_lr: float = typer.Option(0.5, help="userdp/uedp: local learning rate."),
+    delta: float = typer.Option(1e-5, help="Target delta."),
+    accountant: str = typer.Option("pld", help="pld (tightest) or rdp."),
+    seed: int = typer.Option(0, help="Seed of initialisation, sampling and noise."),
+    device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
+    checkpoint_every: int = typer.Option(25, help="Save a resumable checkpoint every N rounds (0: never)."),
+    log_model: bool = typer.Option(False, help="Store the trained model in the MLflow run."),
+    home: Optional[Path] = HOME_OPTION,
+) -> None:
+    """Train one configuration and log it to MLflow; prints the run id.
+
+    Rerunning the same configuration after a crash resumes from its last checkpoint (weights, random
+    generators and accountant), continuing the same MLflow run.
+    """
+    data_home = _prepare_runtime(home)
+    from tasks.config import TrainConfig
+    from tasks.tracking import ui_command
+    from tasks.train import train_configuration
+
+    if noise_multiplier is not None and target_epsilon is not None:
+        raise UedpError("give at most one of --noise-multiplier and --target-epsilon")
+    config = TrainConfig(
+        dataset=dataset, mechanism=mechanism, model=model, model_size=model_config, tokenizer=tokenizer,  # type: ignore[arg-type]
+        categories=categories, steps=steps, public_steps=public_steps, batch_size=batch_size, lr=lr, max_len=max_len,
+        q_user=q_user, q_entity=q_entity, q_extended=q_extended,
+        noise_multiplier=noise_multiplier if noise_multiplier is not None or target_epsilon else 1.0,
+        target_epsilon=target_epsilon, max_epsilon=max_epsilon, clip=clip, local_steps=local_steps,
+        local_lr=local_lr, delta=delta, accountant=accountant, seed=seed, device=device,  # type: ignore[arg-type]
+        checkpoint_every=checkpoint_every, log_model=log_model,
+    )
+    result = train_configuration(data_home, config)
+    if result.resumed_from:
+        typer.echo(f"resumed from the checkpoint of round {result.resumed_from}")
+    guarantee = (f"epsilon {_fmt(result.epsilon, 4)} at delta {result.delta:g}" if math.isfinite(result.epsilon)
+                 else "no privacy guarantee")
+    typer.echo(f"{config.run_name()}: {guarantee}; test {result.utility_metric} {result.utility_test:.4g} "
+               f"after {result.rounds} rounds")
+    if result.notes:
+        typer.echo(f"note: {result.notes}")
+    typer.echo(f"MLflow run: {result.run_id}   (browse: {ui_command(data_home)})")
+
+
+@app.command()
+@user_errors
+def sweep(
+    dataset: str = typer.Argument(..., help="An ingested and detected dataset."),
+    mechanisms: str = typer.Option("noiseless,userdp,uedp", help=f"Comma-separated: {MECHANISMS_HELP}."),
+    categories: list[str] = typer.Option(["PERSON,LOC,ORG"], help="A set of sensitive categories; repeat the "
+                                         "option for several sets (e.g. --categories PERSON --categories PII)."),
+    epsilons: Optional[str] = typer.Option(None, help="Comma-separated target epsilons for every private mechanism."),
+    noise_multiplier: float = typer.Option(1.0, help="Noise multiplier when no --epsilons are given."),
+    seeds: str = typer.Option("0", help="Comma-separated seeds."),
+    model: str = typer.Option("gpt2", help=MODEL_HELP),
+    model_config: str = typer.Option("tiny", "--model-config", help=MODEL_CONFIG_HELP),
+    steps: int = typer.Option(300, help="Steps of noiseless, deid, dpsgd and selective."),
+    rounds: int = typer.Option(30, help="Rounds of userdp, uedp and uedp-naive."),
+    public_steps: int = typer.Option(300, help="selective: noiseless steps on the redacted corpus."),
+    q_user: float = typer.Option(0.5, help="Sampling probability of a user per round."),
+    q_entity: float = typer.Option(0.5, help="uedp: sampling probability of a detected entity."),
+    q_extended: float = typer.Option(0.5, help="uedp: sampling probability of a sentence with no entity."),
+    clip: float = typer.Option(1.0, help="L2 clipping bound (beta)."),
+    delta: float = typer.Option(1e-5, help="Target delta."),
+    device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
+    home: Optional[Path] = HOME_OPTION,
+) -> None:
+    """Train every mechanism x category set x epsilon x seed as a Prefect flow; nested MLflow runs under one
+    parent, and a privacy-utility report (PNG plots + Markdown) on the parent run and under the data home."""
+    data_home = _prepare_runtime(home)
+    from flows.sweep import SweepConfig, sweep_flow
+    from tasks.tracking import ui_command
+
+    try:
+        targets = [float(e) for e in _csv(epsilons)]
+        seed_list = [int(s) for s in _csv(seeds)]
+    except ValueError as exc:
+        raise UedpError(f"--epsilons and --seeds take comma-separated numbers: {exc}") from None
+    config = SweepConfig(
+        home=str(data_home.root), dataset=dataset, mechanisms=_csv(mechanisms), category_sets=categories,  # type: ignore[arg-type]
+        target_epsilons=targets, noise_multiplier=noise_multiplier, seeds=seed_list, model=model,  # type: ignore[arg-type]
+        model_size=model_config, steps=steps, rounds=rounds, public_steps=public_steps, q_user=q_user,
+        q_entity=q_entity, q_extended=q_extended, clip=clip, delta=delta, device=device,
+    )
+    from models.device import resolve_device
+
+    resolve_device(device)
+    typer.echo(f"uedp sweep: {len(config.train_configs())} configurations on {dataset!r}")
+    outcome = sweep_flow(config)
+    _print_summary(outcome.runs, title=f"uedp sweep on {dataset}")
+    typer.echo(f"\nreport: {outcome.report[0] if outcome.report else '-'}")
+    typer.echo(f"MLflow parent run: {outcome.parent_run_id}   (browse: {ui_command(data_home)})")
+
+
 @app.command()
 @user_errors
 def datasets(home: Optional[Path] = HOME_OPTION) -> None:
@@ -352,17 +472,18 @@ def _check_before_running(config: Any) -> None:
             build_mechanism(train_config, n_users=0, n_examples=0)
 
 
-def _print_summary(runs: list[Any]) -> None:
+def _print_summary(runs: list[Any], title: str = "uedp demo results") -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="uedp demo results (test perplexity; epsilon for the mechanism's privacy unit)")
-    for column in ("mechanism", "categories", "epsilon", "delta", "z", "rounds", "perplexity", "MLflow run"):
-        table.add_column(column, justify="right" if column in ("epsilon", "delta", "z", "rounds", "perplexity") else "left")
+    metric = runs[0].utility_metric if runs else "perplexity"
+    table = Table(title=f"{title} (test {metric}; epsilon for the mechanism's privacy unit)")
+    for column in ("mechanism", "categories", "epsilon", "delta", "z", "rounds", metric, "MLflow run"):
+        table.add_column(column, justify="right" if column in ("epsilon", "delta", "z", "rounds", metric) else "left")
     for r in runs:
         table.add_row(
             r.mechanism, ",".join(r.categories), _fmt(r.epsilon), f"{r.delta:g}" if r.delta else "-",
-            f"{r.noise_multiplier:.3g}" if r.noise_multiplier else "-", str(r.rounds), f"{r.perplexity_test:.2f}",
+            f"{r.noise_multiplier:.3g}" if r.noise_multiplier else "-", str(r.rounds), f"{r.utility_test:.4g}",
             r.run_id,
         )
     Console(width=140).print(table)

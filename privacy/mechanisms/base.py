@@ -9,25 +9,29 @@ from typing import Callable, Protocol
 
 import torch
 
+from models.batching import Example
 from models.training import LossFn  # loss_fn(model, batch) -> mean loss; mechanisms stay model-agnostic
+from privacy.mechanisms.checkpoint import NO_CHECKPOINT, Checkpointer
 
-__all__ = ["LossFn", "Mechanism", "OnRound", "PrivacyStatement", "RoundReport", "TrainData"]
+__all__ = ["NO_CHECKPOINT", "Checkpointer", "LossFn", "Mechanism", "OnRound", "PrivacyStatement", "RoundReport",
+           "TrainData"]
 
 
 @dataclass
 class TrainData:
-    """Training sequences grouped by privacy-relevant user; ``pad_id`` pads batches."""
+    """Training examples (token ids, or (ids, class) pairs) grouped by privacy-relevant user;
+    ``pad_id`` pads batches."""
 
-    by_user: dict[str, list[torch.Tensor]]
+    by_user: dict[str, list[Example]]
     pad_id: int
     # For entity-level mechanisms: per user, per sequence, the keys of the detected entities of the chosen
     # categories (an empty set marks a sentence with none: one extended entity of the set S).
     entities: dict[str, list[frozenset[str]]] | None = None
     # For selective: the same users' sequences with the sensitive spans redacted.
-    redacted: dict[str, list[torch.Tensor]] | None = None
+    redacted: dict[str, list[Example]] | None = None
 
     @property
-    def sequences(self) -> list[torch.Tensor]:
+    def sequences(self) -> list[Example]:
         return [seq for seqs in self.by_user.values() for seq in seqs]
 
     @property
@@ -68,6 +72,10 @@ class Mechanism(Protocol):
     unit: str
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
-              on_round: OnRound) -> PrivacyStatement:
-        """Train ``model`` in place, call ``on_round`` after every round, return the final statement."""
+              on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> PrivacyStatement:
+        """Train ``model`` in place, call ``on_round`` after every round, return the final statement.
+
+        With a ``checkpoint``, resume from its saved state (rounds, weights, generators, accountant)
+        when there is one, and save every ``checkpoint.every`` rounds.
+        """
         ...

@@ -20,7 +20,7 @@ from opacus import GradSampleModule
 from models.batching import collate
 from models.device import autocast
 from privacy.accounting import AccountantKind, RoundAccountant, check_delta, poisson_gaussian_round, resolve_noise_multiplier
-from privacy.mechanisms.base import LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
+from privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
 from privacy.primitives import gaussian_noise, make_generator, poisson_sample
 
 
@@ -53,7 +53,7 @@ class DpSgd:
             lambda z: poisson_gaussian_round(self.sample_rate, z), params.steps, params.delta, params.accountant)
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
-              on_round: OnRound) -> PrivacyStatement:
+              on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT, scope: str = "dpsgd") -> PrivacyStatement:
         """``loss_fn`` must be a mean of per-example losses (``models.metrics.per_sequence_lm_loss``)."""
         p, z, q = self.params, self.noise_multiplier, self.sample_rate
         sequences = data.sequences
@@ -66,10 +66,13 @@ class DpSgd:
             private = GradSampleModule(model, strict=False, loss_reduction="mean")
         params = [q_ for q_ in private.parameters() if q_.requires_grad]
         optimizer = torch.optim.Adam(params, lr=p.lr)
+        state = {"model": model, "optimizer": optimizer, "accountant": accountant, "noise": noise_gen,
+                 "sampling": sample_gen}
+        done = (checkpoint.restore(scope, state) or {"round": 0})["round"]
         private.train()
         stopped = ""
         try:
-            for step in range(1, p.steps + 1):
+            for step in range(done + 1, p.steps + 1):
                 if p.max_epsilon is not None and accountant.peek() > p.max_epsilon:
                     stopped = f"stopped before step {step}: epsilon would exceed the budget {p.max_epsilon:g}"
                     break
@@ -80,6 +83,7 @@ class DpSgd:
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 on_round(RoundReport(step, math.nan, accountant.step(), p.delta, len(batch)))
+                checkpoint.maybe_save(scope, step, state)
         finally:
             private.remove_hooks()  # the caller gets its plain model back
         return PrivacyStatement(

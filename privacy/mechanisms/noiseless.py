@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import torch
 
-from models.batching import batches
+from models.batching import ShuffledBatches, collate
 from models.training import optimizer_step
-from privacy.mechanisms.base import LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
+from privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
 
 
 @dataclass
@@ -29,18 +29,17 @@ class Noiseless:
         self.params = params
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
-              on_round: OnRound) -> PrivacyStatement:
+              on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT, scope: str = "noiseless") -> PrivacyStatement:
         p = self.params
         optimizer = torch.optim.AdamW(model.parameters(), lr=p.lr, weight_decay=0.0)
-        generator = torch.Generator().manual_seed(p.seed)
         sequences = data.sequences
+        sampler = ShuffledBatches(len(sequences), p.batch_size, torch.Generator().manual_seed(p.seed))
+        state = {"model": model, "optimizer": optimizer, "sampler": sampler}
+        done = (checkpoint.restore(scope, state) or {"round": 0})["round"]
         model.train()
-        step = 0
-        while step < p.steps:
-            for batch in batches(sequences, p.batch_size, data.pad_id, generator):
-                loss = optimizer_step(model, optimizer, batch, loss_fn, device)
-                step += 1
-                on_round(RoundReport(step, loss, math.inf, 0.0, len(batch["input_ids"])))
-                if step >= p.steps:
-                    break
-        return PrivacyStatement(mechanism=self.name, unit=self.unit, rounds=step)
+        for step in range(done + 1, p.steps + 1):
+            batch = [sequences[i] for i in sampler.next()]
+            loss = optimizer_step(model, optimizer, collate(batch, data.pad_id), loss_fn, device)
+            on_round(RoundReport(step, loss, math.inf, 0.0, len(batch)))
+            checkpoint.maybe_save(scope, step, state)
+        return PrivacyStatement(mechanism=self.name, unit=self.unit, rounds=max(p.steps, done))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from models.metrics import causal_lm_loss
-from privacy.mechanisms.base import LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
+from privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
 from privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
 from privacy.mechanisms.noiseless import Noiseless, NoiselessParams
 
@@ -39,18 +39,21 @@ class SelectiveTwoPhase:
         self.noise_multiplier = self.dpsgd.noise_multiplier
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
-              on_round: OnRound) -> PrivacyStatement:
+              on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> PrivacyStatement:
         """``data.redacted`` feeds phase 1; ``data`` phase 2, whose ``loss_fn`` must be per-example (DP-SGD)."""
         if data.redacted is None:
             raise ValueError("selective needs the redacted corpus (TrainData.redacted)")
-        public = TrainData(data.redacted, data.pad_id)
-        first = Noiseless(self.params.public).train(
-            model, public, self.public_loss, device,
-            lambda r: on_round(RoundReport(r.round, r.loss, 0.0, self.params.private.delta, r.participants)))
-        offset = first.rounds
+        offset = self.params.public.steps
+        if checkpoint.saved_scope() != "selective-private":  # a checkpoint of phase 2 means phase 1 is done
+            public = TrainData(data.redacted, data.pad_id)
+            Noiseless(self.params.public).train(
+                model, public, self.public_loss, device,
+                lambda r: on_round(RoundReport(r.round, r.loss, 0.0, self.params.private.delta, r.participants)),
+                checkpoint, scope="selective-public")
         second = self.dpsgd.train(
             model, data, loss_fn, device,
-            lambda r: on_round(RoundReport(offset + r.round, r.loss, r.epsilon, r.delta, r.participants)))
+            lambda r: on_round(RoundReport(offset + r.round, r.loss, r.epsilon, r.delta, r.participants)),
+            checkpoint, scope="selective-private")
         return PrivacyStatement(
             mechanism=self.name, unit=self.unit, epsilon=second.epsilon, delta=second.delta,
             accountant=second.accountant, noise_multiplier=second.noise_multiplier,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from privacy.accounting import UeDpAccounting, check_delta
-from privacy.mechanisms.base import LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
+from privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
 from privacy.mechanisms.fedavg import WEIGHT_CEILING, user_weights
 from privacy.mechanisms.userdp import UserDpParams, make_local_trainer
 from privacy.primitives import assign_flat_, flatten, gaussian_noise, make_generator, poisson_sample
@@ -81,7 +81,7 @@ class UeDp:
         return WEIGHT_CEILING * self.params.clip * self.accounting.sensitivity_factor
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
-              on_round: OnRound) -> PrivacyStatement:
+              on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> PrivacyStatement:
         p, z = self.params, self.noise_multiplier
         if data.entities is None:
             raise ValueError(f"{self.name} needs the sentences' entity sets (TrainData.entities)")
@@ -103,10 +103,15 @@ class UeDp:
         denominator = p.q_user * float(weights.sum()) * max(entity_mass, 1e-12)
         sigma = z * self.sensitivity
         params = [q for q in model.parameters() if q.requires_grad]
+        cases = self.accounting.round_accountants(z)  # epsilon = the worse of the E and S cases
+        state = {"model": model, "noise": noise_gen, "sampling": sample_gen, "local": trainer.generator,
+                 **{f"accountant_{case}": accountant for case, accountant in cases.items()}}
+        saved = checkpoint.restore(self.name, state) or {"round": 0, "truncated": 0}
+        rounds_run, truncated, stopped = saved["round"], saved["truncated"], ""
+        epsilon = max(a.epsilon for a in cases.values())
         model.train()
-        epsilon, rounds_run, truncated, stopped = 0.0, 0, 0, ""
-        for round_index in range(1, p.rounds + 1):
-            next_epsilon = self.accounting.epsilon(z, round_index)
+        for round_index in range(rounds_run + 1, p.rounds + 1):
+            next_epsilon = max(a.peek() for a in cases.values())
             if p.max_epsilon is not None and next_epsilon > p.max_epsilon:
                 stopped = f"stopped before round {round_index}: epsilon would exceed the budget {p.max_epsilon:g}"
                 break
@@ -130,14 +135,14 @@ class UeDp:
             total = trainer.clipped_sum(theta, groups, weights[sampled_users].tolist())
             noisy = total + gaussian_noise(theta.shape, sigma, noise_gen, theta.dtype)
             assign_flat_(params, theta + p.server_lr * noisy / denominator)
-            epsilon, rounds_run = next_epsilon, round_index
+            epsilon, rounds_run = max(a.step() for a in cases.values()), round_index
             on_round(RoundReport(round_index, math.nan, epsilon, p.delta, len(sampled_users)))
-        cases = self.accounting.epsilons(z, rounds_run) if rounds_run else {}
+            checkpoint.maybe_save(self.name, round_index, state, truncated=truncated)
         return PrivacyStatement(
             mechanism=self.name, unit=self.unit, epsilon=epsilon, delta=p.delta, accountant=p.accountant,
             noise_multiplier=z, sampling_probability=p.q_user, rounds=rounds_run, notes=stopped,
             extra={"noise_std": sigma, "sensitivity": self.sensitivity, "max_users_M": self.accounting.max_users,
                    "delta_truncation": self.accounting.delta_trunc, "rounds_truncated": truncated,
                    "entities_E": len(entity_keys), "extended_S": n_extended,
-                   **{f"epsilon_case_{case}": value for case, value in cases.items()}},
+                   **{f"epsilon_case_{case}": a.epsilon for case, a in cases.items() if rounds_run}},
         )

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from privacy.accounting import AccountantKind, RoundAccountant, check_delta, poisson_gaussian_round, resolve_noise_multiplier
-from privacy.mechanisms.base import LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
+from privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
 from privacy.mechanisms.fedavg import WEIGHT_CEILING, LocalTrainer, user_weights
 from privacy.mechanisms.vectorized import VectorizedLocalTrainer
 from privacy.primitives import assign_flat_, flatten, gaussian_noise, make_generator, poisson_sample
@@ -58,7 +58,7 @@ class UserDp:
             params.rounds, params.delta, params.accountant)
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
-              on_round: OnRound) -> PrivacyStatement:
+              on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> PrivacyStatement:
         p, z = self.params, self.noise_multiplier
         check_delta(p.delta, data.n_users)
         accountant = RoundAccountant(poisson_gaussian_round(p.q_user, z), p.delta, p.accountant)
@@ -70,9 +70,12 @@ class UserDp:
         sigma = z * p.clip * WEIGHT_CEILING
         params = [q for q in model.parameters() if q.requires_grad]
         user_sequences = list(data.by_user.values())
+        state = {"model": model, "accountant": accountant, "noise": noise_gen, "sampling": sample_gen,
+                 "local": trainer.generator}
+        done = (checkpoint.restore(self.name, state) or {"round": 0})["round"]
         model.train()
         stopped = ""
-        for round_index in range(1, p.rounds + 1):
+        for round_index in range(done + 1, p.rounds + 1):
             if p.max_epsilon is not None and accountant.peek() > p.max_epsilon:
                 stopped = f"stopped before round {round_index}: epsilon would exceed the budget {p.max_epsilon:g}"
                 break
@@ -84,6 +87,7 @@ class UserDp:
             epsilon = accountant.step()
             # The local losses are a function of private data the guarantee does not cover: not released.
             on_round(RoundReport(round_index, math.nan, epsilon, p.delta, len(sampled)))
+            checkpoint.maybe_save(self.name, round_index, state)
         return PrivacyStatement(
             mechanism=self.name, unit=self.unit, epsilon=accountant.epsilon, delta=p.delta, accountant=p.accountant,
             noise_multiplier=z, sampling_probability=p.q_user, rounds=accountant.rounds, notes=stopped,

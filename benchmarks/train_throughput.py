@@ -1,0 +1,102 @@
+"""Training throughput of every mechanism against noiseless training: tokens per second on the same
+model, data and device (the bundled demo corpus, gold entities).
+
+A token counts when a training forward and backward pass consumes it, whichever mechanism runs that
+pass (DP-FedAvg's local steps, DP-SGD's per-example pass, selective's two phases), counted by wrapping
+the loss function. Timing covers ``Mechanism.train`` only (data preparation and accountant
+calibration are outside), after one warm-up step.
+
+    python benchmarks/train_throughput.py [--model gpt2|lstm] [--model-config tiny] [--steps 40] [--device auto]
+
+Aim (issue 6): private mechanisms at no less than half of noiseless throughput on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+MECHANISMS = ("noiseless", "deid", "dpsgd", "selective", "userdp", "uedp")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="gpt2", choices=("gpt2", "lstm"))
+    parser.add_argument("--model-config", default="tiny")
+    parser.add_argument("--steps", type=int, default=40, help="steps (or rounds) timed per mechanism")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--mechanisms", default=",".join(MECHANISMS))
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args()
+
+    import torch
+
+    from detection.pipeline import DetectorConfig
+    from flows.demo import DEMO_CORPUS
+    from models.device import resolve_device
+    from models.factory import build_model
+    from models.tokenization import load_tokenizer
+    from storage.catalog import Catalog
+    from storage.home import DataHome
+    from storage.ingest import IngestOptions, ingest
+    from tasks.config import FEDERATED, TrainConfig
+    from tasks.detect import detect_entities
+    from tasks.train import build_mechanism, loss_function
+    from tasks.training_data import prepare_data
+
+    device = resolve_device(args.device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        home = DataHome.from_env(Path(tmp) / "home")
+        ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
+        detect_entities(home, "demo", DetectorConfig(detectors=["gold"]))
+        tokenizer = load_tokenizer("byte")
+        for mechanism in args.mechanisms.split(","):
+            config = TrainConfig(dataset="demo", mechanism=mechanism, model=args.model, model_size=args.model_config,  # type: ignore[arg-type]
+                                 steps=args.steps, public_steps=args.steps // 2, batch_size=args.batch_size,
+                                 noise_multiplier=1.0, q_user=0.5, checkpoint_every=0, device=str(device))
+            with Catalog(home, "demo") as catalog:
+                data = prepare_data(catalog, config, tokenizer)
+            torch.manual_seed(0)
+            model = build_model(config.model, config.model_size, tokenizer).to(device)
+            engine = build_mechanism(config, data.train.n_users, len(data.train.sequences))
+            loss = loss_function(config)
+            tokens = [0]
+
+            def counting(loss):  # type: ignore[no-untyped-def]
+                def counted(model_, batch):  # type: ignore[no-untyped-def]
+                    tokens[0] += int(batch["attention_mask"].sum())
+                    return loss(model_, batch)
+                return counted
+
+            if hasattr(engine, "public_loss"):  # selective's first, noiseless phase has its own objective
+                engine.public_loss = counting(engine.public_loss)
+
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            statement = engine.train(model, data.train, counting(loss), device, lambda r: None)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - start
+            unit = "rounds" if mechanism in FEDERATED else "steps"
+            rows.append((mechanism, statement.rounds, unit, tokens[0], seconds, tokens[0] / seconds))
+            print(f"  {mechanism}: {tokens[0]} tokens in {seconds:.1f} s", file=sys.stderr)
+
+    base = next((r[5] for r in rows if r[0] == "noiseless"), None)
+    print(f"\n{'mechanism':<11}{'work':>12}{'tokens':>10}{'s':>8}{'tokens/s':>11}{'vs noiseless':>14}")
+    for mechanism, work, unit, count, seconds, rate in rows:
+        ratio = f"{rate / base:.2f}x" if base else "-"
+        print(f"{mechanism:<11}{f'{work} {unit}':>12}{count:>10}{seconds:>8.1f}{rate:>11.0f}{ratio:>14}")
+    print(f"model: {args.model} {args.model_config}; device: {name}; torch {torch.__version__}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""A one-layer LSTM language model: the Selective-DP paper's recurrent model (embedding 200, hidden 200).
+
+The recurrence is Opacus' ``DPLSTM``, a drop-in ``nn.LSTM`` built from linear layers, so one and the
+same architecture trains under every mechanism: Opacus computes per-example gradients for it
+(``nn.LSTM``'s fused kernel has no per-sample gradient rule), and noiseless training of the identical
+model keeps the privacy-utility comparison fair.
+
+The forward signature is that of a Hugging Face causal LM (``input_ids``, ``attention_mask``,
+``position_ids`` in, ``.logits`` out), so the loss functions and metrics of ``models.metrics`` serve
+GPT-2 and the LSTM alike. Batches are right-padded: padding follows every real token and therefore
+never influences a prediction of a real one, which is why the mask is not needed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from opacus.layers import DPLSTM
+from torch import nn
+from transformers.modeling_outputs import CausalLMOutput
+
+from uedp.errors import UedpError
+
+WEIGHTS = "lstm.pt"
+CONFIG = "lstm_config.json"
+
+
+@dataclass(frozen=True)
+class LstmConfig:
+    vocab_size: int
+    embedding_size: int = 200
+    hidden_size: int = 200
+    tie_weights: bool = False
+
+
+# "paper" is the Selective-DP paper's model; "tiny" is for CPU tests and demos.
+LSTM_PRESETS: dict[str, dict[str, int]] = {
+    "paper": {"embedding_size": 200, "hidden_size": 200},
+    "tiny": {"embedding_size": 48, "hidden_size": 64},
+}
+
+
+class LstmLanguageModel(nn.Module):
+    """Embedding -> one LSTM layer -> linear decoder over the vocabulary."""
+
+    def __init__(self, config: LstmConfig):
+        super().__init__()
+        self.config = config
+        self.embedding = nn.Embedding(config.vocab_size, config.embedding_size)
+        self.lstm = DPLSTM(config.embedding_size, config.hidden_size, num_layers=1, batch_first=True)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+        if config.tie_weights:
+            if config.embedding_size != config.hidden_size:
+                raise UedpError("tied LSTM weights need embedding_size == hidden_size")
+            self.decoder.weight = self.embedding.weight
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None) -> CausalLMOutput:
+        hidden, _ = self.lstm(self.embedding(input_ids))
+        return CausalLMOutput(logits=self.decoder(hidden))
+
+    def save_pretrained(self, folder: str | Path) -> None:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / CONFIG).write_text(json.dumps(asdict(self.config), indent=2), encoding="utf-8")
+        torch.save(self.state_dict(), folder / WEIGHTS)
+
+
+def build_lstm(preset: str, vocab_size: int) -> LstmLanguageModel:
+    if preset not in LSTM_PRESETS:
+        raise UedpError(f"unknown LSTM preset {preset!r}; valid: {', '.join(LSTM_PRESETS)}")
+    return LstmLanguageModel(LstmConfig(vocab_size=vocab_size, **LSTM_PRESETS[preset]))
+
+
+def load_lstm(folder: str | Path) -> LstmLanguageModel:
+    """An LSTM saved by :meth:`LstmLanguageModel.save_pretrained`."""
+    folder = Path(folder)
+    if not (folder / CONFIG).is_file():
+        raise UedpError(f"{folder} is not a saved uedp LSTM (no {CONFIG}); presets: {', '.join(LSTM_PRESETS)}")
+    model = LstmLanguageModel(LstmConfig(**json.loads((folder / CONFIG).read_text(encoding="utf-8"))))
+    model.load_state_dict(torch.load(folder / WEIGHTS, map_location="cpu", weights_only=True))
+    return model

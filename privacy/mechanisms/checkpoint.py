@@ -1,0 +1,116 @@
+"""Checkpoints of a training loop, written every N rounds and read back after a crash.
+
+A checkpoint holds everything the next round depends on: model weights, optimizer state, every random
+generator (sampling, noise, batch order, torch's global one) and the accountant. Restoring the
+accountant with the weights is what keeps a resumed run honest: its epsilon continues from the
+rounds already composed instead of starting again at zero. Restoring the generators makes the
+resumed rounds replay exactly what the crashed run would have done, so the finished model is the
+same function of the data as an uninterrupted run (a test checks weights and epsilon are identical).
+
+Files are replaced atomically (write, then rename), so a crash while saving leaves the previous
+checkpoint intact. A checkpoint records a fingerprint of the configuration that wrote it; resuming
+under any other configuration is refused.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+FILE = "checkpoint.pt"
+
+
+class Stateful(Protocol):
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> Any: ...
+
+
+Restorable = Stateful | torch.Generator
+
+
+class CheckpointMismatch(ValueError):
+    """The checkpoint on disk was written by another configuration."""
+
+
+class Checkpointer:
+    """Saves ``{name: object}`` state every ``every`` rounds under a scope (one per training phase)."""
+
+    def __init__(self, folder: Path | None, every: int, fingerprint: str = ""):
+        self.folder, self.every, self.fingerprint = folder, every, fingerprint
+
+    @property
+    def enabled(self) -> bool:
+        return self.folder is not None and self.every > 0
+
+    @property
+    def path(self) -> Path | None:
+        return self.folder / FILE if self.folder is not None else None
+
+    def _load(self) -> dict[str, Any] | None:
+        if not self.enabled or self.path is None or not self.path.is_file():
+            return None
+        saved = torch.load(self.path, map_location="cpu", weights_only=False)
+        if saved.get("fingerprint") != self.fingerprint:
+            raise CheckpointMismatch(f"{self.path} was written by another configuration; delete it to start over")
+        return saved
+
+    def saved_scope(self) -> str | None:
+        saved = self._load()
+        return saved["scope"] if saved else None
+
+    def restore(self, scope: str, objects: dict[str, Restorable]) -> dict[str, Any] | None:
+        """Load the saved state of ``scope`` into ``objects``; return its scalars (incl. ``round``), or None."""
+        saved = self._load()
+        if saved is None or saved["scope"] != scope:
+            return None
+        for name, obj in objects.items():
+            _load_into(obj, saved["objects"][name])
+        torch.set_rng_state(saved["torch_rng"])
+        if torch.cuda.is_available() and saved.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state_all(saved["cuda_rng"])
+        return dict(saved["scalars"])
+
+    def maybe_save(self, scope: str, round_index: int, objects: dict[str, Restorable], **scalars: Any) -> bool:
+        """Save when ``round_index`` is a multiple of ``every``; True when it saved."""
+        if not self.enabled or round_index % self.every:
+            return False
+        self.save(scope, round_index, objects, **scalars)
+        return True
+
+    def save(self, scope: str, round_index: int, objects: dict[str, Restorable], **scalars: Any) -> None:
+        assert self.folder is not None and self.path is not None
+        self.folder.mkdir(parents=True, exist_ok=True)
+        state = {
+            "fingerprint": self.fingerprint, "scope": scope, "scalars": {"round": round_index, **scalars},
+            "objects": {name: _state_of(obj) for name, obj in objects.items()},
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        }
+        partial = self.path.with_suffix(".partial")
+        torch.save(state, partial)
+        os.replace(partial, self.path)
+
+    def clear(self) -> None:
+        """Remove the checkpoint once the run has finished (a finished run is not resumed)."""
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+
+
+NO_CHECKPOINT = Checkpointer(None, 0)
+
+
+def _state_of(obj: Restorable) -> Any:
+    if isinstance(obj, torch.Generator):
+        return obj.get_state()
+    return obj.state_dict()
+
+
+def _load_into(obj: Restorable, state: Any) -> None:
+    if isinstance(obj, torch.Generator):
+        obj.set_state(state)
+    else:
+        obj.load_state_dict(state)

@@ -1,0 +1,134 @@
+"""The privacy-utility report of a sweep: utility (perplexity, or classification error) against the
+accounted epsilon for every mechanism and entity-category set (the UeDP paper's Fig. 2 and 4), as PNG
+plots and a Markdown table. Pure functions of the runs' results: no MLflow, no Prefect."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Protocol
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import ScalarFormatter  # noqa: E402
+
+
+class RunOutcome(Protocol):
+    run_id: str
+    mechanism: str
+    categories: list[str]
+    epsilon: float
+    delta: float
+    noise_multiplier: float
+    utility_metric: str
+    utility_valid: float
+    utility_test: float
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    """One point of the figure: a mechanism x categories x target epsilon, averaged over seeds."""
+
+    mechanism: str
+    categories: str
+    target_epsilon: float | None
+    epsilon: float  # the accounted epsilon (mean over seeds; seeds share it unless calibrated)
+    delta: float
+    noise_multiplier: float
+    metric: str
+    valid: float
+    test: float
+    test_spread: float  # max - min of test utility over seeds
+    seeds: int
+    run_ids: tuple[str, ...]
+
+
+def summarise(outcomes: Iterable[tuple[RunOutcome, float | None]]) -> list[ReportRow]:
+    """Group ``(result, target epsilon)`` pairs by mechanism, categories and target; average over seeds."""
+    groups: dict[tuple[str, str, float | None], list[RunOutcome]] = defaultdict(list)
+    for result, target in outcomes:
+        groups[(result.mechanism, ",".join(result.categories), target)].append(result)
+    rows = []
+    for (mechanism, categories, target), results in groups.items():
+        tests = [r.utility_test for r in results]
+        rows.append(ReportRow(
+            mechanism=mechanism, categories=categories, target_epsilon=target,
+            epsilon=statistics.fmean(r.epsilon for r in results), delta=results[0].delta,
+            noise_multiplier=statistics.fmean(r.noise_multiplier for r in results), metric=results[0].utility_metric,
+            valid=statistics.fmean(r.utility_valid for r in results), test=statistics.fmean(tests),
+            test_spread=max(tests) - min(tests), seeds=len(results), run_ids=tuple(r.run_id for r in results)))
+    return sorted(rows, key=lambda r: (r.categories, r.mechanism, math.inf if r.target_epsilon is None else r.target_epsilon))
+
+
+def _num(value: float, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return "inf" if math.isinf(value) else f"{value:.{digits}g}"
+
+
+def markdown(rows: list[ReportRow], title: str) -> str:
+    metric = rows[0].metric if rows else "perplexity"
+    lines = [f"# {title}", "",
+             f"Utility: test {metric} (lower is better), mean over seeds. Epsilon: accounted by dp_accounting for "
+             "each mechanism's own privacy unit (userdp: a user; uedp: a user and an entity; dpsgd: a sentence; "
+             "selective: a sensitive token); `inf` means no guarantee.", "",
+             f"| mechanism | categories | target epsilon | epsilon | delta | z | valid {metric} | test {metric} "
+             "| spread over seeds | seeds | MLflow runs |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        lines.append(f"| {r.mechanism} | {r.categories} | {_num(r.target_epsilon) if r.target_epsilon else '-'} "
+                     f"| {_num(r.epsilon)} | {r.delta:g} | {_num(r.noise_multiplier, 3) if r.noise_multiplier else '-'} "
+                     f"| {_num(r.valid)} | {_num(r.test)} | {_num(r.test_spread, 2)} | {r.seeds} "
+                     f"| {' '.join(run[:8] for run in r.run_ids)} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[ReportRow], path: Path, title: str) -> list[Path]:
+    """One PNG per category set: test utility against epsilon, a line per private mechanism; the
+    mechanisms without a guarantee (noiseless, deid) as horizontal reference lines."""
+    written = []
+    for categories in sorted({r.categories for r in rows}):
+        subset = [r for r in rows if r.categories == categories]
+        fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+        finite = [r for r in subset if math.isfinite(r.epsilon) and math.isfinite(r.test)]
+        for mechanism in sorted({r.mechanism for r in finite}):
+            points = sorted((r.epsilon, r.test, r.test_spread) for r in finite if r.mechanism == mechanism)
+            ax.errorbar([p[0] for p in points], [p[1] for p in points], yerr=[p[2] / 2 for p in points],
+                        marker="o", capsize=3, label=mechanism)
+        for index, r in enumerate(r for r in subset if not math.isfinite(r.epsilon) and math.isfinite(r.test)):
+            ax.axhline(r.test, linestyle="--", color=f"C{(index + 5) % 10}", label=f"{r.mechanism} (no guarantee)")
+        if finite and min(r.epsilon for r in finite) > 0:
+            ax.set_xscale("log")
+        metric = subset[0].metric
+        ax.set(xlabel="epsilon (accounted, per mechanism's unit)", ylabel=f"test {metric}",
+               title=f"{title}\ncategories: {categories}")
+        if any(r.test > 0 for r in subset) and metric == "perplexity":
+            ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(ScalarFormatter())  # plain numbers on log axes, not 6x10^0
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        out = path.parent / f"{path.stem}-{_slug(categories)}{path.suffix}"
+        fig.savefig(out)
+        plt.close(fig)
+        written.append(out)
+    return written
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in text).strip("_") or "all"
+
+
+def write_report(rows: list[ReportRow], folder: Path, title: str) -> list[Path]:
+    """``report.md`` and one ``privacy_utility-<categories>.png`` per category set under ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    plots = plot(rows, folder / "privacy_utility.png", title)
+    figures = "".join(f"\n![privacy-utility, {p.stem}]({p.name})\n" for p in plots)
+    (folder / "report.md").write_text(markdown(rows, title) + figures, encoding="utf-8")
+    return [folder / "report.md", *plots]

@@ -1,0 +1,99 @@
+"""From a dataset's tables to what a mechanism trains on: examples grouped by user, each sentence's
+entity keys for the chosen categories, the redacted variant, and the evaluation splits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transformers import PreTrainedTokenizerBase
+
+from models.batching import Example, encode
+from privacy.deid import redact
+from privacy.mechanisms.base import TrainData
+from storage.catalog import Catalog
+from tasks.config import TrainConfig
+from uedp.errors import UedpError
+
+
+@dataclass(frozen=True)
+class TrainingTexts:
+    """Train-split texts by user, parallel to them each sentence's entity keys (chosen categories), the
+    texts with those entities redacted, and (classification) each sentence's class."""
+
+    texts: dict[str, list[str]]
+    entities: dict[str, list[frozenset[str]]]
+    redacted: dict[str, list[str]]
+    labels: dict[str, list[str]] | None = None
+
+
+def load_training_texts(catalog: Catalog, config: TrainConfig) -> TrainingTexts:
+    """Train-split texts by user; ``deid`` trains on the redacted ones in place of the originals."""
+    spans = catalog.entity_spans(config.categories, "train")
+    classes = catalog.labels("train") if config.task == "classification" else None
+    texts: dict[str, list[str]] = {}
+    entities: dict[str, list[frozenset[str]]] = {}
+    redacted: dict[str, list[str]] = {}
+    labels: dict[str, list[str]] = {}
+    for sentence_id, user_id, text in catalog.sentences("train"):
+        if classes is not None:
+            if sentence_id not in classes:
+                continue  # a classification corpus' unlabeled sentence teaches nothing
+            labels.setdefault(user_id, []).append(classes[sentence_id])
+        found = spans.get(sentence_id, [])
+        clean = redact(text, [(s, e, c) for s, e, c, _ in found]) if found else text
+        texts.setdefault(user_id, []).append(clean if config.mechanism == "deid" else text)
+        redacted.setdefault(user_id, []).append(clean)
+        entities.setdefault(user_id, []).append(frozenset(key for _, _, _, key in found))
+    return TrainingTexts(texts, entities, redacted, labels if classes is not None else None)
+
+
+def class_names(labels: dict[str, list[str]]) -> list[str]:
+    """The training split's classes in a stable order (numerically when they are numbers)."""
+    names = {label for user_labels in labels.values() for label in user_labels}
+    return sorted(names, key=lambda n: (0, int(n), n) if n.lstrip("-").isdigit() else (1, 0, n))
+
+
+@dataclass(frozen=True)
+class PreparedData:
+    train: TrainData
+    valid: list[Example]
+    test: list[Example]
+    classes: list[str] | None  # classification: the class names, index = class id
+
+
+def prepare_data(catalog: Catalog, config: TrainConfig, tokenizer: PreTrainedTokenizerBase) -> PreparedData:
+    training = load_training_texts(catalog, config)
+    if not training.texts:
+        raise UedpError(f"dataset {config.dataset!r} has no training sentences"
+                        + (" with a class label" if config.task == "classification" else ""))
+    classes = class_names(training.labels) if training.labels is not None else None
+    index = {name: i for i, name in enumerate(classes or [])}
+
+    def examples(texts: list[str], labels: list[str] | None) -> list[Example]:
+        if not texts:
+            return []
+        ids = encode(tokenizer, texts, config.max_len)
+        return ids if labels is None else [(row, index[label]) for row, label in zip(ids, labels)]
+
+    def labels_of(user: str) -> list[str] | None:
+        return training.labels[user] if training.labels is not None else None
+
+    redacted = ({u: examples(t, labels_of(u)) for u, t in training.redacted.items()}
+                if config.mechanism == "selective" else None)
+    train = TrainData({u: examples(t, labels_of(u)) for u, t in training.texts.items()}, tokenizer.pad_token_id,
+                      entities=training.entities, redacted=redacted)
+    return PreparedData(train, _split(catalog, config, "valid", examples, index),
+                        _split(catalog, config, "test", examples, index), classes)
+
+
+def _split(catalog: Catalog, config: TrainConfig, split: str, examples, index: dict[str, int]) -> list[Example]:  # type: ignore[no-untyped-def]
+    rows = catalog.sentences(split)
+    if config.task == "lm":
+        return examples([text for _, _, text in rows], None)
+    classes = catalog.labels(split)
+    unknown = sorted({label for label in classes.values() if label not in index})
+    if unknown:
+        raise UedpError(f"dataset {config.dataset!r}: {split} split has classes the training split lacks: "
+                        f"{', '.join(unknown)}")
+    labeled = [(text, classes[sid]) for sid, _, text in rows if sid in classes]
+    return examples([t for t, _ in labeled], [c for _, c in labeled])
