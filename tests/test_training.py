@@ -107,10 +107,12 @@ def test_train_prints_the_run_id_and_resumes_a_crashed_run(home, demo: str, monk
 
     # the checkpoint is gone once the run finished; a fresh run of the same configuration matches
     cli = runner.invoke(app, ["train", demo, "--home", str(home.root), "--mechanism", "userdp", "--steps", "6",
-                              "--q-user", "0.3", "--local-steps", "2", "--checkpoint-every", "2"])
+                              "--q-user", "0.3", "--local-steps", "2", "--checkpoint-every", "2", "--log-model"])
     assert cli.exit_code == 0, cli.output
     fresh_id = cli.stdout.split("MLflow run: ")[1].split()[0]
     fresh = client.get_run(fresh_id)
+    saved = {a.path for a in client.list_artifacts(fresh_id, "model")}
+    assert {"model/config.json", "model/model.safetensors", "model/tokenizer.json"} <= saved
     assert fresh_id != resumed.run_id and fresh.data.params["resumed_from_round"] == "0"
     assert fresh.data.metrics["final_epsilon"] == pytest.approx(resumed.epsilon, rel=1e-12)
     assert fresh.data.metrics["perplexity_test"] == pytest.approx(resumed.utility_test, rel=1e-6)
