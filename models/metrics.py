@@ -102,3 +102,21 @@ def classification_error(model: torch.nn.Module, examples: Sequence[Example], pa
         wrong += int((_classifier_logits(model, batch).argmax(-1) != batch["labels"]).sum())
     model.train(was_training)
     return wrong / len(examples)
+
+
+@torch.no_grad()
+def sequence_nll(model: torch.nn.Module, sequences: Sequence[torch.Tensor], pad_id: int, device: torch.device,
+                 batch_size: int = 256) -> torch.Tensor:
+    """Summed next-token NLL of each sequence (its log-perplexity times its length), in input order;
+    and with it each sequence's number of predicted tokens, as a (n, 2) tensor of float64."""
+    was_training = model.training
+    model.eval()
+    out = []
+    for batch in batches(sequences, batch_size, pad_id):
+        batch = {k: v.to(device) for k, v in batch.items()}
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        targets = batch["labels"][:, 1:]
+        nll = F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), targets, ignore_index=IGNORE, reduction="none")
+        out.append(torch.stack([nll.sum(1).double(), (targets != IGNORE).sum(1).double()], dim=1).cpu())
+    model.train(was_training)
+    return torch.cat(out) if out else torch.zeros((0, 2), dtype=torch.float64)

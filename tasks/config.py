@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from detection.categories import Categories
 from models.factory import SIZE_PRESETS, ModelKind, Task, task_of
+from privacy.attacks.canaries import canary_format
 from privacy.mechanisms import MECHANISMS
 
 MechanismName = Literal["noiseless", "deid", "dpsgd", "selective", "userdp", "uedp", "uedp-naive"]
@@ -52,6 +53,10 @@ class TrainConfig(BaseModel):
     seed: int = 0
     device: str = "auto"
     checkpoint_every: int = Field(25, ge=0, description="save a resumable checkpoint every N rounds (0: never)")
+    canaries: int = Field(0, ge=0, description="made-up secrets planted in the training text, for `uedp attack`")
+    canary_repeats: int = Field(1, ge=1, description="times each canary is planted")
+    canary_formats: list[str] = Field(default_factory=lambda: ["digits:6"],
+                                      description="digits:N, name, phone, email (cycled over the canaries)")
     log_model: bool = Field(False, description="store the trained model as an MLflow artifact")
 
     @model_validator(mode="after")
@@ -60,6 +65,10 @@ class TrainConfig(BaseModel):
             raise ValueError(f"{self.mechanism} needs --noise-multiplier or --target-epsilon")
         if self.vectorize_users and self.model != "gpt2":
             raise ValueError("vectorize_users is implemented for GPT-2 language models only")
+        if self.canaries and self.task != "lm":
+            raise ValueError("canaries are planted in language-model training text (not for classifiers)")
+        for name in self.canary_formats:
+            canary_format(name)  # unknown formats fail here, before any work
         return self
 
     @property

@@ -59,6 +59,10 @@ class RunTracker:
         if finite:
             self.client.log_batch(self.run_id, metrics=finite)
 
+    def set_tags(self, tags: dict[str, str]) -> None:
+        for key, value in tags.items():
+            self.client.set_tag(self.run_id, key, value)
+
     def log_json(self, obj: Any, name: str) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / name
@@ -86,6 +90,15 @@ class RunTracker:
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
             self.client.log_artifacts(self.run_id, tmp, "model")
+
+    def download(self, path: str, into: Path) -> Path | None:
+        """A logged artifact (file or folder) copied under ``into``; None when the run has no such artifact."""
+        if not any(a.path == path for a in self.client.list_artifacts(self.run_id)):
+            return None
+        return Path(self.client.download_artifacts(self.run_id, path, str(into)))
+
+    def params(self) -> dict[str, str]:
+        return dict(self.client.get_run(self.run_id).data.params)
 
     def finish(self, failed: bool = False) -> None:
         self.client.set_terminated(self.run_id, status="FAILED" if failed else "FINISHED")

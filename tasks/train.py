@@ -205,7 +205,9 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         if epsilons:
             tracker.log_curve_plot(rounds, epsilons, "epsilon_per_round.png", "round", "epsilon",
                                    f"{config.mechanism}: epsilon (delta={config.delta:g}, {statement.accountant})")
-        if config.log_model:
+        if data.canaries:  # made-up secrets, not entity text: the attack needs them to rank candidates
+            tracker.log_json([c.as_dict() for c in data.canaries], "canaries.json")
+        if config.log_model or data.canaries:
             tracker.log_model(model, tokenizer)
     except BaseException:
         tracker.finish(failed=True)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from transformers import PreTrainedTokenizerBase
 
 from models.batching import Example, encode
+from privacy.attacks.canaries import Canary, plant_canaries
 from privacy.deid import redact
 from privacy.mechanisms.base import TrainData
 from storage.catalog import Catalog
@@ -24,6 +25,7 @@ class TrainingTexts:
     entities: dict[str, list[frozenset[str]]]
     redacted: dict[str, list[str]]
     labels: dict[str, list[str]] | None = None
+    canaries: tuple[Canary, ...] = ()
 
 
 def load_training_texts(catalog: Catalog, config: TrainConfig) -> TrainingTexts:
@@ -44,7 +46,20 @@ def load_training_texts(catalog: Catalog, config: TrainConfig) -> TrainingTexts:
         texts.setdefault(user_id, []).append(clean if config.mechanism == "deid" else text)
         redacted.setdefault(user_id, []).append(clean)
         entities.setdefault(user_id, []).append(frozenset(key for _, _, _, key in found))
-    return TrainingTexts(texts, entities, redacted, labels if classes is not None else None)
+    training = TrainingTexts(texts, entities, redacted, labels if classes is not None else None)
+    return with_canaries(training, config) if config.canaries else training
+
+
+def with_canaries(training: TrainingTexts, config: TrainConfig) -> TrainingTexts:
+    """Plant the configuration's canaries in the training text (and its redacted twin: no detector marks
+    them, so to every mechanism they are ordinary sentences with no entity)."""
+    texts, canaries = plant_canaries(training.texts, config.canaries, config.canary_repeats, config.canary_formats,
+                                     seed=config.seed)
+    redacted, entities = {u: list(v) for u, v in training.redacted.items()}, {u: list(v) for u, v in training.entities.items()}
+    for canary in canaries:
+        redacted[canary.user] += [canary.text] * canary.repeats
+        entities[canary.user] += [frozenset()] * canary.repeats
+    return TrainingTexts(texts, entities, redacted, training.labels, tuple(canaries))
 
 
 def class_names(labels: dict[str, list[str]]) -> list[str]:
@@ -59,6 +74,7 @@ class PreparedData:
     valid: list[Example]
     test: list[Example]
     classes: list[str] | None  # classification: the class names, index = class id
+    canaries: tuple[Canary, ...] = ()
 
 
 def prepare_data(catalog: Catalog, config: TrainConfig, tokenizer: PreTrainedTokenizerBase) -> PreparedData:
@@ -83,7 +99,7 @@ def prepare_data(catalog: Catalog, config: TrainConfig, tokenizer: PreTrainedTok
     train = TrainData({u: examples(t, labels_of(u)) for u, t in training.texts.items()}, tokenizer.pad_token_id,
                       entities=training.entities, redacted=redacted)
     return PreparedData(train, _split(catalog, config, "valid", examples, index),
-                        _split(catalog, config, "test", examples, index), classes)
+                        _split(catalog, config, "test", examples, index), classes, training.canaries)
 
 
 def _split(catalog: Catalog, config: TrainConfig, split: str, examples, index: dict[str, int]) -> list[Example]:  # type: ignore[no-untyped-def]

@@ -69,6 +69,7 @@ def _prepare_runtime(home_override: Optional[Path]):  # type: ignore[no-untyped-
     # error, so keep Prefect's console from repeating failures as tracebacks. With a server, log fully.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL" if "PREFECT_API_URL" not in os.environ else "INFO")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     return home
 
 
@@ -354,6 +355,9 @@ def train(
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
     checkpoint_every: int = typer.Option(25, help="Save a resumable checkpoint every N rounds (0: never)."),
     log_model: bool = typer.Option(False, help="Store the trained model in the MLflow run."),
+    canaries: int = typer.Option(0, help="Plant N made-up secrets in the training text (for `uedp attack`)."),
+    canary_repeats: int = typer.Option(1, help="Times each canary is planted."),
+    canary_formats: str = typer.Option("digits:6", help="Comma-separated: digits:N, name, phone, email."),
     home: Optional[Path] = HOME_OPTION,
 ) -> None:
     """Train one configuration and log it to MLflow; prints the run id.
@@ -375,7 +379,8 @@ def train(
         noise_multiplier=noise_multiplier if noise_multiplier is not None or target_epsilon else 1.0,
         target_epsilon=target_epsilon, max_epsilon=max_epsilon, clip=clip, local_steps=local_steps,
         local_lr=local_lr, delta=delta, accountant=accountant, seed=seed, device=device,  # type: ignore[arg-type]
-        checkpoint_every=checkpoint_every, log_model=log_model,
+        checkpoint_every=checkpoint_every, log_model=log_model, canaries=canaries, canary_repeats=canary_repeats,
+        canary_formats=_csv(canary_formats),
     )
     result = train_configuration(data_home, config)
     if result.resumed_from:
@@ -437,6 +442,35 @@ def sweep(
     _print_summary(outcome.runs, title=f"uedp sweep on {dataset}")
     typer.echo(f"\nreport: {outcome.report[0] if outcome.report else '-'}")
     typer.echo(f"MLflow parent run: {outcome.parent_run_id}   (browse: {ui_command(data_home)})")
+
+
+@app.command()
+@user_errors
+def attack(
+    run_id: str = typer.Argument(..., help="The MLflow run id `uedp train` printed (trained with --log-model or --canaries)."),
+    kind: str = typer.Option("all", help="canary, mia, extraction or all (comma-separated for several)."),
+    limit: int = typer.Option(500, help="Membership inference: members and non-members sampled per level."),
+    top_k: int = typer.Option(5, help="Extraction: beam width; an entity counts when it is among the top k."),
+    extraction_limit: int = typer.Option(200, help="Extraction: entity occurrences tried at most."),
+    device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
+    seed: int = typer.Option(0, help="Seed of the sampling of candidates."),
+    reference_run: Optional[str] = typer.Option(None, help="Membership inference: calibrate against this run's "
+                                                "model (one trained without the members, e.g. on public text)."),
+    home: Optional[Path] = HOME_OPTION,
+) -> None:
+    """Attack a trained run and add the scores to that MLflow run: canary exposure, membership inference
+    (sentence, user and entity level; ROC AUC, TPR at 1% and 0.1% FPR, balanced accuracy), entity
+    extraction, and the empirical lower bound on epsilon they imply, next to the accounted epsilon."""
+    data_home = _prepare_runtime(home)
+    from tasks.attack import ATTACKS, attack_run
+    from tasks.tracking import ui_command
+
+    kinds = list(ATTACKS) if kind == "all" else _csv(kind)
+    metrics = attack_run(data_home, run_id, kinds, limit=limit, top_k=top_k, extraction_limit=extraction_limit,
+                         device_name=device, seed=seed, reference_run=reference_run)
+    for name, value in sorted(metrics.items()):
+        typer.echo(f"{name:<44} {value:.4g}")
+    typer.echo(f"logged to MLflow run {run_id}   (browse: {ui_command(data_home)})")
 
 
 @app.command()

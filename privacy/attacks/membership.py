@@ -1,0 +1,69 @@
+"""Membership inference (Carlini et al. 2021 style) at the sentence, user and entity level.
+
+A candidate's score is minus its loss (mean next-token NLL): members tend to have lower loss. Two
+calibrations remove how "easy" a text is regardless of training: ``zlib`` divides the summed NLL by
+the text's zlib-compressed size in bits, ``reference`` subtracts a reference model's loss (a model
+not trained on the candidates). User and entity scores are the mean score of the sentences of that
+user, or containing that entity. Members and non-members are balanced by seeded sampling (500 each
+by default, as in the Selective-DP paper).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Callable, Literal, Sequence
+
+import numpy as np
+
+from privacy.attacks.metrics import AttackFigures, EpsilonLowerBound, attack_figures, epsilon_lower_bound
+
+Calibration = Literal["none", "zlib", "reference"]
+SentenceScorer = Callable[[list[str]], np.ndarray]  # texts -> (n, 2): summed NLL, predicted tokens
+
+
+def zlib_bits(text: str) -> float:
+    return 8.0 * len(zlib.compress(text.encode("utf-8")))
+
+
+def sentence_scores(texts: list[str], nll: SentenceScorer, calibration: Calibration = "none",
+                    reference: SentenceScorer | None = None) -> np.ndarray:
+    """Higher = more likely a member."""
+    if not texts:
+        return np.zeros(0)
+    values = np.asarray(nll(texts), float)
+    summed, tokens = values[:, 0], np.maximum(values[:, 1], 1.0)
+    if calibration == "none":
+        return -summed / tokens
+    if calibration == "zlib":
+        return -summed / np.array([zlib_bits(t) for t in texts])
+    if reference is None:
+        raise ValueError("reference calibration needs a reference model")
+    ref = np.asarray(reference(texts), float)
+    return ref[:, 0] / np.maximum(ref[:, 1], 1.0) - summed / tokens
+
+
+def grouped_scores(scores: np.ndarray, groups: Sequence[Sequence[int]]) -> np.ndarray:
+    """Mean sentence score of each group (a user's sentences, or the sentences with an entity)."""
+    return np.array([float(np.mean(scores[list(g)])) for g in groups if len(g)])
+
+
+def balanced(members: np.ndarray, non_members: np.ndarray, limit: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``limit`` of each, equal numbers, drawn without replacement (seeded)."""
+    rng = np.random.default_rng(seed)
+    n = min(limit, len(members), len(non_members))
+    return rng.choice(members, n, replace=False), rng.choice(non_members, n, replace=False)
+
+
+@dataclass(frozen=True)
+class MembershipResult:
+    level: str
+    calibration: str
+    figures: AttackFigures
+    lower_bound: EpsilonLowerBound
+
+
+def membership_attack(level: str, calibration: str, members: np.ndarray, non_members: np.ndarray, delta: float,
+                      limit: int = 500, seed: int = 0) -> MembershipResult:
+    m, n = balanced(members, non_members, limit, seed)
+    return MembershipResult(level, calibration, attack_figures(m, n), epsilon_lower_bound(m, n, delta, seed=seed))

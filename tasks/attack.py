@@ -1,0 +1,169 @@
+"""Attack task: load a logged run's model and configuration from MLflow, run the chosen attacks, and
+add their scores (and the audit's lower bound on epsilon) to that same run.
+
+Members are the run's training split, non-members its test split, at three levels: sentences, users
+(all of a user's sentences), entities of the run's categories (was this entity's text in training?).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from models.device import resolve_device
+from models.gpt2 import load_gpt2
+from models.lstm import load_lstm
+from models.metrics import sequence_nll
+from models.batching import encode
+from models.tokenization import load_tokenizer
+from privacy.attacks.canaries import Canary, exposure, model_log_perplexity
+from privacy.attacks.extraction import Occurrence, extraction_rates
+from privacy.attacks.membership import grouped_scores, membership_attack, sentence_scores
+from storage.catalog import Catalog
+from storage.home import DataHome
+from tasks.config import TrainConfig
+from tasks.tracking import RunTracker
+from uedp.errors import UedpError
+
+AttackKind = Literal["canary", "mia", "extraction"]
+ATTACKS: tuple[str, ...] = ("canary", "mia", "extraction")
+# Which membership levels test a mechanism's privacy unit: adjacent datasets of the unit must differ
+# by at least what the attack's members differ by. A sentence lies inside one user and covers a
+# sequence (dpsgd); a user's whole text is a userdp/uedp unit but a group of dpsgd units; an entity's
+# sentences across users are a uedp unit only. Selective DP protects tokens: no level applies.
+AUDITED_LEVELS: dict[str, tuple[str, ...]] = {
+    "dpsgd": ("sentence",), "userdp": ("sentence", "user"), "uedp": ("sentence", "user", "entity"),
+    "uedp-naive": ("sentence", "user", "entity"), "selective": (), "noiseless": ("sentence", "user", "entity"),
+    "deid": ("sentence", "user", "entity"),
+}
+
+
+def attack_run(home: DataHome, run_id: str, kinds: list[str], limit: int = 500, top_k: int = 5,
+               extraction_limit: int = 200, device_name: str = "auto", seed: int = 0,
+               reference_run: str | None = None) -> dict[str, float]:
+    """Run ``kinds`` against the run's model; log and return the metrics.
+
+    ``reference_run``: another run's model (trained without these members, e.g. on public text) to
+    calibrate membership scores against, besides the uncalibrated and zlib-calibrated scores.
+    """
+    unknown = sorted(set(kinds) - set(ATTACKS))
+    if unknown:
+        raise UedpError(f"unknown attack {', '.join(unknown)}; valid: {', '.join(ATTACKS)}, all")
+    tracker = RunTracker.attach(home, run_id)
+    device = resolve_device(device_name)
+    config, model, tokenizer, canaries = _load_run(tracker, device)
+    metrics: dict[str, float] = {}
+    nll = _scorer(model, tokenizer, device, config.max_len)
+    reference = None
+    if reference_run:
+        _, ref_model, ref_tokenizer, _ = _load_run(RunTracker.attach(home, reference_run), device)
+        reference = _scorer(ref_model, ref_tokenizer, device, config.max_len)
+    if "canary" in kinds:
+        if not canaries:
+            raise UedpError(f"run {run_id} planted no canaries; train with --canaries N")
+        score = model_log_perplexity(model, tokenizer, device, config.max_len)
+        values = [exposure(c, score, seed=seed).exposure for c in canaries]
+        metrics |= {"canary_exposure_mean": float(np.mean(values)), "canary_exposure_max": float(np.max(values)),
+                    "canary_exposure_min": float(np.min(values))}
+    with Catalog(home, config.dataset) as catalog:
+        if "mia" in kinds:
+            metrics |= _membership(catalog, config, nll, limit, seed, reference)
+        if "extraction" in kinds:
+            occurrences = _occurrences(catalog, config, extraction_limit, seed)
+            for category, (hits, total) in sorted(extraction_rates(model, tokenizer, occurrences, top_k, device).items()):
+                metrics[f"extraction_top{top_k}_{category}"] = hits / total
+                metrics[f"extraction_tried_{category}"] = float(total)
+    audited = AUDITED_LEVELS.get(config.mechanism, ())
+    bounds = [v for k, v in metrics.items() if k.endswith("_epsilon_lower_bound") and k.split("_")[1] in audited]
+    if bounds:  # the strongest lower bound among the attacks that test this mechanism's unit
+        metrics["audit_epsilon_lower_bound"] = max(bounds)
+    tracker.log_metrics(metrics)
+    # Tags, not params: a run may be attacked again with other settings (params cannot change).
+    tracker.set_tags({"uedp.attack.kinds": ",".join(kinds), "uedp.attack.limit": str(limit),
+                      "uedp.attack.top_k": str(top_k), "uedp.attack.seed": str(seed)})
+    return metrics
+
+
+def _load_run(tracker: RunTracker, device: torch.device):  # type: ignore[no-untyped-def]
+    """A training run's configuration, model, tokenizer and canaries, from its MLflow artifacts."""
+    with tempfile.TemporaryDirectory() as tmp:
+        config_file = tracker.download("resolved_config.json", Path(tmp))
+        if config_file is None:
+            raise UedpError(f"run {tracker.run_id} has no resolved_config.json: not a uedp training run")
+        config = TrainConfig(**json.loads(config_file.read_text(encoding="utf-8"))["config"])
+        if config.task != "lm":
+            raise UedpError(f"the attacks target language models; run {tracker.run_id} trained a classifier")
+        model_dir = tracker.download("model", Path(tmp))
+        if model_dir is None:
+            raise UedpError(f"run {tracker.run_id} has no stored model; train with --log-model (or --canaries)")
+        tokenizer = load_tokenizer(model_dir)
+        model = (load_lstm(model_dir) if config.model == "lstm" else load_gpt2(model_dir)).to(device)
+        canaries_file = tracker.download("canaries.json", Path(tmp))
+        canaries = [Canary(**c) for c in json.loads(canaries_file.read_text())] if canaries_file else []
+    return config, model, tokenizer, canaries
+
+
+def _scorer(model: torch.nn.Module, tokenizer, device: torch.device, max_len: int):  # type: ignore[no-untyped-def]
+    def nll(texts: list[str]) -> np.ndarray:
+        return sequence_nll(model, encode(tokenizer, texts, max_len), tokenizer.pad_token_id, device).numpy()
+    return nll
+
+
+def _membership(catalog: Catalog, config: TrainConfig, nll, limit: int, seed: int,  # type: ignore[no-untyped-def]
+                reference=None) -> dict[str, float]:
+    train, test = catalog.sentences("train"), catalog.sentences("test")
+    if not train or not test:
+        raise UedpError(f"dataset {config.dataset!r} needs train and test sentences for membership inference")
+    metrics: dict[str, float] = {}
+    for calibration in ("none", "zlib") + (("reference",) if reference is not None else ()):
+        member = sentence_scores([t for _, _, t in train], nll, calibration, reference)  # type: ignore[arg-type]
+        outside = sentence_scores([t for _, _, t in test], nll, calibration, reference)  # type: ignore[arg-type]
+        levels = {"sentence": (member, outside),
+                  "user": (grouped_scores(member, _groups(train, lambda row: [row[1]])),
+                           grouped_scores(outside, _groups(test, lambda row: [row[1]])))}
+        member_entities = _entity_groups(catalog, config, "train", train)
+        outside_entities = _entity_groups(catalog, config, "test", test)
+        unseen = {k: v for k, v in outside_entities.items() if k not in member_entities}
+        if member_entities and unseen:
+            levels["entity"] = (grouped_scores(member, list(member_entities.values())),
+                                grouped_scores(outside, list(unseen.values())))
+        for level, (members, non_members) in levels.items():
+            if len(members) < 2 or len(non_members) < 2:
+                continue
+            result = membership_attack(level, calibration, members, non_members, config.delta, limit, seed)
+            prefix = f"mia_{level}" + ("" if calibration == "none" else f"_{calibration}")
+            metrics |= result.figures.as_metrics(prefix)
+            metrics[f"{prefix}_epsilon_lower_bound"] = result.lower_bound.epsilon
+    return metrics
+
+
+def _groups(rows: list[tuple[int, str, str]], keys_of) -> list[list[int]]:  # type: ignore[no-untyped-def]
+    groups: dict[str, list[int]] = {}
+    for index, row in enumerate(rows):
+        for key in keys_of(row):
+            groups.setdefault(key, []).append(index)
+    return list(groups.values())
+
+
+def _entity_groups(catalog: Catalog, config: TrainConfig, split: str, rows: list[tuple[int, str, str]]) -> dict[str, list[int]]:
+    spans = catalog.entity_spans(config.categories, split)
+    position = {sentence_id: index for index, (sentence_id, _, _) in enumerate(rows)}
+    groups: dict[str, list[int]] = {}
+    for sentence_id, found in spans.items():
+        for _, _, _, key in found:
+            groups.setdefault(key, []).append(position[sentence_id])
+    return groups
+
+
+def _occurrences(catalog: Catalog, config: TrainConfig, limit: int, seed: int) -> list[Occurrence]:
+    texts = {sentence_id: text for sentence_id, _, text in catalog.sentences("train")}
+    found = [Occurrence(category, texts[sid][:start], texts[sid][start:end])
+             for sid, spans in catalog.entity_spans(config.categories, "train").items()
+             for start, end, category, _ in spans if start > 0]
+    random.Random(seed).shuffle(found)
+    return found[:limit]
