@@ -18,6 +18,12 @@ from dp_accounting import pld, rdp
 
 AccountantKind = Literal["pld", "rdp"]
 ACCOUNTANTS: tuple[str, ...] = ("pld", "rdp")
+# Adjacency of the privacy unit: "add_remove" (a unit present or absent: users, sequences) or "replace"
+# (a unit's value changed, its place kept: Selective DP's F-neighbours, one sensitive token's value).
+# dp_accounting's REPLACE_ONE models records bounded by the sensitivity on either side, sampled by the
+# same coin, so a clipped contribution of norm <= beta needs no extra factor 2 here. Only PLD supports
+# it for Poisson sampling.
+Adjacency = Literal["add_remove", "replace"]
 MIN_NOISE_MULTIPLIER = 0.3
 
 # dp_accounting's RDP code logs a warning for every fractional order it cannot evaluate; those orders
@@ -25,12 +31,23 @@ MIN_NOISE_MULTIPLIER = 0.3
 logging.getLogger("absl").setLevel(logging.ERROR)
 
 
-def make_accountant(kind: AccountantKind) -> dp_accounting.PrivacyAccountant:
+def make_accountant(kind: AccountantKind, adjacency: Adjacency = "add_remove") -> dp_accounting.PrivacyAccountant:
+    relation = _relation(adjacency)
     if kind == "pld":
-        return pld.PLDAccountant()
+        return pld.PLDAccountant(relation)
     if kind == "rdp":
+        if adjacency == "replace":
+            raise ValueError("the rdp accountant cannot account replace-one adjacency under Poisson sampling; use pld")
         return rdp.RdpAccountant()
     raise ValueError(f"unknown accountant {kind!r}; valid: {', '.join(ACCOUNTANTS)}")
+
+
+def _relation(adjacency: Adjacency) -> dp_accounting.NeighboringRelation:
+    if adjacency == "add_remove":
+        return dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+    if adjacency == "replace":
+        return dp_accounting.NeighboringRelation.REPLACE_ONE
+    raise ValueError(f"unknown adjacency {adjacency!r}; valid: add_remove, replace")
 
 
 def poisson_gaussian_round(sampling_probability: float, noise_multiplier: float) -> dp_accounting.DpEvent:
@@ -38,11 +55,12 @@ def poisson_gaussian_round(sampling_probability: float, noise_multiplier: float)
     return dp_accounting.PoissonSampledDpEvent(sampling_probability, dp_accounting.GaussianDpEvent(noise_multiplier))
 
 
-def epsilon_after(round_event: dp_accounting.DpEvent, rounds: int, delta: float, kind: AccountantKind = "pld") -> float:
+def epsilon_after(round_event: dp_accounting.DpEvent, rounds: int, delta: float, kind: AccountantKind = "pld",
+                  adjacency: Adjacency = "add_remove") -> float:
     """Epsilon after ``rounds`` self-composed rounds at ``delta``."""
     if rounds <= 0:
         return 0.0
-    accountant = make_accountant(kind)
+    accountant = make_accountant(kind, adjacency)
     accountant.compose(round_event, rounds)
     return float(accountant.get_epsilon(delta))
 
@@ -53,6 +71,7 @@ def calibrate_noise_multiplier(
     target_epsilon: float,
     delta: float,
     kind: AccountantKind = "pld",
+    adjacency: Adjacency = "add_remove",
 ) -> float:
     """Smallest noise multiplier z (bisection, by dp_accounting) whose epsilon after ``rounds`` is <= target.
 
@@ -65,14 +84,14 @@ def calibrate_noise_multiplier(
 
     # Below z = MIN_NOISE_MULTIPLIER the PLD discretisation needs tens of GiB and epsilon is in the
     # hundreds anyway: a target that such little noise already meets is reported, not searched.
-    floor_epsilon = epsilon_after(round_event_for(MIN_NOISE_MULTIPLIER), rounds, delta, kind)
+    floor_epsilon = epsilon_after(round_event_for(MIN_NOISE_MULTIPLIER), rounds, delta, kind, adjacency)
     if floor_epsilon <= target_epsilon:
         raise ValueError(
             f"target epsilon {target_epsilon:g} is met even with noise multiplier {MIN_NOISE_MULTIPLIER} "
             f"(epsilon {floor_epsilon:.3g}); give a noise multiplier instead"
         )
     z = dp_accounting.calibrate_dp_mechanism(
-        lambda: make_accountant(kind),
+        lambda: make_accountant(kind, adjacency),
         event,
         target_epsilon,
         delta,
@@ -84,10 +103,10 @@ def calibrate_noise_multiplier(
 
 def resolve_noise_multiplier(mechanism: str, noise_multiplier: float | None, target_epsilon: float | None,
                              round_event_for: Callable[[float], dp_accounting.DpEvent], rounds: int, delta: float,
-                             kind: AccountantKind) -> float:
+                             kind: AccountantKind, adjacency: Adjacency = "add_remove") -> float:
     """The z a run uses: calibrated to ``target_epsilon`` when given, else the given positive one."""
     if target_epsilon is not None:
-        return calibrate_noise_multiplier(round_event_for, rounds, target_epsilon, delta, kind)
+        return calibrate_noise_multiplier(round_event_for, rounds, target_epsilon, delta, kind, adjacency)
     if noise_multiplier is None or noise_multiplier <= 0:
         raise ValueError(f"{mechanism} needs a positive noise multiplier or a target epsilon")
     return noise_multiplier
@@ -120,14 +139,17 @@ class RoundAccountant:
     (about 400 ms): per-round epsilon must not cost more than the training step it reports on.
     """
 
-    def __init__(self, round_event: dp_accounting.DpEvent, delta: float, kind: AccountantKind = "pld"):
+    def __init__(self, round_event: dp_accounting.DpEvent, delta: float, kind: AccountantKind = "pld",
+                 adjacency: Adjacency = "add_remove"):
+        make_accountant(kind, adjacency)  # fails early on a combination dp_accounting cannot account
         self.round_event = round_event
         self.delta = delta
         self.kind: AccountantKind = kind
+        self.adjacency: Adjacency = adjacency
         self.rounds = 0
         self.epsilon = 0.0
         self._peeked: float | None = None
-        self._one_round = _round_pld(round_event) if kind == "pld" else None
+        self._one_round = _round_pld(round_event, adjacency) if kind == "pld" else None
         self._composed: object | None = None  # the PLD after ``rounds`` rounds
         self._next: object | None = None  # the PLD after ``rounds + 1`` rounds, once peeked
 
@@ -137,7 +159,7 @@ class RoundAccountant:
                 self._next = self._one_round if self._composed is None else self._composed.compose(self._one_round)  # type: ignore[attr-defined]
                 self._peeked = float(self._next.get_epsilon_for_delta(self.delta))  # type: ignore[union-attr]
             else:
-                self._peeked = epsilon_after(self.round_event, self.rounds + 1, self.delta, self.kind)
+                self._peeked = epsilon_after(self.round_event, self.rounds + 1, self.delta, self.kind, self.adjacency)
         return self._peeked
 
     def step(self) -> float:
@@ -149,15 +171,15 @@ class RoundAccountant:
     def state_dict(self) -> dict[str, object]:
         """The rounds composed so far, with what identifies the round event, for checkpoints."""
         return {"rounds": self.rounds, "epsilon": self.epsilon, "event": repr(self.round_event),
-                "delta": self.delta, "kind": self.kind}
+                "delta": self.delta, "kind": self.kind, "adjacency": self.adjacency}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         """Continue after ``state['rounds']`` rounds (recomposed the same way, so figures match exactly)."""
-        mine = {"event": repr(self.round_event), "delta": self.delta, "kind": self.kind}
-        if any(state[key] != value for key, value in mine.items()):
+        mine = {"event": repr(self.round_event), "delta": self.delta, "kind": self.kind, "adjacency": self.adjacency}
+        if any(state.get(key) != value for key, value in mine.items()):
             raise ValueError(f"accountant state of another mechanism ({state['event']}, delta {state['delta']}, "
                              f"{state['kind']}) cannot continue this one ({mine['event']})")
-        fresh = RoundAccountant(self.round_event, self.delta, self.kind)
+        fresh = RoundAccountant(self.round_event, self.delta, self.kind, self.adjacency)
         if self._one_round is not None:
             for _ in range(int(state["rounds"])):  # type: ignore[call-overload]
                 fresh.step()
@@ -165,7 +187,7 @@ class RoundAccountant:
         self.epsilon, self._composed = float(state["epsilon"]), fresh._composed  # type: ignore[arg-type]
 
 
-def _round_pld(event: dp_accounting.DpEvent) -> object | None:
+def _round_pld(event: dp_accounting.DpEvent, adjacency: Adjacency) -> object | None:
     """dp_accounting's PLD of one Poisson-sampled Gaussian round, built as its PLDAccountant builds it."""
     if not (isinstance(event, dp_accounting.PoissonSampledDpEvent)
             and isinstance(event.event, dp_accounting.GaussianDpEvent)):
@@ -174,7 +196,7 @@ def _round_pld(event: dp_accounting.DpEvent) -> object | None:
 
     return privacy_loss_distribution.from_gaussian_mechanism(
         standard_deviation=event.event.noise_multiplier, sampling_prob=event.sampling_probability,
-        value_discretization_interval=PLD_DISCRETIZATION)
+        value_discretization_interval=PLD_DISCRETIZATION, neighboring_relation=_relation(adjacency))
 
 
 PLD_DISCRETIZATION = 1e-4  # dp_accounting's PLDAccountant default

@@ -35,22 +35,30 @@ def test_phase_one_never_sees_a_sensitive_span_and_epsilon_is_the_dpsgd_phases()
         return causal_lm_loss(model, batch)
 
     params = SelectiveParams(NoiselessParams(steps=3, batch_size=4), DpSgdParams(steps=4, expected_batch_size=3,
-                                                                                  noise_multiplier=1.2, accountant="rdp"))
+                                                                                  noise_multiplier=1.2))
     mechanism = SelectiveTwoPhase(params, n_examples=len(ORIGINAL), public_loss=recording_loss)
     reports: list[RoundReport] = []
     statement = mechanism.train(_model(), _data(), per_sequence_lm_loss, torch.device("cpu"), reports.append)
     assert seen and not any("Okafor" in text or "Leeds" in text for text in seen)
     assert any("[PERSON]" in text for text in seen)
     q = 3 / len(ORIGINAL)
-    expected = [epsilon_after(poisson_gaussian_round(q, 1.2), t, 1e-5, "rdp") for t in range(1, 5)]
+    # F-neighbours change a token's value: replace-one adjacency, larger than DP-SGD's add/remove figure
+    expected = [epsilon_after(poisson_gaussian_round(q, 1.2), t, 1e-5, "pld", "replace") for t in range(1, 5)]
+    add_remove = epsilon_after(poisson_gaussian_round(q, 1.2), 4, 1e-5, "pld")
+    assert expected[-1] > 1.2 * add_remove
     assert [r.round for r in reports] == list(range(1, 8))
     assert [r.epsilon for r in reports[:3]] == [0.0, 0.0, 0.0]
-    assert [r.epsilon for r in reports[3:]] == pytest.approx(expected, rel=1e-12)
+    assert [r.epsilon for r in reports[3:]] == pytest.approx(expected, rel=1e-6)
     assert statement.epsilon == pytest.approx(expected[-1]) and statement.rounds == 7
 
 
+def test_selective_refuses_an_accountant_without_replace_one_support() -> None:
+    with pytest.raises(ValueError, match="only the pld accountant"):
+        SelectiveTwoPhase(SelectiveParams(NoiselessParams(steps=1), DpSgdParams(steps=1, accountant="rdp")), 5)
+
+
 def test_selective_without_a_redacted_corpus_is_an_error() -> None:
-    params = SelectiveParams(NoiselessParams(steps=1), DpSgdParams(steps=1, accountant="rdp"))
+    params = SelectiveParams(NoiselessParams(steps=1), DpSgdParams(steps=1))
     data = TrainData({"u": encode(TOKENIZER, ["x"], 8)}, TOKENIZER.pad_token_id)
     with pytest.raises(ValueError, match="needs the redacted corpus"):
         SelectiveTwoPhase(params, 1).train(_model(), data, per_sequence_lm_loss, torch.device("cpu"), lambda r: None)

@@ -19,7 +19,8 @@ from opacus import GradSampleModule
 
 from models.batching import collate
 from models.device import autocast
-from privacy.accounting import AccountantKind, RoundAccountant, check_delta, poisson_gaussian_round, resolve_noise_multiplier
+from privacy.accounting import (AccountantKind, Adjacency, RoundAccountant, check_delta, poisson_gaussian_round,
+                                resolve_noise_multiplier)
 from privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
 from privacy.primitives import gaussian_noise, make_generator, poisson_sample
 
@@ -37,6 +38,7 @@ class DpSgdParams:
     max_epsilon: float | None = None
     seed: int = 0
     secure_noise: bool = False
+    adjacency: Adjacency = "add_remove"  # "replace" when the unit is a value inside a sequence (selective)
 
 
 class DpSgd:
@@ -50,7 +52,8 @@ class DpSgd:
         self.sample_rate = min(1.0, params.expected_batch_size / n_examples)
         self.noise_multiplier = resolve_noise_multiplier(
             self.name, params.noise_multiplier, params.target_epsilon,
-            lambda z: poisson_gaussian_round(self.sample_rate, z), params.steps, params.delta, params.accountant)
+            lambda z: poisson_gaussian_round(self.sample_rate, z), params.steps, params.delta, params.accountant,
+            params.adjacency)
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
               on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT, scope: str = "dpsgd") -> PrivacyStatement:
@@ -58,7 +61,7 @@ class DpSgd:
         p, z, q = self.params, self.noise_multiplier, self.sample_rate
         sequences = data.sequences
         check_delta(p.delta, len(sequences))
-        accountant = RoundAccountant(poisson_gaussian_round(q, z), p.delta, p.accountant)
+        accountant = RoundAccountant(poisson_gaussian_round(q, z), p.delta, p.accountant, p.adjacency)
         noise_gen = make_generator(p.seed, p.secure_noise, device)
         sample_gen = make_generator(p.seed + 1, p.secure_noise)
         with warnings.catch_warnings():  # Opacus warns about modules it does not validate strictly

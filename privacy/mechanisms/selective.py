@@ -6,13 +6,19 @@ The privacy unit is one sensitive token (Selective DP's F-neighbours): phase 1 s
 so the epsilon is that of the DP-SGD phase. This rests on detection: a sensitive span the detector
 missed reaches phase 1 unprotected by noise, as it would under any policy function.
 
+F-neighbours differ in the *value* of a private token; the sequence holding it is in both datasets.
+That is replace-one adjacency, so phase 2 is accounted with dp_accounting's PLD under REPLACE_ONE
+(a clipped gradient can move by twice the clip bound), not the add/remove figure plain DP-SGD reports
+for whole sequences: the same noise gives a larger, and honest, epsilon. The Selective-DP paper's
+analysis takes the sensitivity as C, which holds only for add/remove.
+
 The recurrent Selective-DPSGD (hidden-state clipping and noise, two Gaussian releases per private
 update) needs the LSTM model and is not implemented yet.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -30,12 +36,14 @@ class SelectiveParams:
 
 class SelectiveTwoPhase:
     name = "selective"
-    unit = "one sensitive token (Selective DP; spans the detector missed are not covered)"
+    unit = "one sensitive token's value (Selective DP, replace-one; spans the detector missed are not covered)"
 
     def __init__(self, params: SelectiveParams, n_examples: int, public_loss: LossFn = causal_lm_loss):
-        self.params = params
+        if params.private.accountant != "pld":
+            raise ValueError("selective is accounted under replace-one adjacency, which only the pld accountant supports")
+        self.params = SelectiveParams(params.public, replace(params.private, adjacency="replace"))
         self.public_loss = public_loss  # phase 1's objective: the ordinary LM loss
-        self.dpsgd = DpSgd(params.private, n_examples)
+        self.dpsgd = DpSgd(self.params.private, n_examples)
         self.noise_multiplier = self.dpsgd.noise_multiplier
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
