@@ -23,6 +23,20 @@ def encode(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_len: in
     return [torch.tensor((row + [eos])[:max_len], dtype=torch.long) for row in ids]
 
 
+def encode_with_private_mask(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
+                             spans: Sequence[Sequence[tuple[int, int]]], max_len: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """``encode``'s ids, and per text a bool mask marking tokens that overlap one of its character spans
+    (from the tokenizer's offsets; the appended EOS is never private)."""
+    encoded = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)
+    ids_out, masks = [], []
+    for row, offsets, text_spans in zip(encoded["input_ids"], encoded["offset_mapping"], spans):
+        mask = [any(start < span_end and span_start < end for span_start, span_end in text_spans)
+                for start, end in offsets] + [False]
+        ids_out.append(torch.tensor((row + [tokenizer.eos_token_id])[:max_len], dtype=torch.long))
+        masks.append(torch.tensor(mask[:max_len], dtype=torch.bool))
+    return ids_out, masks
+
+
 def collate(examples: Sequence[Example], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-padded ``input_ids``, ``attention_mask`` and ``labels`` (per token, or one class per row)."""
     classes = [e[1] for e in examples] if isinstance(examples[0], tuple) else None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from opacus.layers import DPLSTM
@@ -61,6 +62,32 @@ class LstmLanguageModel(nn.Module):
                 position_ids: torch.Tensor | None = None) -> CausalLMOutput:
         hidden, _ = self.lstm(self.embedding(input_ids))
         return CausalLMOutput(logits=self.decoder(hidden))
+
+    def forward_releasing_states(self, input_ids: torch.Tensor, private: torch.Tensor,
+                                 release: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int],
+                                                   tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """Logits of an unrolled forward pass in which the state after each private token is handed to
+        ``release(h, c, rows, t)`` before the next token sees it (Selective-DPSGD clips and noises it there).
+
+        ``private`` is a (batch, length) bool mask; ``rows`` are the batch rows private at step ``t``. The
+        prediction at a private position itself uses the state before release. The cell is Opacus'
+        ``DPLSTMCell``, called step by step exactly as ``DPLSTM`` calls it, so per-example gradients work.
+        """
+        cell = self.lstm.l0
+        batch, length = input_ids.shape
+        cell.set_max_batch_length(batch)
+        embedded = self.embedding(input_ids)
+        h = embedded.new_zeros(batch, self.config.hidden_size)
+        c = embedded.new_zeros(batch, self.config.hidden_size)
+        outputs = []
+        for t in range(length):
+            h, c = cell(embedded[:, t], (h, c))
+            outputs.append(h)
+            rows = private[:, t].nonzero(as_tuple=True)[0]
+            if len(rows):
+                released_h, released_c = release(h[rows], c[rows], rows, t)
+                h, c = h.index_put((rows,), released_h), c.index_put((rows,), released_c)
+        return self.decoder(torch.stack(outputs, dim=1))
 
     def save_pretrained(self, folder: str | Path) -> None:
         folder = Path(folder)

@@ -41,6 +41,7 @@ class TrainConfig(BaseModel):
     noise_multiplier: float | None = Field(1.0, gt=0)
     target_epsilon: float | None = Field(None, gt=0)
     clip: float = Field(1.0, gt=0)
+    hidden_clip: float = Field(1.0, gt=0, description="selective with lstm: L2 bound of the state after a private token")
     local_steps: int = Field(5, ge=1)
     local_batch_size: int = Field(8, ge=1)
     local_lr: float = Field(0.5, gt=0)

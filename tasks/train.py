@@ -26,6 +26,7 @@ from privacy.mechanisms.base import Checkpointer, LossFn, Mechanism, RoundReport
 from privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
 from privacy.mechanisms.noiseless import Noiseless, NoiselessParams
 from privacy.mechanisms.selective import SelectiveParams, SelectiveTwoPhase
+from privacy.mechanisms.selective_recurrent import SelectiveRecurrent, SelectiveRecurrentParams
 from privacy.mechanisms.uedp import UeDp, UeDpParams
 from privacy.mechanisms.userdp import UserDp, UserDpParams
 from storage.catalog import Catalog
@@ -86,6 +87,12 @@ def build_mechanism(config: TrainConfig, n_users: int, n_examples: int) -> Mecha
                             max_epsilon=config.max_epsilon, seed=config.seed)
         if config.mechanism == "dpsgd":
             return DpSgd(dpsgd, n_examples)
+        if config.mechanism == "selective" and config.model == "lstm":
+            return SelectiveRecurrent(SelectiveRecurrentParams(
+                steps=config.steps, expected_batch_size=config.batch_size, noise_multiplier=config.noise_multiplier,
+                target_epsilon=config.target_epsilon, clip=config.clip, hidden_clip=config.hidden_clip, lr=config.lr,
+                delta=config.delta, accountant=config.accountant, max_epsilon=config.max_epsilon, seed=config.seed),
+                n_examples)
         if config.mechanism == "selective":
             public = NoiselessParams(steps=config.public_steps, batch_size=config.batch_size, lr=config.lr,
                                      seed=config.seed)
@@ -171,7 +178,8 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
             tracker.log_metrics({f"{metric}_valid": evaluate(model, data.valid, config, pad_id, device)}, step=0)
         rounds: list[int] = []
         epsilons: list[float] = []
-        total = config.steps + (config.public_steps if config.mechanism == "selective" else 0)
+        two_phase = config.mechanism == "selective" and config.model != "lstm"
+        total = config.steps + (config.public_steps if two_phase else 0)
         bar = tqdm(total=total, desc=config.run_name(), unit="round" if config.is_private else "step",
                    disable=not progress, leave=False)
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from transformers import PreTrainedTokenizerBase
 
-from models.batching import Example, encode
+from models.batching import Example, encode, encode_with_private_mask
 from privacy.attacks.canaries import Canary, plant_canaries
 from privacy.deid import redact
 from privacy.mechanisms.base import TrainData
@@ -26,6 +26,7 @@ class TrainingTexts:
     redacted: dict[str, list[str]]
     labels: dict[str, list[str]] | None = None
     canaries: tuple[Canary, ...] = ()
+    spans: dict[str, list[list[tuple[int, int]]]] | None = None  # per sentence, its sensitive character spans
 
 
 def load_training_texts(catalog: Catalog, config: TrainConfig) -> TrainingTexts:
@@ -36,6 +37,7 @@ def load_training_texts(catalog: Catalog, config: TrainConfig) -> TrainingTexts:
     entities: dict[str, list[frozenset[str]]] = {}
     redacted: dict[str, list[str]] = {}
     labels: dict[str, list[str]] = {}
+    spans_of: dict[str, list[list[tuple[int, int]]]] = {}
     for sentence_id, user_id, text in catalog.sentences("train"):
         if classes is not None:
             if sentence_id not in classes:
@@ -46,7 +48,8 @@ def load_training_texts(catalog: Catalog, config: TrainConfig) -> TrainingTexts:
         texts.setdefault(user_id, []).append(clean if config.mechanism == "deid" else text)
         redacted.setdefault(user_id, []).append(clean)
         entities.setdefault(user_id, []).append(frozenset(key for _, _, _, key in found))
-    training = TrainingTexts(texts, entities, redacted, labels if classes is not None else None)
+        spans_of.setdefault(user_id, []).append([(s, e) for s, e, _, _ in found])
+    training = TrainingTexts(texts, entities, redacted, labels if classes is not None else None, spans=spans_of)
     return with_canaries(training, config) if config.canaries else training
 
 
@@ -56,10 +59,12 @@ def with_canaries(training: TrainingTexts, config: TrainConfig) -> TrainingTexts
     texts, canaries = plant_canaries(training.texts, config.canaries, config.canary_repeats, config.canary_formats,
                                      seed=config.seed)
     redacted, entities = {u: list(v) for u, v in training.redacted.items()}, {u: list(v) for u, v in training.entities.items()}
+    spans = {u: list(v) for u, v in (training.spans or {}).items()}
     for canary in canaries:
         redacted[canary.user] += [canary.text] * canary.repeats
         entities[canary.user] += [frozenset()] * canary.repeats
-    return TrainingTexts(texts, entities, redacted, training.labels, tuple(canaries))
+        spans.setdefault(canary.user, []).extend([[] for _ in range(canary.repeats)])
+    return TrainingTexts(texts, entities, redacted, training.labels, tuple(canaries), spans)
 
 
 def class_names(labels: dict[str, list[str]]) -> list[str]:
@@ -94,10 +99,17 @@ def prepare_data(catalog: Catalog, config: TrainConfig, tokenizer: PreTrainedTok
     def labels_of(user: str) -> list[str] | None:
         return training.labels[user] if training.labels is not None else None
 
+    recurrent_selective = config.mechanism == "selective" and config.model == "lstm"
     redacted = ({u: examples(t, labels_of(u)) for u, t in training.redacted.items()}
-                if config.mechanism == "selective" else None)
-    train = TrainData({u: examples(t, labels_of(u)) for u, t in training.texts.items()}, tokenizer.pad_token_id,
-                      entities=training.entities, redacted=redacted)
+                if config.mechanism == "selective" and not recurrent_selective else None)
+    by_user = {u: examples(t, labels_of(u)) for u, t in training.texts.items()}
+    masks = None
+    if recurrent_selective:  # Selective-DPSGD needs to know which tokens are private
+        assert training.spans is not None
+        pairs = {u: encode_with_private_mask(tokenizer, t, training.spans[u], config.max_len) for u, t in training.texts.items()}
+        by_user, masks = {u: ids for u, (ids, _) in pairs.items()}, {u: m for u, (_, m) in pairs.items()}
+    train = TrainData(by_user, tokenizer.pad_token_id, entities=training.entities, redacted=redacted,
+                      private_masks=masks)
     return PreparedData(train, _split(catalog, config, "valid", examples, index),
                         _split(catalog, config, "test", examples, index), classes, training.canaries)
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch.nn.utils import parameters_to_vector
 
-from models.batching import encode
+from models.batching import encode, encode_with_private_mask
+from models.lstm import build_lstm
 from models.metrics import causal_lm_loss, per_sequence_lm_loss
 from privacy.accounting import RoundAccountant, epsilon_after, poisson_gaussian_round
 from privacy.mechanisms.base import Mechanism, RoundReport, TrainData
@@ -18,6 +19,7 @@ from privacy.mechanisms.checkpoint import CheckpointMismatch, Checkpointer
 from privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
 from privacy.mechanisms.noiseless import Noiseless, NoiselessParams
 from privacy.mechanisms.selective import SelectiveParams, SelectiveTwoPhase
+from privacy.mechanisms.selective_recurrent import SelectiveRecurrent, SelectiveRecurrentParams
 from privacy.mechanisms.uedp import UeDp, UeDpParams
 from privacy.mechanisms.userdp import UserDp, UserDpParams
 from test_userdp import TOKENIZER, _model
@@ -25,13 +27,20 @@ from test_userdp import TOKENIZER, _model
 ROUNDS = 6
 
 
+def _lstm() -> torch.nn.Module:
+    torch.manual_seed(1)
+    return build_lstm("tiny", len(TOKENIZER))
+
+
 def _data() -> TrainData:
     texts = {f"u{u}": [f"user {u} met Anna in Leeds, note {i}" if i % 2 else f"user {u} wrote note {i}"
                        for i in range(3)] for u in range(8)}
+    masks = {u: encode_with_private_mask(TOKENIZER, ts, [[(t.find("Anna"), t.find("Anna") + 4)] if "Anna" in t else []
+                                                         for t in ts], 40)[1] for u, ts in texts.items()}
     entities = {u: [frozenset({"PERSON:anna", "LOC:leeds"}) if i % 2 else frozenset() for i in range(3)] for u in texts}
     redacted = {u: encode(TOKENIZER, [t.replace("Anna", "[PERSON]") for t in ts], 40) for u, ts in texts.items()}
     return TrainData({u: encode(TOKENIZER, t, 40) for u, t in texts.items()}, TOKENIZER.pad_token_id,
-                     entities=entities, redacted=redacted)
+                     entities=entities, redacted=redacted, private_masks=masks)
 
 
 MECHANISMS: dict[str, tuple[Callable[[], Mechanism], Callable]] = {
@@ -45,6 +54,8 @@ MECHANISMS: dict[str, tuple[Callable[[], Mechanism], Callable]] = {
     "selective": (lambda: SelectiveTwoPhase(SelectiveParams(NoiselessParams(steps=3, batch_size=4, seed=3),
                                                             DpSgdParams(steps=ROUNDS, expected_batch_size=4, seed=3,
                                                                         delta=1e-3)), 24), per_sequence_lm_loss),
+    "selective-recurrent": (lambda: SelectiveRecurrent(SelectiveRecurrentParams(steps=ROUNDS, expected_batch_size=4,
+                                                                                seed=3, delta=1e-3), 24), causal_lm_loss),
 }
 
 
@@ -54,7 +65,7 @@ class Crash(RuntimeError):
 
 def _run(name: str, checkpoint: Checkpointer | None = None, crash_at: int | None = None):
     make, loss = MECHANISMS[name]
-    model, reports = _model(seed=1), []
+    model, reports = (_lstm() if name == "selective-recurrent" else _model(seed=1)), []
 
     def on_round(report: RoundReport) -> None:
         reports.append(report)

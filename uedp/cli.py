@@ -347,6 +347,7 @@ def train(
     target_epsilon: Optional[float] = typer.Option(None, help="Calibrate z so the run ends at this epsilon."),
     max_epsilon: Optional[float] = typer.Option(None, help="Stop before a round that would exceed this epsilon."),
     clip: float = typer.Option(1.0, help="L2 clipping bound (beta): per example (dpsgd) or per user delta."),
+    hidden_clip: float = typer.Option(1.0, help="selective with --model lstm: L2 bound of the state after a private token."),
     local_steps: int = typer.Option(5, help="userdp/uedp: local SGD steps per sampled user."),
     local_lr: float = typer.Option(0.5, help="userdp/uedp: local learning rate."),
     delta: float = typer.Option(1e-5, help="Target delta."),
@@ -377,7 +378,7 @@ def train(
         categories=categories, steps=steps, public_steps=public_steps, batch_size=batch_size, lr=lr, max_len=max_len,
         q_user=q_user, q_entity=q_entity, q_extended=q_extended,
         noise_multiplier=noise_multiplier if noise_multiplier is not None or target_epsilon else 1.0,
-        target_epsilon=target_epsilon, max_epsilon=max_epsilon, clip=clip, local_steps=local_steps,
+        target_epsilon=target_epsilon, max_epsilon=max_epsilon, clip=clip, hidden_clip=hidden_clip, local_steps=local_steps,
         local_lr=local_lr, delta=delta, accountant=accountant, seed=seed, device=device,  # type: ignore[arg-type]
         checkpoint_every=checkpoint_every, log_model=log_model, canaries=canaries, canary_repeats=canary_repeats,
         canary_formats=_csv(canary_formats),

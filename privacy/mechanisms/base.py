@@ -29,6 +29,8 @@ class TrainData:
     entities: dict[str, list[frozenset[str]]] | None = None
     # For selective: the same users' sequences with the sensitive spans redacted.
     redacted: dict[str, list[Example]] | None = None
+    # For recurrent selective: per sequence, a bool per token, True inside a sensitive span.
+    private_masks: dict[str, list[torch.Tensor]] | None = None
 
     @property
     def sequences(self) -> list[Example]:

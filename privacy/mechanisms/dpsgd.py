@@ -117,12 +117,19 @@ class DpSgd:
             warnings.filterwarnings("ignore", message="Full backward hook is firing")
             loss.backward()
         # loss_reduction="mean": Opacus scales per-sample gradients back to per-example losses.
-        samples = [param.grad_sample for param in params]
-        norms = torch.sqrt(sum(g.reshape(len(batch), -1).pow(2).sum(1) for g in samples))
-        scale = torch.clamp(self.params.clip / (norms + 1e-12), max=1.0)
-        scale = torch.where(torch.isfinite(norms), scale, torch.zeros_like(scale))  # a non-finite example counts 0
-        summed = [torch.einsum("b,b...->...", scale, torch.nan_to_num(g)) for g in samples]
-        for param in params:
-            param.grad_sample = None
-            param.grad = None
-        return summed
+        return sum_clipped_grad_samples(params, len(batch), self.params.clip)
+
+
+def sum_clipped_grad_samples(params: list[torch.Tensor], batch_size: int, clip: float) -> list[torch.Tensor]:
+    """``sum_i clip(g_i, clip)`` per parameter from Opacus' ``grad_sample`` (flat clipping over all
+    parameters; a non-finite example counts 0); clears ``grad_sample`` and ``grad`` afterwards."""
+    samples = [param.grad_sample if param.grad_sample is not None
+               else torch.zeros((batch_size, *param.shape), device=param.device) for param in params]
+    norms = torch.sqrt(sum(g.reshape(batch_size, -1).pow(2).sum(1) for g in samples))
+    scale = torch.clamp(clip / (norms + 1e-12), max=1.0)
+    scale = torch.where(torch.isfinite(norms), scale, torch.zeros_like(scale))
+    summed = [torch.einsum("b,b...->...", scale, torch.nan_to_num(g)) for g in samples]
+    for param in params:
+        param.grad_sample = None
+        param.grad = None
+    return summed

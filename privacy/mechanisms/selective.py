@@ -12,8 +12,8 @@ That is replace-one adjacency, so phase 2 is accounted with dp_accounting's PLD 
 for whole sequences: the same noise gives a larger, and honest, epsilon. The Selective-DP paper's
 analysis takes the sensitivity as C, which holds only for add/remove.
 
-The recurrent Selective-DPSGD (hidden-state clipping and noise, two Gaussian releases per private
-update) needs the LSTM model and is not implemented yet.
+For the LSTM, ``selective`` is the recurrent Selective-DPSGD of
+:mod:`privacy.mechanisms.selective_recurrent` instead.
 """
 
 from __future__ import annotations

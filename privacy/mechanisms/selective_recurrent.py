@@ -1,0 +1,178 @@
+"""``selective`` for recurrent models: Selective-DPSGD (``selective-dp.txt`` Alg. 1), as PRIVACY.md
+specifies, on :class:`models.lstm.LstmLanguageModel`.
+
+Per step, sequences are Poisson-sampled with ``q = B / N``. One unrolled forward pass feeds every token;
+the LSTM state after a private token (a token inside a detected span of the chosen categories) is
+clipped to ``hidden_clip`` (h and c jointly, L2), given Gaussian noise ``z * hidden_clip`` and detached
+before the next token sees it. The next-token losses then split in two:
+
+* public losses (neither the input nor the target token is private) give the regular gradient, with no
+  noise: they depend on public tokens and on released (noised) states only;
+* private losses (input or target private) give, per sequence, a gradient clipped to ``clip``, summed,
+  noised with ``z * clip`` and divided by ``B`` (DP-SGD, Opacus per-example gradients).
+
+The two gradients are applied together by Adam (post-processing). Both forward passes of a step (one
+without, one with Opacus' hooks) use the same pre-drawn state noise, so they see the same released states.
+
+Accounting. Selective DP's neighbours differ in one private token's *value*: replace-one adjacency. A
+changed token moves its sequence's clipped private gradient and the one state released right after it
+(later states see it only through that noised release); both happen only when its sequence is sampled.
+Each step is therefore ``PoissonSampled(q, Gaussian(z / sqrt 2))`` (the two unit-sensitivity Gaussian
+releases, each at multiplier z, compose to one at ``z / sqrt 2``) under REPLACE_ONE, by dp_accounting's
+PLD. A sequence with no private token contributes only regular updates.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import dp_accounting
+import torch
+import torch.nn.functional as F
+from opacus import GradSampleModule
+
+from models.batching import IGNORE, collate
+from models.device import autocast
+from models.lstm import LstmLanguageModel
+from privacy.accounting import AccountantKind, RoundAccountant, check_delta, resolve_noise_multiplier
+from privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
+from privacy.mechanisms.dpsgd import sum_clipped_grad_samples
+from privacy.primitives import gaussian_noise, make_generator, poisson_sample
+
+
+@dataclass
+class SelectiveRecurrentParams:
+    steps: int = 300
+    expected_batch_size: int = 16
+    noise_multiplier: float | None = 1.0
+    target_epsilon: float | None = None
+    clip: float = 1.0  # per-sequence private gradient
+    hidden_clip: float = 1.0  # LSTM state (h, c) after a private token
+    lr: float = 1e-3
+    delta: float = 1e-5
+    accountant: AccountantKind = "pld"
+    max_epsilon: float | None = None
+    seed: int = 0
+    secure_noise: bool = False
+
+
+def step_event(sampling_probability: float, noise_multiplier: float) -> dp_accounting.DpEvent:
+    """One step: the private gradient and one released state per changed token, same sampling coin."""
+    return dp_accounting.PoissonSampledDpEvent(sampling_probability,
+                                               dp_accounting.GaussianDpEvent(noise_multiplier / math.sqrt(2)))
+
+
+class SelectiveRecurrent:
+    name = "selective"
+    unit = "one sensitive token's value (Selective-DPSGD, replace-one; spans the detector missed are not covered)"
+
+    def __init__(self, params: SelectiveRecurrentParams, n_examples: int):
+        if n_examples < 1:
+            raise ValueError("selective needs at least one training sequence")
+        if params.accountant != "pld":
+            raise ValueError("selective is accounted under replace-one adjacency, which only the pld accountant supports")
+        self.params = params
+        self.sample_rate = min(1.0, params.expected_batch_size / n_examples)
+        self.noise_multiplier = resolve_noise_multiplier(
+            self.name, params.noise_multiplier, params.target_epsilon, lambda z: step_event(self.sample_rate, z),
+            params.steps, params.delta, params.accountant, "replace")
+
+    def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
+              on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> PrivacyStatement:
+        """``loss_fn`` is unused: the loss is split by token privacy here."""
+        if not isinstance(model, LstmLanguageModel):
+            raise ValueError("recurrent selective trains the LSTM language model (--model lstm)")
+        if data.private_masks is None:
+            raise ValueError("recurrent selective needs each sequence's private-token mask (TrainData.private_masks)")
+        p, z, q = self.params, self.noise_multiplier, self.sample_rate
+        sequences = data.sequences
+        masks = [m for user_masks in data.private_masks.values() for m in user_masks]
+        check_delta(p.delta, len(sequences))
+        accountant = RoundAccountant(step_event(q, z), p.delta, p.accountant, "replace")
+        noise_gen = make_generator(p.seed, p.secure_noise, device)
+        sample_gen = make_generator(p.seed + 1, p.secure_noise)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            private = GradSampleModule(model, strict=False, loss_reduction="sum")
+        params = [t for t in model.parameters() if t.requires_grad]
+        optimizer = torch.optim.Adam(params, lr=p.lr)
+        state = {"model": model, "optimizer": optimizer, "accountant": accountant, "noise": noise_gen,
+                 "sampling": sample_gen}
+        done = (checkpoint.restore(self.name, state) or {"round": 0})["round"]
+        model.train()
+        stopped = ""
+        try:
+            for step in range(done + 1, p.steps + 1):
+                if p.max_epsilon is not None and accountant.peek() > p.max_epsilon:
+                    stopped = f"stopped before step {step}: epsilon would exceed the budget {p.max_epsilon:g}"
+                    break
+                chosen = poisson_sample(len(sequences), q, sample_gen)
+                gradients = self.step_gradients(private, model, params, [sequences[i] for i in chosen],
+                                                [masks[i] for i in chosen], data.pad_id, device, noise_gen)
+                for param, grad in zip(params, gradients):
+                    param.grad = grad
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                on_round(RoundReport(step, math.nan, accountant.step(), p.delta, len(chosen)))
+                checkpoint.maybe_save(self.name, step, state)
+        finally:
+            private.remove_hooks()
+        return PrivacyStatement(
+            mechanism=self.name, unit=self.unit, epsilon=accountant.epsilon, delta=p.delta, accountant=p.accountant,
+            noise_multiplier=z, sampling_probability=q, rounds=accountant.rounds, notes=stopped,
+            extra={"noise_std": z * p.clip, "hidden_noise_std": z * p.hidden_clip, "sensitivity": p.clip,
+                   "releases_per_step": 2.0})
+
+    def step_gradients(self, private: GradSampleModule, model: LstmLanguageModel, params: list[torch.Tensor],
+                       batch: list[torch.Tensor], masks: list[torch.Tensor], pad_id: int, device: torch.device,
+                       noise_gen: torch.Generator) -> list[torch.Tensor]:
+        """Regular gradient of the public losses plus the noised, clipped private gradient, per parameter."""
+        p, z = self.params, self.noise_multiplier
+        private_noise = [gaussian_noise(t.shape, z * p.clip, noise_gen, t.dtype) for t in params]
+        if not batch:
+            return [noise / p.expected_batch_size for noise in private_noise]
+        inputs = {k: v.to(device) for k, v in collate(batch, pad_id).items()}
+        ids = inputs["input_ids"]
+        is_private = torch.zeros_like(ids, dtype=torch.bool)
+        for row, mask in enumerate(masks):
+            is_private[row, : len(mask)] = mask.to(device)
+        state_noise = gaussian_noise((*ids.shape, 2 * model.config.hidden_size), z * p.hidden_clip, noise_gen,
+                                     torch.float32).to(device)
+
+        def release(h: torch.Tensor, c: torch.Tensor, rows: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+            joint = torch.cat([h, c], dim=1).detach()  # nothing downstream differentiates into a private token
+            norms = joint.norm(dim=1, keepdim=True)
+            clipped = joint * torch.clamp(p.hidden_clip / (norms + 1e-12), max=1.0)
+            clipped = torch.where(torch.isfinite(norms), clipped, torch.zeros_like(clipped))
+            noised = clipped + state_noise[rows, t]
+            return noised[:, : h.shape[1]], noised[:, h.shape[1]:]
+
+        targets = inputs["labels"][:, 1:]
+        valid = targets != IGNORE
+        private_loss = (is_private[:, :-1] | is_private[:, 1:]) & valid
+
+        # Regular update: public losses, plain gradient (Opacus' hooks off).
+        private.disable_hooks()
+        with autocast(device):
+            nll = self._token_nll(model, ids, is_private, release, targets)
+        public = valid & ~private_loss
+        regular = torch.autograd.grad((nll * public).sum() / public.sum().clamp(min=1), params, allow_unused=True)
+        private.enable_hooks()
+        # Private update: per-sequence private losses, Opacus per-example gradients, clipped and noised.
+        with autocast(device):
+            nll = self._token_nll(private, ids, is_private, release, targets)
+        per_sequence = (nll * private_loss).sum(1) / private_loss.sum(1).clamp(min=1)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Full backward hook is firing")
+            per_sequence.sum().backward()
+        summed = sum_clipped_grad_samples(params, len(batch), p.clip)
+        return [(reg if reg is not None else torch.zeros_like(total)) + (total + noise) / p.expected_batch_size
+                for reg, total, noise in zip(regular, summed, private_noise)]
+
+    @staticmethod
+    def _token_nll(model: torch.nn.Module, ids: torch.Tensor, is_private: torch.Tensor, release, targets: torch.Tensor) -> torch.Tensor:  # type: ignore[no-untyped-def]
+        base = model._module if isinstance(model, GradSampleModule) else model
+        logits = base.forward_releasing_states(ids, is_private, release)
+        return F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), targets, ignore_index=IGNORE, reduction="none")
