@@ -82,11 +82,20 @@ def main() -> None:
             if device.type == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
-            statement = engine.train(model, data.train, counting(loss), device, lambda r: None)
+            sampled = [0]
+
+            def on_round(report, sampled=sampled):  # type: ignore[no-untyped-def]
+                sampled[0] += report.participants
+
+            statement = engine.train(model, data.train, counting(loss), device, on_round)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             seconds = time.perf_counter() - start
             unit = "rounds" if mechanism in FEDERATED else "steps"
+            if not tokens[0]:  # recurrent selective computes its own losses: sampled sequences x mean length
+                lengths = [len(s) for s in data.train.sequences]
+                tokens[0] = round(sampled[0] * sum(lengths) / len(lengths))
+                mechanism += "*"
             rows.append((mechanism, statement.rounds, unit, tokens[0], seconds, tokens[0] / seconds))
             print(f"  {mechanism}: {tokens[0]} tokens in {seconds:.1f} s", file=sys.stderr)
 
@@ -96,6 +105,8 @@ def main() -> None:
         ratio = f"{rate / base:.2f}x" if base else "-"
         print(f"{mechanism:<11}{f'{work} {unit}':>12}{count:>10}{seconds:>8.1f}{rate:>11.0f}{ratio:>14}")
     print(f"model: {args.model} {args.model_config}; device: {name}; torch {torch.__version__}")
+    if any(r[0].endswith("*") for r in rows):
+        print("* tokens estimated as sampled sequences x mean sequence length (the mechanism computes its own loss)")
 
 
 if __name__ == "__main__":

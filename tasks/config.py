@@ -58,6 +58,7 @@ class TrainConfig(BaseModel):
     canary_repeats: int = Field(1, ge=1, description="times each canary is planted")
     canary_formats: list[str] = Field(default_factory=lambda: ["digits:6"],
                                       description="digits:N, name, phone, email (cycled over the canaries)")
+    canary_users: list[str] = Field(default_factory=list, description="users whose text hosts canaries (default: any)")
     log_model: bool = Field(False, description="store the trained model as an MLflow artifact")
 
     @model_validator(mode="after")

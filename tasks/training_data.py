@@ -56,8 +56,11 @@ def load_training_texts(catalog: Catalog, config: TrainConfig) -> TrainingTexts:
 def with_canaries(training: TrainingTexts, config: TrainConfig) -> TrainingTexts:
     """Plant the configuration's canaries in the training text (and its redacted twin: no detector marks
     them, so to every mechanism they are ordinary sentences with no entity)."""
-    texts, canaries = plant_canaries(training.texts, config.canaries, config.canary_repeats, config.canary_formats,
-                                     seed=config.seed)
+    try:
+        texts, canaries = plant_canaries(training.texts, config.canaries, config.canary_repeats, config.canary_formats,
+                                         seed=config.seed, users=config.canary_users)
+    except ValueError as exc:
+        raise UedpError(f"dataset {config.dataset!r}: {exc}") from None
     redacted, entities = {u: list(v) for u, v in training.redacted.items()}, {u: list(v) for u, v in training.entities.items()}
     spans = {u: list(v) for u, v in (training.spans or {}).items()}
     for canary in canaries:

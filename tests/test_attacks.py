@@ -94,6 +94,10 @@ def test_planting_is_seeded_and_leaves_the_input_alone() -> None:
     for canary in canaries:
         assert planted[canary.user].count(canary.text) == 2
     assert [c.format for c in canaries] == ["digits:6", "name", "email"]
+    _, hosted = plant_canaries(texts, 4, 1, ["phone"], seed=1, users=["b"])
+    assert {c.user for c in hosted} == {"b"}
+    with pytest.raises(ValueError, match="not among the training users: zz"):
+        plant_canaries(texts, 1, 1, ["phone"], seed=1, users=["zz"])
 
 
 @pytest.fixture(scope="module")

@@ -359,6 +359,8 @@ def train(
     canaries: int = typer.Option(0, help="Plant N made-up secrets in the training text (for `uedp attack`)."),
     canary_repeats: int = typer.Option(1, help="Times each canary is planted."),
     canary_formats: str = typer.Option("digits:6", help="Comma-separated: digits:N, name, phone, email."),
+    canary_users: Optional[str] = typer.Option(None, help="Comma-separated users whose text hosts the canaries "
+                                               "(default: users drawn at random)."),
     home: Optional[Path] = HOME_OPTION,
 ) -> None:
     """Train one configuration and log it to MLflow; prints the run id.
@@ -381,7 +383,7 @@ def train(
         target_epsilon=target_epsilon, max_epsilon=max_epsilon, clip=clip, hidden_clip=hidden_clip, local_steps=local_steps,
         local_lr=local_lr, delta=delta, accountant=accountant, seed=seed, device=device,  # type: ignore[arg-type]
         checkpoint_every=checkpoint_every, log_model=log_model, canaries=canaries, canary_repeats=canary_repeats,
-        canary_formats=_csv(canary_formats),
+        canary_formats=_csv(canary_formats), canary_users=_csv(canary_users),
     )
     result = train_configuration(data_home, config)
     if result.resumed_from:

@@ -84,16 +84,20 @@ class Canary:
 
 
 def plant_canaries(texts_by_user: dict[str, list[str]], count: int, repeats: int, formats: Sequence[str],
-                   seed: int) -> tuple[dict[str, list[str]], list[Canary]]:
+                   seed: int, users: Sequence[str] = ()) -> tuple[dict[str, list[str]], list[Canary]]:
     """Add ``count`` canaries, each ``repeats`` times, to the end of randomly chosen users' texts (seeded;
     training shuffles, so the position does not matter, and appending keeps callers' parallel lists aligned).
 
-    Returns new per-user lists (the input is not modified) and the canaries. Formats cycle.
+    ``users`` restricts the hosts to those users (all training users when empty). Returns new per-user
+    lists (the input is not modified) and the canaries. Formats cycle.
     """
     if count < 0 or repeats < 1:
         raise ValueError("canaries: count >= 0 and repeats >= 1")
+    unknown = sorted(set(users) - set(texts_by_user))
+    if unknown:
+        raise ValueError(f"canary users not among the training users: {', '.join(unknown[:5])}")
     rng = random.Random(seed)
-    users = sorted(texts_by_user)
+    users = sorted(users) if users else sorted(texts_by_user)
     planted = {u: list(t) for u, t in texts_by_user.items()}
     canaries = []
     for i in range(count):

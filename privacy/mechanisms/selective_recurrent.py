@@ -158,7 +158,9 @@ class SelectiveRecurrent:
         with autocast(device):
             nll = self._token_nll(model, ids, is_private, release, targets)
         public = valid & ~private_loss
-        regular = torch.autograd.grad((nll * public).sum() / public.sum().clamp(min=1), params, allow_unused=True)
+        with warnings.catch_warnings():  # Opacus' (disabled) hooks still make PyTorch note they see outputs only
+            warnings.filterwarnings("ignore", message="Full backward hook is firing")
+            regular = torch.autograd.grad((nll * public).sum() / public.sum().clamp(min=1), params, allow_unused=True)
         private.enable_hooks()
         # Private update: per-sequence private losses, Opacus per-example gradients, clipped and noised.
         with autocast(device):
