@@ -14,15 +14,14 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from prefect import flow, get_run_logger, runtime, task
-from prefect.cache_policies import NO_CACHE
+from prefect import flow, get_run_logger, runtime
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from detection.categories import Categories
 from models.factory import ModelKind
 from storage.home import DataHome
 from tasks.config import FEDERATED, MechanismName, TrainConfig
-from tasks.report import summarise, write_report
+from tasks.report import report_task
 from tasks.tracking import RunTracker
 from tasks.train import TrainResult, train_task
 from uedp.errors import UedpError
@@ -98,19 +97,6 @@ class SweepOutcome:
     report: list[str]  # files of the privacy-utility report
 
 
-@task(name="privacy-utility-report", cache_policy=NO_CACHE)
-def report_task(home: DataHome, config: SweepConfig, outcomes: list[tuple[TrainResult, float | None]],
-                parent_run_id: str) -> list[Path]:
-    """Write the report under the data home and log it to the sweep's parent run."""
-    rows = summarise(outcomes)
-    parent = RunTracker.attach(home, parent_run_id)
-    folder = home.reports_dir(config.dataset) / parent_run_id
-    files = write_report(rows, folder, f"uedp sweep on {config.dataset} ({config.model} {config.model_size})")
-    for path in files:
-        parent.log_file(path, "report")
-    return files
-
-
 @flow(name="uedp-sweep", flow_run_name="sweep-{config.dataset}")
 def sweep_flow(config: SweepConfig) -> SweepOutcome:
     home = DataHome(Path(config.home))
@@ -138,7 +124,8 @@ def sweep_flow(config: SweepConfig) -> SweepOutcome:
             else:
                 failed.append(train_config.run_name())
                 logger.error("%s failed: %s", train_config.run_name(), state.message)
-        files = report_task(home, config, outcomes, parent.run_id) if outcomes else []
+        title = f"uedp sweep on {config.dataset} ({config.model} {config.model_size})"
+        files = report_task(home, config.dataset, outcomes, parent.run_id, title) if outcomes else []
         parent.log_metrics({"configurations_failed": len(failed), "configurations_finished": len(outcomes)})
     except BaseException:
         parent.finish(failed=True)

@@ -1,6 +1,6 @@
 """The privacy-utility report of a sweep: utility (perplexity, or classification error) against the
 accounted epsilon for every mechanism and entity-category set (the UeDP paper's Fig. 2 and 4), as PNG
-plots and a Markdown table. Pure functions of the runs' results: no MLflow, no Prefect."""
+plots and a Markdown table, written under the data home and logged to the sweep's parent run."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Protocol
+from typing import Iterable
 
 import matplotlib
 
@@ -17,17 +17,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import ScalarFormatter  # noqa: E402
 
+from prefect import task  # noqa: E402
+from prefect.cache_policies import NO_CACHE  # noqa: E402
 
-class RunOutcome(Protocol):
-    run_id: str
-    mechanism: str
-    categories: list[str]
-    epsilon: float
-    delta: float
-    noise_multiplier: float
-    utility_metric: str
-    utility_valid: float
-    utility_test: float
+from storage.home import DataHome  # noqa: E402
+from tasks.tracking import RunTracker  # noqa: E402
+from tasks.train import TrainResult  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -48,9 +43,9 @@ class ReportRow:
     run_ids: tuple[str, ...]
 
 
-def summarise(outcomes: Iterable[tuple[RunOutcome, float | None]]) -> list[ReportRow]:
+def summarise(outcomes: Iterable[tuple[TrainResult, float | None]]) -> list[ReportRow]:
     """Group ``(result, target epsilon)`` pairs by mechanism, categories and target; average over seeds."""
-    groups: dict[tuple[str, str, float | None], list[RunOutcome]] = defaultdict(list)
+    groups: dict[tuple[str, str, float | None], list[TrainResult]] = defaultdict(list)
     for result, target in outcomes:
         groups[(result.mechanism, ",".join(result.categories), target)].append(result)
     rows = []
@@ -132,3 +127,14 @@ def write_report(rows: list[ReportRow], folder: Path, title: str) -> list[Path]:
     figures = "".join(f"\n![privacy-utility, {p.stem}]({p.name})\n" for p in plots)
     (folder / "report.md").write_text(markdown(rows, title) + figures, encoding="utf-8")
     return [folder / "report.md", *plots]
+
+
+@task(name="privacy-utility-report", cache_policy=NO_CACHE)
+def report_task(home: DataHome, dataset: str, outcomes: list[tuple[TrainResult, float | None]],
+                parent_run_id: str, title: str) -> list[Path]:
+    """Write the report to ``<home>/reports/<dataset>/<parent run>/`` and log it under the parent's ``report/``."""
+    files = write_report(summarise(outcomes), home.reports_dir(dataset) / parent_run_id, title)
+    parent = RunTracker.attach(home, parent_run_id)
+    for path in files:
+        parent.log_file(path, "report")
+    return files

@@ -55,10 +55,6 @@ class TrainResult:
     resumed_from: int = 0
     notes: str = ""
 
-    @property
-    def perplexity_test(self) -> float:
-        return self.utility_test if self.utility_metric == "perplexity" else math.nan
-
 
 def loss_function(config: TrainConfig) -> LossFn:
     """The training objective; DP-SGD clips per example, so its loss must be a mean of per-example losses."""
@@ -88,11 +84,8 @@ def build_mechanism(config: TrainConfig, n_users: int, n_examples: int) -> Mecha
         if config.mechanism == "dpsgd":
             return DpSgd(dpsgd, n_examples)
         if config.mechanism == "selective" and config.model == "lstm":
-            return SelectiveRecurrent(SelectiveRecurrentParams(
-                steps=config.steps, expected_batch_size=config.batch_size, noise_multiplier=config.noise_multiplier,
-                target_epsilon=config.target_epsilon, clip=config.clip, hidden_clip=config.hidden_clip, lr=config.lr,
-                delta=config.delta, accountant=config.accountant, max_epsilon=config.max_epsilon, seed=config.seed),
-                n_examples)
+            recurrent = {**asdict(dpsgd), "adjacency": "replace", "hidden_clip": config.hidden_clip}
+            return SelectiveRecurrent(SelectiveRecurrentParams(**recurrent), n_examples)
         if config.mechanism == "selective":
             public = NoiselessParams(steps=config.public_steps, batch_size=config.batch_size, lr=config.lr,
                                      seed=config.seed)

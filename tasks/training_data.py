@@ -3,7 +3,7 @@ entity keys for the chosen categories, the redacted variant, and the evaluation 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from transformers import PreTrainedTokenizerBase
 
@@ -26,7 +26,7 @@ class TrainingTexts:
     redacted: dict[str, list[str]]
     labels: dict[str, list[str]] | None = None
     canaries: tuple[Canary, ...] = ()
-    spans: dict[str, list[list[tuple[int, int]]]] | None = None  # per sentence, its sensitive character spans
+    spans: dict[str, list[list[tuple[int, int]]]] = field(default_factory=dict)  # per sentence, its sensitive spans
 
 
 def load_training_texts(catalog: Catalog, config: TrainConfig) -> TrainingTexts:
@@ -62,7 +62,7 @@ def with_canaries(training: TrainingTexts, config: TrainConfig) -> TrainingTexts
     except ValueError as exc:
         raise UedpError(f"dataset {config.dataset!r}: {exc}") from None
     redacted, entities = {u: list(v) for u, v in training.redacted.items()}, {u: list(v) for u, v in training.entities.items()}
-    spans = {u: list(v) for u, v in (training.spans or {}).items()}
+    spans = {u: list(v) for u, v in training.spans.items()}
     for canary in canaries:
         redacted[canary.user] += [canary.text] * canary.repeats
         entities[canary.user] += [frozenset()] * canary.repeats
@@ -105,12 +105,12 @@ def prepare_data(catalog: Catalog, config: TrainConfig, tokenizer: PreTrainedTok
     recurrent_selective = config.mechanism == "selective" and config.model == "lstm"
     redacted = ({u: examples(t, labels_of(u)) for u, t in training.redacted.items()}
                 if config.mechanism == "selective" and not recurrent_selective else None)
-    by_user = {u: examples(t, labels_of(u)) for u, t in training.texts.items()}
     masks = None
     if recurrent_selective:  # Selective-DPSGD needs to know which tokens are private
-        assert training.spans is not None
         pairs = {u: encode_with_private_mask(tokenizer, t, training.spans[u], config.max_len) for u, t in training.texts.items()}
         by_user, masks = {u: ids for u, (ids, _) in pairs.items()}, {u: m for u, (_, m) in pairs.items()}
+    else:
+        by_user = {u: examples(t, labels_of(u)) for u, t in training.texts.items()}
     train = TrainData(by_user, tokenizer.pad_token_id, entities=training.entities, redacted=redacted,
                       private_masks=masks)
     return PreparedData(train, _split(catalog, config, "valid", examples, index),

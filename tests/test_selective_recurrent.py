@@ -115,3 +115,31 @@ def test_needs_the_lstm_and_the_private_masks() -> None:
                         causal_lm_loss, CPU, lambda r: None)
     with pytest.raises(ValueError, match="private-token mask"):
         mechanism.train(_model(), TrainData({"u": ids}, 0), causal_lm_loss, CPU, lambda r: None)
+
+
+def test_training_task_marks_the_entity_tokens_of_the_chosen_categories(home) -> None:  # type: ignore[no-untyped-def]
+    from detection.pipeline import DetectorConfig
+    from flows.demo import DEMO_CORPUS
+    from storage.catalog import Catalog
+    from storage.ingest import IngestOptions, ingest
+    from tasks.config import TrainConfig
+    from tasks.detect import detect_entities
+    from tasks.train import train_configuration
+    from tasks.training_data import prepare_data
+
+    ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
+    detect_entities(home, "demo", DetectorConfig(detectors=["gold"]))
+    config = TrainConfig(dataset="demo", mechanism="selective", model="lstm", categories=["PER"], steps=2,
+                         checkpoint_every=0)
+    with Catalog(home, "demo") as catalog:
+        data = prepare_data(catalog, config, TOKENIZER)
+        person_spans = catalog.entity_spans(["PERSON"], "train")
+        rows = catalog.sentences("train")
+    first_id, user, text = next(row for row in rows if row[0] in person_spans)
+    start, end, _, _ = person_spans[first_id][0]
+    position = [t for _, u, t in rows if u == user].index(text)  # sentences keep corpus order within a user
+    mask, ids = data.train.private_masks[user][position], data.train.by_user[user][position]
+    marked = TOKENIZER.decode([i for i, m in zip(ids.tolist(), mask.tolist()) if m])
+    assert marked == text[start:end] and data.train.redacted is None
+    result = train_configuration(home, config, progress=False)
+    assert 0 < result.epsilon < math.inf and result.rounds == 2

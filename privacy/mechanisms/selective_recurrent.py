@@ -36,26 +36,18 @@ from opacus import GradSampleModule
 from models.batching import IGNORE, collate
 from models.device import autocast
 from models.lstm import LstmLanguageModel
-from privacy.accounting import AccountantKind, RoundAccountant, check_delta, resolve_noise_multiplier
+from privacy.accounting import Adjacency, RoundAccountant, check_delta, resolve_noise_multiplier
 from privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
-from privacy.mechanisms.dpsgd import sum_clipped_grad_samples
+from privacy.mechanisms.dpsgd import DpSgdParams, sum_clipped_grad_samples
 from privacy.primitives import gaussian_noise, make_generator, poisson_sample
 
 
 @dataclass
-class SelectiveRecurrentParams:
-    steps: int = 300
-    expected_batch_size: int = 16
-    noise_multiplier: float | None = 1.0
-    target_epsilon: float | None = None
-    clip: float = 1.0  # per-sequence private gradient
+class SelectiveRecurrentParams(DpSgdParams):
+    """DP-SGD's parameters (``clip`` bounds the per-sequence private gradient) plus the state's clip bound."""
+
     hidden_clip: float = 1.0  # LSTM state (h, c) after a private token
-    lr: float = 1e-3
-    delta: float = 1e-5
-    accountant: AccountantKind = "pld"
-    max_epsilon: float | None = None
-    seed: int = 0
-    secure_noise: bool = False
+    adjacency: Adjacency = "replace"  # Selective DP's F-neighbours; the only adjacency this mechanism accounts
 
 
 def step_event(sampling_probability: float, noise_multiplier: float) -> dp_accounting.DpEvent:
@@ -71,7 +63,7 @@ class SelectiveRecurrent:
     def __init__(self, params: SelectiveRecurrentParams, n_examples: int):
         if n_examples < 1:
             raise ValueError("selective needs at least one training sequence")
-        if params.accountant != "pld":
+        if params.accountant != "pld" or params.adjacency != "replace":
             raise ValueError("selective is accounted under replace-one adjacency, which only the pld accountant supports")
         self.params = params
         self.sample_rate = min(1.0, params.expected_batch_size / n_examples)
