@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated
 
 import yaml
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, Field
 
 from uedp.errors import UedpError
 
@@ -90,5 +90,13 @@ def parse_categories(raw: str | list[str]) -> list[str]:
     return taxonomy().resolve(raw)
 
 
+def _choices_schema(schema: dict[str, object]) -> None:
+    """JSON schema of a categories field: the taxonomy's categories and composites as choices, so the
+    Prefect UI renders a multi-select (read when the schema is generated, so UEDP_CATEGORIES applies)."""
+    tax = taxonomy()
+    schema["items"] = {"type": "string", "enum": [*tax.canonical, *tax.composites]}
+
+
 # A pydantic field type: accepts "PERSON,LOC" or a list, validates and normalises with the taxonomy.
-Categories = Annotated[list[str], BeforeValidator(lambda raw: parse_categories(raw))]
+Categories = Annotated[list[str], BeforeValidator(lambda raw: parse_categories(raw)),
+                       Field(json_schema_extra=_choices_schema)]

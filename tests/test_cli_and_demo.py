@@ -106,16 +106,3 @@ def test_help_answers_for_every_command() -> None:
                             ("datasets", "--home")):
         result = runner.invoke(app, [command, "--help"])
         assert result.exit_code == 0 and option in result.stdout, command
-
-
-def test_deployment_file_points_at_a_loadable_flow() -> None:
-    import yaml
-    from prefect.flows import load_flow_from_entrypoint
-
-    spec = yaml.safe_load((Path(__file__).parents[1] / "deployments" / "prefect.yaml").read_text())
-    for deployment in spec["deployments"]:
-        flow = load_flow_from_entrypoint(deployment["entrypoint"])
-        assert flow.name == "uedp-demo"
-        from flows.demo import DemoConfig
-
-        DemoConfig(**deployment["parameters"]["config"])  # the default parameters validate

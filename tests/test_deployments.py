@@ -1,0 +1,47 @@
+"""deployments/prefect.yaml as Prefect reads it: every entrypoint loads, every default parameter set
+validates against its flow, fields are ones Prefect knows, and the UI gets choice lists."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from prefect.cli.deploy._models import DeploymentConfig, PrefectYamlModel
+from prefect.flows import load_flow_from_entrypoint
+from prefect.utilities.callables import parameter_schema
+
+from detection.categories import taxonomy
+from tasks.config import MechanismName
+
+SPEC = yaml.safe_load((Path(__file__).parents[1] / "deployments" / "prefect.yaml").read_text())
+
+
+def test_prefect_accepts_the_file_and_knows_every_field() -> None:
+    model = PrefectYamlModel.model_validate(SPEC)
+    assert {d.name for d in model.deployments} == {"uedp-ingest", "uedp-detect", "uedp-sweep", "uedp-pipeline",
+                                                   "uedp-demo"}
+    for deployment in SPEC["deployments"]:
+        assert set(deployment) <= set(DeploymentConfig.model_fields), deployment["name"]  # no ignored typos
+        assert deployment["work_pool"]["name"] in ("cpu", "gpu")
+    training = [d for d in model.deployments if d.work_pool and d.work_pool.name == "gpu"]
+    assert {d.name for d in training} == {"uedp-sweep", "uedp-pipeline"} and all(d.concurrency_limit == 1 for d in training)
+    assert any(d.schedules for d in model.deployments) and all(not s.active for d in model.deployments
+                                                                  for s in (d.schedules or []))
+
+
+@pytest.mark.parametrize("deployment", SPEC["deployments"], ids=lambda d: d["name"])
+def test_entrypoints_load_and_default_parameters_validate(deployment: dict) -> None:
+    flow = load_flow_from_entrypoint(deployment["entrypoint"])
+    assert flow.name == deployment["name"]
+    flow.validate_parameters(deployment["parameters"])  # raises on any invalid default
+
+
+def test_the_ui_form_offers_mechanisms_and_categories_as_choices() -> None:
+    from flows.sweep import sweep_flow
+
+    schema = parameter_schema(sweep_flow).model_dump()
+    sweep = schema["definitions"]["SweepConfig"]["properties"]
+    assert sweep["mechanisms"]["items"]["enum"] == list(MechanismName.__args__)  # type: ignore[attr-defined]
+    choices = sweep["category_sets"]["items"]["items"]["enum"]
+    assert "PERSON" in choices and "PII" in choices and set(taxonomy().canonical) <= set(choices)
