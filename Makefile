@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test constraints clean
+.PHONY: setup demo test browser constraints clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,8 +18,13 @@ setup: $(STAMP)  ## create .venv and install uedp with pinned dependencies
 demo: $(STAMP)  ## install, then run the end-to-end demo (ingest, detect, train, evaluate, log to MLflow)
 	$(BIN)/uedp demo
 
-test: $(STAMP)  ## install, then run the whole test suite
+test: $(STAMP) browser  ## install, then run the whole test suite
 	$(BIN)/python -m pytest
+
+browser:  ## Debian's chromium, for the end-to-end UI test (installed when missing; needs root or sudo)
+	@command -v chromium >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
 constraints:  ## re-pin after editing pyproject.toml: resolve in a scratch venv and freeze
 	rm -rf /tmp/uedp-pin && $(PYTHON) -m venv /tmp/uedp-pin

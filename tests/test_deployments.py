@@ -10,6 +10,7 @@ import yaml
 from prefect.cli.deploy._models import DeploymentConfig, PrefectYamlModel
 from prefect.flows import load_flow_from_entrypoint
 from prefect.utilities.callables import parameter_schema
+from prefect.utilities.schema_tools import validate
 
 from detection.categories import taxonomy
 from tasks.config import MechanismName
@@ -35,6 +36,10 @@ def test_entrypoints_load_and_default_parameters_validate(deployment: dict) -> N
     flow = load_flow_from_entrypoint(deployment["entrypoint"])
     assert flow.name == deployment["name"]
     flow.validate_parameters(deployment["parameters"])  # raises on any invalid default
+    # The server enforces the JSON schema too, which knows only canonical category names (no aliases).
+    schema = parameter_schema(flow).model_dump()
+    errors = validate(deployment["parameters"], schema, preprocess=True)
+    assert not errors, [e.message for e in errors]
 
 
 def test_the_ui_form_offers_mechanisms_and_categories_as_choices() -> None:

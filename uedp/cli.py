@@ -478,6 +478,37 @@ def attack(
 
 @app.command()
 @user_errors
+def serve(
+    home: Optional[Path] = HOME_OPTION,
+    prefect_port: int = typer.Option(4200, help="Prefect server (API and UI) port on 127.0.0.1."),
+    mlflow_port: int = typer.Option(5000, help="MLflow tracking server (and UI) port on 127.0.0.1."),
+) -> None:
+    """Start the stack on this machine until Ctrl-C: Prefect server, MLflow server, the cpu and gpu work
+    pools with one worker each, and the deployments of deployments/prefect.yaml."""
+    data_home = _prepare_runtime(home)
+    import signal
+    import threading
+
+    from uedp.stack import LocalStack
+
+    typer.echo(f"starting the uedp stack (logs: {data_home.root / 'stack'}) ...")
+    with LocalStack(data_home, prefect_port, mlflow_port) as stack:
+        typer.echo(f"Prefect UI  {stack.prefect_ui}   (deployments: uedp-ingest, uedp-detect, uedp-sweep, "
+                   "uedp-pipeline, uedp-demo)")
+        typer.echo(f"MLflow UI   {stack.mlflow_url}")
+        typer.echo(f"CLI against it: export PREFECT_API_URL={stack.prefect_api} MLFLOW_TRACKING_URI={stack.mlflow_url}")
+        typer.echo("Ctrl-C stops everything.")
+        stopped = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+        try:
+            stopped.wait()
+        except KeyboardInterrupt:
+            pass
+    typer.echo("stack stopped")
+
+
+@app.command()
+@user_errors
 def datasets(home: Optional[Path] = HOME_OPTION) -> None:
     """List the datasets in the data home with their tables and row counts."""
     data_home = _prepare_runtime(home)

@@ -1,0 +1,83 @@
+"""A user's path for real: the local stack (Prefect server, MLflow server, cpu/gpu workers, deployments)
+on loopback; a run of the demo deployment triggered through the API exactly as the UI's "Run" button
+does; its MLflow runs read back from the MLflow server; both UIs opened in headless Chromium and
+screenshotted (the deployment's parameter form, the run comparison). Bounded in time; the stack's
+processes are stopped whatever happens.
+
+Needs Debian's chromium (`make test` installs it when missing). Screenshots go to pytest's temporary
+folder, or to ``$UEDP_SCREENSHOTS`` (how docs/screenshots/ was made).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import urllib.parse
+from pathlib import Path
+
+import httpx
+import pytest
+from mlflow.tracking import MlflowClient
+
+from storage.home import DataHome
+from uedp.stack import LocalStack, free_port
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--window-size=1400,1100", "--virtual-time-budget=20000"]
+
+
+def _chromium(url: str, profile: Path, *, screenshot: Path | None = None) -> str:
+    """The rendered page's DOM, or a PNG of it."""
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert binary, "Debian's chromium is required (apt-get install chromium; `make test` does it)"
+    args = [binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}"]
+    args += [f"--screenshot={screenshot}"] if screenshot else ["--dump-dom"]
+    done = subprocess.run([*args, url], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_deployed_demo_runs_on_a_worker_and_both_uis_show_it(tmp_path: Path) -> None:
+    home = DataHome.from_env(tmp_path / "home")
+    screenshots = Path(os.environ.get("UEDP_SCREENSHOTS") or tmp_path / "screenshots")
+    with LocalStack(home, free_port(), free_port()) as stack, httpx.Client(base_url=stack.prefect_api, timeout=30) as api:
+        deployment = api.get("/deployments/name/uedp-demo/uedp-demo").raise_for_status().json()
+        config = {"home": str(home.root), "mechanisms": ["noiseless", "userdp"], "steps": 40, "rounds": 2,
+                  "categories": ["PERSON", "LOC"]}
+        # The UI's Run button: POST /deployments/{id}/create_flow_run with the form's parameters.
+        run = api.post(f"/deployments/{deployment['id']}/create_flow_run",
+                       json={"parameters": {"config": config}}).raise_for_status().json()
+        deadline, state = time.monotonic() + 420, ""
+        while time.monotonic() < deadline:
+            state = api.get(f"/flow_runs/{run['id']}").raise_for_status().json()["state"]["type"]
+            if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+                break
+            time.sleep(2)
+        worker_log = (stack.logs / "worker-cpu.log").read_text(errors="replace")[-3000:]
+        assert state == "COMPLETED", f"flow run ended {state or 'not at all'}; worker log:\n{worker_log}"
+
+        client = MlflowClient(tracking_uri=stack.mlflow_url)
+        experiment = client.get_experiment_by_name("demo")
+        runs = client.search_runs([experiment.experiment_id])
+        assert {r.data.params["mechanism"] for r in runs} == {"noiseless", "userdp"}
+        assert all(r.info.status == "FINISHED" and r.data.tags["uedp.flow_run_id"] == run["id"] for r in runs)
+        assert all(r.data.params["categories"] == "LOC,PERSON" for r in runs)
+
+        screenshots.mkdir(parents=True, exist_ok=True)
+        form_url = f"{stack.prefect_ui}/deployments/deployment/{deployment['id']}/run"
+        form = _chromium(form_url, tmp_path / "chromium")
+        assert "Mechanisms" in form and "Categories" in form  # the typed parameters became a form
+        _chromium(form_url, tmp_path / "chromium", screenshot=screenshots / "prefect-run-form.png")
+        ids = json.dumps([r.info.run_id for r in runs])
+        compare_url = (f"{stack.mlflow_url}/#/compare-runs?runs={urllib.parse.quote(ids)}"
+                       f"&experiments={urllib.parse.quote(json.dumps([experiment.experiment_id]))}")
+        compare = _chromium(compare_url, tmp_path / "chromium")
+        assert all(r.info.run_name in compare for r in runs)
+        _chromium(compare_url, tmp_path / "chromium", screenshot=screenshots / "mlflow-compare-runs.png")
+    for name in ("prefect-run-form.png", "mlflow-compare-runs.png"):
+        assert (screenshots / name).stat().st_size > 20_000, name  # a rendered page, not a blank one

@@ -1,0 +1,134 @@
+"""The whole uedp stack on one machine, as ``uedp serve`` starts it: a Prefect server, an MLflow
+tracking server (both on loopback), the ``cpu`` and ``gpu`` work pools with one process worker each,
+and the deployments of ``deployments/prefect.yaml``.
+
+Every process gets its own process group and log file under ``<data home>/stack/``; leaving the
+context (or Ctrl-C on ``uedp serve``) stops them all, workers first.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from storage.home import DataHome
+from uedp.errors import UedpError
+
+REPO = Path(__file__).resolve().parents[1]
+DEPLOYMENTS = REPO / "deployments" / "prefect.yaml"
+POOLS = ("cpu", "gpu")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class LocalStack:
+    home: DataHome
+    prefect_port: int = 4200
+    mlflow_port: int = 5000
+    startup_timeout: float = 180.0
+    _processes: list[tuple[str, subprocess.Popen[bytes], IO[bytes]]] = field(default_factory=list)
+
+    @property
+    def prefect_api(self) -> str:
+        return f"http://127.0.0.1:{self.prefect_port}/api"
+
+    @property
+    def prefect_ui(self) -> str:
+        return f"http://127.0.0.1:{self.prefect_port}"
+
+    @property
+    def mlflow_url(self) -> str:
+        return f"http://127.0.0.1:{self.mlflow_port}"
+
+    @property
+    def logs(self) -> Path:
+        return self.home.root / "stack"
+
+    def env(self) -> dict[str, str]:
+        """What every process of the stack (and a flow run on a worker) sees."""
+        return os.environ | {
+            "PREFECT_API_URL": self.prefect_api, "PREFECT_HOME": str(self.home.prefect_home),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "INFO",
+            "PREFECT_WORKER_QUERY_SECONDS": "2", "MLFLOW_TRACKING_URI": self.mlflow_url,
+            "UEDP_HOME": str(self.home.root), "UEDP_REPO": str(REPO), "TOKENIZERS_PARALLELISM": "false",
+            "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+        }
+
+    def __enter__(self) -> "LocalStack":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.home.mlflow_artifacts.mkdir(parents=True, exist_ok=True)
+        prefect = [sys.executable, "-m", "prefect"]
+        self._spawn("prefect-server", [*prefect, "server", "start", "--host", "127.0.0.1", "--port", str(self.prefect_port)])
+        self._spawn("mlflow-server", [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1",
+                                      "--port", str(self.mlflow_port), "--backend-store-uri", self.home.mlflow_tracking_uri,
+                                      "--artifacts-destination", self.home.mlflow_artifacts.as_uri(), "--workers", "1"])
+        self._wait_for(f"{self.prefect_api}/health", "Prefect server")
+        self._wait_for(f"{self.mlflow_url}/health", "MLflow server")
+        for pool in POOLS:
+            self._run([*prefect, "work-pool", "create", pool, "--type", "process", "--overwrite"])
+        self._run([*prefect, "work-pool", "set-concurrency-limit", "gpu", "1"])
+        self._run([*prefect, "--no-prompt", "deploy", "--prefect-file", str(DEPLOYMENTS), "--all"])
+        for pool in POOLS:
+            self._spawn(f"worker-{pool}", [*prefect, "worker", "start", "--pool", pool, "--type", "process"])
+
+    def stop(self) -> None:
+        for name, process, log in reversed(self._processes):  # workers first, servers last
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+            log.close()
+        self._processes.clear()
+
+    def _spawn(self, name: str, command: list[str]) -> None:
+        log = (self.logs / f"{name}.log").open("wb")
+        process = subprocess.Popen(command, cwd=REPO, env=self.env(), stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        self._processes.append((name, process, log))
+
+    def _run(self, command: list[str]) -> None:
+        done = subprocess.run(command, cwd=REPO, env=self.env(), capture_output=True, text=True, timeout=300)
+        if done.returncode:
+            raise UedpError(f"`{' '.join(command[2:])}` failed: {(done.stderr or done.stdout).strip()[-500:]}")
+
+    def _wait_for(self, url: str, what: str) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            for name, process, _ in self._processes:
+                if process.poll() is not None:
+                    raise UedpError(f"{name} exited with {process.returncode}; see {self.logs / (name + '.log')}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise UedpError(f"{what} did not answer at {url} within {self.startup_timeout:.0f} s; logs in {self.logs}")
