@@ -18,9 +18,9 @@ import time
 import urllib.parse
 from pathlib import Path
 
-import httpx
 import pytest
 from mlflow.tracking import MlflowClient
+from prefect.client.orchestration import SyncPrefectClient
 
 from storage.home import DataHome
 from uedp.stack import LocalStack, free_port
@@ -45,16 +45,17 @@ def _chromium(url: str, profile: Path, *, screenshot: Path | None = None) -> str
 def test_deployed_demo_runs_on_a_worker_and_both_uis_show_it(tmp_path: Path) -> None:
     home = DataHome.from_env(tmp_path / "home")
     screenshots = Path(os.environ.get("UEDP_SCREENSHOTS") or tmp_path / "screenshots")
-    with LocalStack(home, free_port(), free_port()) as stack, httpx.Client(base_url=stack.prefect_api, timeout=30) as api:
-        deployment = api.get("/deployments/name/uedp-demo/uedp-demo").raise_for_status().json()
+    with LocalStack(home, free_port(), free_port()) as stack, SyncPrefectClient(stack.prefect_api) as api:
+        # Prefect's own client: the endpoints the UI calls, with its retries when a busy server answers 503.
+        deployment = api.read_deployment_by_name("uedp-demo/uedp-demo")
         config = {"home": str(home.root), "mechanisms": ["noiseless", "userdp"], "steps": 40, "rounds": 2,
                   "categories": ["PERSON", "LOC"]}
         # The UI's Run button: POST /deployments/{id}/create_flow_run with the form's parameters.
-        run = api.post(f"/deployments/{deployment['id']}/create_flow_run",
-                       json={"parameters": {"config": config}}).raise_for_status().json()
+        run = api.create_flow_run_from_deployment(deployment.id, parameters={"config": config})
         deadline, state = time.monotonic() + 420, ""
         while time.monotonic() < deadline:
-            state = api.get(f"/flow_runs/{run['id']}").raise_for_status().json()["state"]["type"]
+            current = api.read_flow_run(run.id).state
+            state = current.type.value if current else ""
             if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
                 break
             time.sleep(2)
@@ -65,11 +66,11 @@ def test_deployed_demo_runs_on_a_worker_and_both_uis_show_it(tmp_path: Path) -> 
         experiment = client.get_experiment_by_name("demo")
         runs = client.search_runs([experiment.experiment_id])
         assert {r.data.params["mechanism"] for r in runs} == {"noiseless", "userdp"}
-        assert all(r.info.status == "FINISHED" and r.data.tags["uedp.flow_run_id"] == run["id"] for r in runs)
+        assert all(r.info.status == "FINISHED" and r.data.tags["uedp.flow_run_id"] == str(run.id) for r in runs)
         assert all(r.data.params["categories"] == "LOC,PERSON" for r in runs)
 
         screenshots.mkdir(parents=True, exist_ok=True)
-        form_url = f"{stack.prefect_ui}/deployments/deployment/{deployment['id']}/run"
+        form_url = f"{stack.prefect_ui}/deployments/deployment/{deployment.id}/run"
         form = _chromium(form_url, tmp_path / "chromium")
         assert "Mechanisms" in form and "Categories" in form  # the typed parameters became a form
         _chromium(form_url, tmp_path / "chromium", screenshot=screenshots / "prefect-run-form.png")
