@@ -13,6 +13,9 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from typing import Any
+
+import dp_accounting
 
 import torch
 from opacus import GradSampleModule
@@ -42,31 +45,38 @@ class DpSgdParams:
 
 
 class DpSgd:
+    """DP-SGD's loop; subclasses change what an example is, its gradient and the per-step event."""
+
     name = "dpsgd"
     unit = "one training sequence"
+    loss_reduction = "mean"  # how the loss sums examples, for Opacus' per-sample gradient scaling
 
     def __init__(self, params: DpSgdParams, n_examples: int):
         if n_examples < 1:
-            raise ValueError("dpsgd needs at least one training sequence")
+            raise ValueError(f"{self.name} needs at least one training sequence")
         self.params = params
         self.sample_rate = min(1.0, params.expected_batch_size / n_examples)
         self.noise_multiplier = resolve_noise_multiplier(
-            self.name, params.noise_multiplier, params.target_epsilon,
-            lambda z: poisson_gaussian_round(self.sample_rate, z), params.steps, params.delta, params.accountant,
-            params.adjacency)
+            self.name, params.noise_multiplier, params.target_epsilon, self.round_event, params.steps, params.delta,
+            params.accountant, params.adjacency)
+
+    def round_event(self, noise_multiplier: float) -> dp_accounting.DpEvent:
+        """One step: the Poisson-sampled Gaussian release of the noised gradient sum."""
+        return poisson_gaussian_round(self.sample_rate, noise_multiplier)
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
-              on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT, scope: str = "dpsgd") -> PrivacyStatement:
+              on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT, scope: str | None = None) -> PrivacyStatement:
         """``loss_fn`` must be a mean of per-example losses (``models.metrics.per_sequence_lm_loss``)."""
         p, z, q = self.params, self.noise_multiplier, self.sample_rate
-        sequences = data.sequences
-        check_delta(p.delta, len(sequences))
-        accountant = RoundAccountant(poisson_gaussian_round(q, z), p.delta, p.accountant, p.adjacency)
+        scope = scope or self.name
+        examples = self.examples(model, data)
+        check_delta(p.delta, len(examples))
+        accountant = RoundAccountant(self.round_event(z), p.delta, p.accountant, p.adjacency)
         noise_gen = make_generator(p.seed, p.secure_noise, device)
         sample_gen = make_generator(p.seed + 1, p.secure_noise)
         with warnings.catch_warnings():  # Opacus warns about modules it does not validate strictly
             warnings.simplefilter("ignore")
-            private = GradSampleModule(model, strict=False, loss_reduction="mean")
+            private = GradSampleModule(model, strict=False, loss_reduction=self.loss_reduction)
         params = [q_ for q_ in private.parameters() if q_.requires_grad]
         optimizer = torch.optim.Adam(params, lr=p.lr)
         state = {"model": model, "optimizer": optimizer, "accountant": accountant, "noise": noise_gen,
@@ -79,9 +89,9 @@ class DpSgd:
                 if p.max_epsilon is not None and accountant.peek() > p.max_epsilon:
                     stopped = f"stopped before step {step}: epsilon would exceed the budget {p.max_epsilon:g}"
                     break
-                batch = [sequences[i] for i in poisson_sample(len(sequences), q, sample_gen)]
-                for param, grad in zip(params, self.noisy_gradient(private, params, batch, loss_fn, device,
-                                                                   data.pad_id, noise_gen)):
+                batch = [examples[i] for i in poisson_sample(len(examples), q, sample_gen)]
+                gradients = self.step_gradient(private, model, params, batch, loss_fn, device, data.pad_id, noise_gen)
+                for param, grad in zip(params, gradients):
                     param.grad = grad
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
@@ -92,8 +102,20 @@ class DpSgd:
         return PrivacyStatement(
             mechanism=self.name, unit=self.unit, epsilon=accountant.epsilon, delta=p.delta, accountant=p.accountant,
             noise_multiplier=z, sampling_probability=q, rounds=accountant.rounds, notes=stopped,
-            extra={"noise_std": z * p.clip, "sensitivity": p.clip},
+            extra={"noise_std": z * p.clip, "sensitivity": p.clip, **self.statement_extra()},
         )
+
+    def examples(self, model: torch.nn.Module, data: TrainData) -> list[Any]:
+        """What Poisson sampling draws from: the training sequences."""
+        return data.sequences
+
+    def statement_extra(self) -> dict[str, float]:
+        return {}
+
+    def step_gradient(self, private: GradSampleModule, model: torch.nn.Module, params: list[torch.Tensor],
+                      batch: list[Any], loss_fn: LossFn, device: torch.device, pad_id: int,
+                      noise_gen: torch.Generator) -> list[torch.Tensor]:
+        return self.noisy_gradient(private, params, batch, loss_fn, device, pad_id, noise_gen)
 
     def noisy_gradient(self, private: GradSampleModule, params: list[torch.Tensor], batch: list[torch.Tensor],
                        loss_fn: LossFn, device: torch.device, pad_id: int,

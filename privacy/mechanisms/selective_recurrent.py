@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import dp_accounting
 import torch
@@ -36,10 +37,10 @@ from opacus import GradSampleModule
 from models.batching import IGNORE, collate
 from models.device import autocast
 from models.lstm import LstmLanguageModel
-from privacy.accounting import Adjacency, RoundAccountant, check_delta, resolve_noise_multiplier
-from privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
-from privacy.mechanisms.dpsgd import DpSgdParams, sum_clipped_grad_samples
-from privacy.primitives import gaussian_noise, make_generator, poisson_sample
+from privacy.accounting import Adjacency
+from privacy.mechanisms.base import LossFn, TrainData
+from privacy.mechanisms.dpsgd import DpSgd, DpSgdParams, sum_clipped_grad_samples
+from privacy.primitives import gaussian_noise
 
 
 @dataclass
@@ -56,66 +57,40 @@ def step_event(sampling_probability: float, noise_multiplier: float) -> dp_accou
                                                dp_accounting.GaussianDpEvent(noise_multiplier / math.sqrt(2)))
 
 
-class SelectiveRecurrent:
+class SelectiveRecurrent(DpSgd):
+    """DP-SGD's loop (sampling, accounting, checkpoints) with Selective-DPSGD's step."""
+
     name = "selective"
     unit = "one sensitive token's value (Selective-DPSGD, replace-one; spans the detector missed are not covered)"
+    loss_reduction = "sum"  # the private loss is a sum of per-sequence losses
 
     def __init__(self, params: SelectiveRecurrentParams, n_examples: int):
-        if n_examples < 1:
-            raise ValueError("selective needs at least one training sequence")
         if params.accountant != "pld" or params.adjacency != "replace":
             raise ValueError("selective is accounted under replace-one adjacency, which only the pld accountant supports")
-        self.params = params
-        self.sample_rate = min(1.0, params.expected_batch_size / n_examples)
-        self.noise_multiplier = resolve_noise_multiplier(
-            self.name, params.noise_multiplier, params.target_epsilon, lambda z: step_event(self.sample_rate, z),
-            params.steps, params.delta, params.accountant, "replace")
+        self.params: SelectiveRecurrentParams = params
+        super().__init__(params, n_examples)
 
-    def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
-              on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> PrivacyStatement:
-        """``loss_fn`` is unused: the loss is split by token privacy here."""
+    def round_event(self, noise_multiplier: float) -> dp_accounting.DpEvent:
+        return step_event(self.sample_rate, noise_multiplier)
+
+    def examples(self, model: torch.nn.Module, data: TrainData) -> list[Any]:
+        """(sequence, private-token mask) pairs; ``loss_fn`` is unused: the loss is split by token privacy."""
         if not isinstance(model, LstmLanguageModel):
             raise ValueError("recurrent selective trains the LSTM language model (--model lstm)")
         if data.private_masks is None:
             raise ValueError("recurrent selective needs each sequence's private-token mask (TrainData.private_masks)")
-        p, z, q = self.params, self.noise_multiplier, self.sample_rate
-        sequences = data.sequences
         masks = [m for user_masks in data.private_masks.values() for m in user_masks]
-        check_delta(p.delta, len(sequences))
-        accountant = RoundAccountant(step_event(q, z), p.delta, p.accountant, "replace")
-        noise_gen = make_generator(p.seed, p.secure_noise, device)
-        sample_gen = make_generator(p.seed + 1, p.secure_noise)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            private = GradSampleModule(model, strict=False, loss_reduction="sum")
-        params = [t for t in model.parameters() if t.requires_grad]
-        optimizer = torch.optim.Adam(params, lr=p.lr)
-        state = {"model": model, "optimizer": optimizer, "accountant": accountant, "noise": noise_gen,
-                 "sampling": sample_gen}
-        done = (checkpoint.restore(self.name, state) or {"round": 0})["round"]
-        model.train()
-        stopped = ""
-        try:
-            for step in range(done + 1, p.steps + 1):
-                if p.max_epsilon is not None and accountant.peek() > p.max_epsilon:
-                    stopped = f"stopped before step {step}: epsilon would exceed the budget {p.max_epsilon:g}"
-                    break
-                chosen = poisson_sample(len(sequences), q, sample_gen)
-                gradients = self.step_gradients(private, model, params, [sequences[i] for i in chosen],
-                                                [masks[i] for i in chosen], data.pad_id, device, noise_gen)
-                for param, grad in zip(params, gradients):
-                    param.grad = grad
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                on_round(RoundReport(step, math.nan, accountant.step(), p.delta, len(chosen)))
-                checkpoint.maybe_save(self.name, step, state)
-        finally:
-            private.remove_hooks()
-        return PrivacyStatement(
-            mechanism=self.name, unit=self.unit, epsilon=accountant.epsilon, delta=p.delta, accountant=p.accountant,
-            noise_multiplier=z, sampling_probability=q, rounds=accountant.rounds, notes=stopped,
-            extra={"noise_std": z * p.clip, "hidden_noise_std": z * p.hidden_clip, "sensitivity": p.clip,
-                   "releases_per_step": 2.0})
+        return list(zip(data.sequences, masks))
+
+    def statement_extra(self) -> dict[str, float]:
+        return {"hidden_noise_std": self.noise_multiplier * self.params.hidden_clip, "releases_per_step": 2.0}
+
+    def step_gradient(self, private: GradSampleModule, model: torch.nn.Module, params: list[torch.Tensor],
+                      batch: list[Any], loss_fn: LossFn, device: torch.device, pad_id: int,
+                      noise_gen: torch.Generator) -> list[torch.Tensor]:
+        assert isinstance(model, LstmLanguageModel)
+        return self.step_gradients(private, model, params, [s for s, _ in batch], [m for _, m in batch], pad_id,
+                                   device, noise_gen)
 
     def step_gradients(self, private: GradSampleModule, model: LstmLanguageModel, params: list[torch.Tensor],
                        batch: list[torch.Tensor], masks: list[torch.Tensor], pad_id: int, device: torch.device,
