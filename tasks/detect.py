@@ -18,6 +18,7 @@ from detection.pipeline import DetectorConfig, detect
 from storage.home import DataHome
 from storage.schemas import ENTITIES
 from storage.tables import DATA_FILE, TableWriter, hash_config, is_current, read_manifest
+from tasks.retry import RETRIES, transient_only
 from uedp.errors import UedpError
 
 COLUMNS = ["sentence_id", "user_id", "text", "gold_spans"]
@@ -63,7 +64,7 @@ def detect_entities(home: DataHome, dataset: str, config: DetectorConfig | None 
     return DetectResult(dataset, name, False, writer.rows)
 
 
-@task(name="detect-entities", cache_policy=NO_CACHE)
+@task(name="detect-entities", cache_policy=NO_CACHE, retry_condition_fn=transient_only, **RETRIES)
 def detect_task(home: DataHome, dataset: str, config: DetectorConfig | None = None,
                 progress: bool = False) -> DetectResult:
     result = detect_entities(home, dataset, config, progress)

@@ -9,11 +9,12 @@ from prefect.cache_policies import NO_CACHE
 
 from storage.home import DataHome
 from storage.ingest import IngestOptions, IngestResult, conll_options, ingest
+from tasks.retry import RETRIES, transient_only
 
 __all__ = ["conll_options", "ingest_task"]
 
 
-@task(name="ingest-corpus", cache_policy=NO_CACHE)
+@task(name="ingest-corpus", cache_policy=NO_CACHE, retry_condition_fn=transient_only, **RETRIES)
 def ingest_task(home: DataHome, dataset: str, files: list[Path], options: IngestOptions,
                 progress: bool = False) -> IngestResult:
     result = ingest(home, dataset, files, options, progress=progress)

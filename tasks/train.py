@@ -35,6 +35,7 @@ from storage.tables import read_manifest
 from tasks.config import TrainConfig
 from tasks.tracking import RunTracker
 from tasks.training_data import prepare_data
+from tasks.retry import RETRIES, transient_only
 from uedp.errors import UedpError
 
 RUN_FILE = "mlflow_run.json"
@@ -223,7 +224,8 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
     )
 
 
-@task(name="train-configuration", cache_policy=NO_CACHE, task_run_name="train-{config.mechanism}")
+@task(name="train-configuration", cache_policy=NO_CACHE, task_run_name="train-{config.mechanism}",
+      retry_condition_fn=transient_only, **RETRIES)
 def train_task(home: DataHome, config: TrainConfig, flow_run_id: str | None = None,
                parent_run_id: str | None = None) -> TrainResult:
     result = train_configuration(home, config, flow_run_id, parent_run_id)
