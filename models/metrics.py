@@ -3,6 +3,8 @@ not a mean of per-batch perplexities (which over-weights short batches)."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from typing import Sequence
 
@@ -69,7 +71,7 @@ def _classifier_logits(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -
     # defaults are broadcast buffers).
     ids = batch["input_ids"]
     inputs = {"input_ids": ids, "attention_mask": batch["attention_mask"]}
-    accepted = _forward_arguments(getattr(model, "_module", model))  # Opacus' GradSampleModule wraps the model
+    accepted = _forward_arguments(type(getattr(model, "_module", model)))  # Opacus' GradSampleModule wraps it
     if "position_ids" in accepted:
         inputs["position_ids"] = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
     if "token_type_ids" in accepted:
@@ -77,10 +79,10 @@ def _classifier_logits(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -
     return model(**inputs).logits
 
 
-def _forward_arguments(model: torch.nn.Module) -> frozenset[str]:
-    import inspect
-
-    return frozenset(inspect.signature(model.forward).parameters)
+@functools.lru_cache(maxsize=32)
+def _forward_arguments(model_class: type) -> frozenset[str]:
+    """The keyword arguments a model class's ``forward`` takes (inspected once per class, not per batch)."""
+    return frozenset(inspect.signature(model_class.forward).parameters)
 
 
 def classification_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -91,6 +91,7 @@ def attack_run(home: DataHome, run_id: str, kinds: list[str], limit: int = 500, 
 
 def _load_run(tracker: RunTracker, device: torch.device):  # type: ignore[no-untyped-def]
     """A training run's configuration, model, tokenizer and canaries, from its MLflow artifacts."""
+    tracker.require_run()
     with tempfile.TemporaryDirectory() as tmp:
         config_file = tracker.download("resolved_config.json", Path(tmp))
         if config_file is None:
@@ -119,16 +120,17 @@ def _membership(catalog: Catalog, config: TrainConfig, nll, limit: int, seed: in
     train, test = catalog.sentences("train"), catalog.sentences("test")
     if not train or not test:
         raise UedpError(f"dataset {config.dataset!r} needs train and test sentences for membership inference")
+    texts = {"train": [t for _, _, t in train], "test": [t for _, _, t in test]}
+    nll, reference = _once(nll), _once(reference) if reference is not None else None  # each split scored once
+    user_groups = {"train": _user_groups(train), "test": _user_groups(test)}
+    member_entities = _entity_groups(catalog, config, "train", train)
+    unseen = {k: v for k, v in _entity_groups(catalog, config, "test", test).items() if k not in member_entities}
     metrics: dict[str, float] = {}
     for calibration in ("none", "zlib") + (("reference",) if reference is not None else ()):
-        member = sentence_scores([t for _, _, t in train], nll, calibration, reference)  # type: ignore[arg-type]
-        outside = sentence_scores([t for _, _, t in test], nll, calibration, reference)  # type: ignore[arg-type]
+        member, outside = (sentence_scores(texts[split], nll, calibration, reference)  # type: ignore[arg-type]
+                           for split in ("train", "test"))
         levels = {"sentence": (member, outside),
-                  "user": (grouped_scores(member, _groups(train, lambda row: [row[1]])),
-                           grouped_scores(outside, _groups(test, lambda row: [row[1]])))}
-        member_entities = _entity_groups(catalog, config, "train", train)
-        outside_entities = _entity_groups(catalog, config, "test", test)
-        unseen = {k: v for k, v in outside_entities.items() if k not in member_entities}
+                  "user": (grouped_scores(member, user_groups["train"]), grouped_scores(outside, user_groups["test"]))}
         if member_entities and unseen:
             levels["entity"] = (grouped_scores(member, list(member_entities.values())),
                                 grouped_scores(outside, list(unseen.values())))
@@ -142,11 +144,22 @@ def _membership(catalog: Catalog, config: TrainConfig, nll, limit: int, seed: in
     return metrics
 
 
-def _groups(rows: list[tuple[int, str, str]], keys_of) -> list[list[int]]:  # type: ignore[no-untyped-def]
+def _once(score):  # type: ignore[no-untyped-def]
+    """``score`` memoised on the texts: the calibrations reuse one model pass per split."""
+    seen: dict[tuple[str, ...], np.ndarray] = {}
+
+    def cached(texts: list[str]) -> np.ndarray:
+        key = tuple(texts)
+        if key not in seen:
+            seen[key] = score(texts)
+        return seen[key]
+    return cached
+
+
+def _user_groups(rows: list[tuple[int, str, str]]) -> list[list[int]]:
     groups: dict[str, list[int]] = {}
-    for index, row in enumerate(rows):
-        for key in keys_of(row):
-            groups.setdefault(key, []).append(index)
+    for index, (_, user, _) in enumerate(rows):
+        groups.setdefault(user, []).append(index)
     return list(groups.values())
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from detection.categories import Categories
 from models.factory import SIZE_PRESETS, ModelKind, Task, task_of
@@ -69,9 +69,14 @@ class TrainConfig(BaseModel):
             raise ValueError("vectorize_users is implemented for GPT-2 language models only")
         if self.canaries and self.task != "lm":
             raise ValueError("canaries are planted in language-model training text (not for classifiers)")
-        for name in self.canary_formats:
-            canary_format(name)  # unknown formats fail here, before any work
         return self
+
+    @field_validator("canary_formats")
+    @classmethod
+    def _known_formats(cls, formats: list[str]) -> list[str]:
+        for name in formats:
+            canary_format(name)  # unknown formats fail here, before any work, naming the field
+        return formats
 
     @property
     def task(self) -> Task:

@@ -22,6 +22,7 @@ from mlflow.entities import Metric, Param  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
 from storage.home import DataHome  # noqa: E402
+from uedp.errors import UedpError  # noqa: E402
 
 
 def tracking_uri(home: DataHome) -> str:
@@ -90,6 +91,15 @@ class RunTracker:
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
             self.client.log_artifacts(self.run_id, tmp, "model")
+
+    def require_run(self) -> None:
+        """A clear error for a run id this tracking store does not have."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            self.client.get_run(self.run_id)
+        except MlflowException:
+            raise UedpError(f"no MLflow run {self.run_id!r} in {self.client.tracking_uri}") from None
 
     def download(self, path: str, into: Path) -> Path | None:
         """A logged artifact (file or folder) copied under ``into``; None when the run has no such artifact."""

@@ -191,3 +191,8 @@ def test_train_with_canaries_then_attack_logs_scores_to_the_run(home) -> None:  
     assert noiseless["canary_exposure_mean"] > 9 > 5 > private["canary_exposure_mean"]
     assert private["audit_epsilon_lower_bound"] <= private["final_epsilon"]
     assert client.get_run(runs["dpsgd"]).data.tags["uedp.attack.kinds"] == "canary,mia,extraction"
+    missing = runner.invoke(app, ["attack", "0" * 32, "--home", str(home.root)])
+    assert missing.exit_code == 2 and f"no MLflow run '{'0' * 32}'" in missing.output
+    bad = runner.invoke(app, ["train", "demo", "--home", str(home.root), "--mechanism", "noiseless",
+                              "--canaries", "1", "--canary-formats", "digits:99"])
+    assert bad.exit_code == 2 and "canary_formats" in bad.output and "1 to 12 digits" in bad.output
