@@ -1,16 +1,78 @@
-"""``uedp detect``: find sensitive entities in every sentence of a dataset."""
+"""``uedp detect``: find sensitive entities in every sentence of a dataset.
+
+One task by default. With ``scale_out.rows_per_shard`` the sentences are cut into row-range shards and
+a subflow maps the shard task over them on a task runner: threads in this process, a local Dask
+cluster of worker processes, or an existing Dask cluster (``dask_address``) whose workers may be
+other machines; then one task merges the parts. The result equals the single pass's.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
-from prefect import flow
+from prefect import flow, unmapped
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
+from pydantic import BaseModel, ConfigDict, Field
 
 from detection.pipeline import DetectorConfig
 from storage.home import DataHome
-from tasks.detect import DetectResult, detect_task
+from tasks.detect import (DetectResult, Shard, detect_shard_task, detect_task, merge_shards_task, plan_detection,
+                          plan_shards)
+
+
+class ScaleOut(BaseModel):
+    """How detection spreads over processes and machines; none of it changes the result."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rows_per_shard: int | None = Field(None, ge=1, description="cut the corpus into shards of this many sentences; "
+                                                                "empty: one task")
+    runner: Literal["threads", "dask"] = Field("dask", description="where shard tasks run")
+    dask_address: str | None = Field(None, description="scheduler of an existing Dask cluster (tcp://host:8786); "
+                                                       "empty: a local cluster of dask_workers processes")
+    dask_workers: int = Field(2, ge=1, description="worker processes of the local Dask cluster")
+    store: str | None = Field(None, description="fsspec URL of the shared table store (s3://bucket/uedp); "
+                                                "needed when shards run on other machines")
+
+    def task_runner(self) -> TaskRunner:
+        if self.runner == "threads":
+            return ThreadPoolTaskRunner(max_workers=self.dask_workers)
+        from prefect_dask import DaskTaskRunner
+
+        if self.dask_address:
+            return DaskTaskRunner(address=self.dask_address)
+        # One thread per worker process: spaCy and Presidio hold the GIL, parallelism comes from processes.
+        return DaskTaskRunner(cluster_kwargs={"n_workers": self.dask_workers, "threads_per_worker": 1,
+                                              "processes": True, "dashboard_address": None})
+
+
+@flow(name="uedp-detect-shards")
+def detect_shards_flow(home: str, dataset: str, detector: DetectorConfig, shards: list[Shard],
+                       store: str | None = None) -> DetectResult:
+    """Map the shard task over the shards on this flow's task runner, then merge the parts."""
+    data_home = DataHome(Path(home))
+    parts = detect_shard_task.map(unmapped(data_home), unmapped(dataset), unmapped(detector), shards, unmapped(store))
+    parts.wait()  # every shard ends (finished parts stay staged for a rerun) before a failure is raised
+    parts.result()  # raises the first failed shard's error, naming its input
+    return merge_shards_task(data_home, dataset, detector, shards, store)
 
 
 @flow(name="uedp-detect")
-def detect_flow(home: str, dataset: str, detector: DetectorConfig, progress: bool = False) -> DetectResult:
-    return detect_task(DataHome(Path(home)), dataset, detector, progress)
+def detect_flow(home: str, dataset: str, detector: DetectorConfig, progress: bool = False,
+                scale_out: ScaleOut | None = None) -> DetectResult:
+    data_home = DataHome(Path(home))
+    scale_out = scale_out or ScaleOut()
+    if scale_out.rows_per_shard is None:
+        return detect_task(data_home, dataset, detector, progress, scale_out.store)
+    if scale_out.store:
+        from storage.remote import TableStore
+
+        table_store = TableStore(scale_out.store)
+        table_store.pull_required(data_home, dataset, ("sentences",))
+        table_store.pull(data_home, dataset, "entities")
+    plan = plan_detection(data_home, dataset, detector)
+    if (reused := plan.reused()) is not None:
+        return reused
+    sharded = detect_shards_flow.with_options(task_runner=scale_out.task_runner())
+    return sharded(home, dataset, detector, plan_shards(plan, scale_out.rows_per_shard), scale_out.store)

@@ -1,4 +1,7 @@
-"""``uedp ingest``: corpus files into a dataset's Parquet sentence and user tables."""
+"""``uedp ingest``: corpus files into a dataset's Parquet sentence and user tables.
+
+Input files may be local paths or fsspec URLs (``s3://raw/eng.train``); with a table store the tables
+are published there for the machines that detect and train."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ class IngestConfig(BaseModel):
     home: str = Field(description="data home (datasets, MLflow store)")
     dataset: str
     format: str = Field(description=f"one of {', '.join(FORMATS)}")
-    files: list[str] = Field(min_length=1)
+    files: list[str] = Field(min_length=1, description="local paths or fsspec URLs (s3://, gs://, https://)")
     users: str | None = Field(None, description="source | chunk:N (ag_news, jsonl, csv); fixed for the others")
     text_col: str | None = None
     user_col: str | None = None
@@ -32,6 +35,8 @@ class IngestConfig(BaseModel):
     test_fraction: float = Field(0.1, ge=0, lt=1)
     detokenize: bool = False
     sec_document_types: list[str] = Field(default_factory=list)
+    store: str | None = Field(None, description="fsspec URL of the shared table store (s3://bucket/uedp); "
+                                                "empty: the data home only")
 
     def options(self) -> IngestOptions:
         return IngestOptions(
@@ -44,5 +49,5 @@ class IngestConfig(BaseModel):
 
 @flow(name="uedp-ingest")
 def ingest_flow(config: IngestConfig, progress: bool = False) -> IngestResult:
-    return ingest_task(DataHome(Path(config.home)), config.dataset, [Path(f) for f in config.files],
-                       config.options(), progress)
+    return ingest_task(DataHome(Path(config.home)), config.dataset, config.files, config.options(), progress,
+                       config.store)

@@ -10,7 +10,7 @@ from prefect import flow
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from detection.pipeline import DetectorConfig
-from flows.detect import detect_flow
+from flows.detect import ScaleOut, detect_flow
 from flows.ingest import IngestConfig, ingest_flow
 from flows.sweep import SweepConfig, SweepOutcome, sweep_flow
 from storage.ingest import IngestResult
@@ -24,7 +24,10 @@ class PipelineConfig(BaseModel):
 
     ingest: IngestConfig
     detector: DetectorConfig = Field(default_factory=DetectorConfig)
+    scale_out: ScaleOut = Field(default_factory=ScaleOut, description="detection shards and their task runner")
     sweep: SweepConfig
+    store: str | None = Field(None, description="fsspec URL of the shared table store (s3://bucket/uedp) for "
+                                                "every stage; empty: the data home only")
 
     @model_validator(mode="after")
     def _same_dataset(self) -> "PipelineConfig":
@@ -42,6 +45,8 @@ class PipelineOutcome:
 
 @flow(name="uedp-pipeline", flow_run_name="pipeline-{config.ingest.dataset}")
 def pipeline_flow(config: PipelineConfig) -> PipelineOutcome:
-    ingested = ingest_flow(config.ingest)
-    detected = detect_flow(config.ingest.home, config.ingest.dataset, config.detector)
-    return PipelineOutcome(ingested, detected, sweep_flow(config.sweep))
+    store = {"store": config.store} if config.store else {}
+    ingested = ingest_flow(config.ingest.model_copy(update=store))
+    detected = detect_flow(config.ingest.home, config.ingest.dataset, config.detector,
+                           scale_out=config.scale_out.model_copy(update=store))
+    return PipelineOutcome(ingested, detected, sweep_flow(config.sweep.model_copy(update=store)))

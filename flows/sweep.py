@@ -58,6 +58,9 @@ class SweepConfig(BaseModel):
     max_len: int = Field(96, ge=8)
     checkpoint_every: int = Field(25, ge=0)
     device: str = "auto"
+    processes: int = Field(1, ge=1, description="torchrun processes per training (one per GPU of the worker)")
+    store: str | None = Field(None, description="fsspec URL of the shared table store (s3://bucket/uedp); "
+                                                "empty: the data home only")
 
     @model_validator(mode="after")
     def _epsilons(self) -> "SweepConfig":
@@ -86,7 +89,8 @@ class SweepConfig(BaseModel):
             q_entity=self.q_entity, q_extended=self.q_extended,
             noise_multiplier=None if target is not None else self.noise_multiplier, target_epsilon=target,
             clip=self.clip, local_steps=self.local_steps, local_lr=self.local_lr, delta=self.delta,
-            max_len=self.max_len, checkpoint_every=self.checkpoint_every, seed=seed, device=self.device)
+            max_len=self.max_len, checkpoint_every=self.checkpoint_every, seed=seed, device=self.device,
+            processes=self.processes)
 
 
 @dataclass(frozen=True)
@@ -118,7 +122,7 @@ def sweep_flow(config: SweepConfig) -> SweepOutcome:
         # concurrency limit on the "uedp-train" tag for work pools with several workers).
         for train_config, target in configs:
             state = train_task.with_options(tags=["uedp-train"])(home, train_config, flow_run_id, parent.run_id,
-                                                                 return_state=True)
+                                                                 config.store, return_state=True)
             if state.is_completed():
                 outcomes.append((state.result(), target))
             else:

@@ -6,7 +6,9 @@ from typing import Callable
 
 import torch
 
+from models.batching import Example, collate
 from models.device import autocast
+from models.parallel import Ranks
 
 LossFn = Callable[[torch.nn.Module, dict[str, torch.Tensor]], torch.Tensor]
 
@@ -21,3 +23,30 @@ def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, bat
     loss.backward()
     optimizer.step()
     return loss.item()
+
+
+def data_parallel_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, examples: list[Example], pad_id: int,
+                       loss_fn: LossFn, device: torch.device, ranks: Ranks) -> float:
+    """One step on a batch split over torchrun processes; returns the batch's loss.
+
+    Each process takes the mean loss of its share; gradients weighted by share size and added over
+    processes give the gradient of the batch mean (by examples; a token-mean loss then weights the
+    shares by examples rather than tokens). Every process applies the same summed gradient, so the
+    replicas stay equal.
+    """
+    mine = ranks.mine(examples)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer.zero_grad(set_to_none=True)
+    loss_sum = torch.zeros((), device=device)
+    if mine:
+        batch = {k: v.to(device) for k, v in collate(mine, pad_id).items()}
+        with autocast(device):
+            loss = loss_fn(model, batch)
+        (loss * (len(mine) / len(examples))).backward()
+        loss_sum = loss.detach().float() * len(mine)
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    ranks.sum_([*grads, loss_sum])
+    for param, grad in zip(params, grads):
+        param.grad = grad
+    optimizer.step()
+    return loss_sum.item() / max(len(examples), 1)

@@ -109,10 +109,10 @@ class TableWriter:
             **self.details,
         }
         (self._tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
-        _swap_in(self._tmp, self.table_dir)
+        swap_in(self._tmp, self.table_dir)
 
 
-def _swap_in(new_dir: Path, target: Path) -> None:
+def swap_in(new_dir: Path, target: Path) -> None:
     """Replace ``target`` by ``new_dir`` with renames, so a reader never sees a partial folder."""
     old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
     if target.exists():

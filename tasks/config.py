@@ -53,6 +53,8 @@ class TrainConfig(BaseModel):
     max_epsilon: float | None = Field(None, gt=0)
     seed: int = 0
     device: str = "auto"
+    processes: int = Field(1, ge=1, description="torchrun processes (one per GPU); they split each round's "
+                                                "users or examples and sum their clipped contributions")
     checkpoint_every: int = Field(25, ge=0, description="save a resumable checkpoint every N rounds (0: never)")
     canaries: int = Field(0, ge=0, description="made-up secrets planted in the training text, for `uedp attack`")
     canary_repeats: int = Field(1, ge=1, description="times each canary is planted")
@@ -67,6 +69,9 @@ class TrainConfig(BaseModel):
             raise ValueError(f"{self.mechanism} needs --noise-multiplier or --target-epsilon")
         if self.vectorize_users and self.model != "gpt2":
             raise ValueError("vectorize_users is implemented for GPT-2 language models only")
+        if self.processes > 1 and self.mechanism == "selective" and self.model == "lstm":
+            raise ValueError("recurrent selective (lstm) runs in one process: its per-token state noise is drawn "
+                             "inside the forward pass, which ranks cannot share")
         if self.canaries and self.task != "lm":
             raise ValueError("canaries are planted in language-model training text (not for classifiers)")
         return self

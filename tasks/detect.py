@@ -1,11 +1,21 @@
-"""Detection task: sentences into the entities table, cached by (corpus content, detector config, taxonomy)."""
+"""Detection tasks: sentences into the entities table, cached by (corpus content, detector config, taxonomy).
+
+One pass (``detect_task``) or, to scale out, a map over row-range shards (``detect_shard_task``, which a
+Dask or Ray task runner spreads over processes and machines) followed by ``merge_shards_task``. Both
+give the same table with the same content key, so either reuses the other's result.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import posixpath
+import tempfile
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
+
+import fsspec
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -16,12 +26,14 @@ from tqdm.auto import tqdm
 from detection.categories import taxonomy
 from detection.pipeline import DetectorConfig, detect
 from storage.home import DataHome
+from storage.remote import TableStore, open_store
 from storage.schemas import ENTITIES
 from storage.tables import DATA_FILE, TableWriter, hash_config, is_current, read_manifest
 from tasks.retry import RETRIES, transient_only
 from uedp.errors import UedpError
 
 COLUMNS = ["sentence_id", "user_id", "text", "gold_spans"]
+STAGING_PREFIX = ".entities.shards-"
 
 
 @dataclass(frozen=True)
@@ -30,12 +42,42 @@ class DetectResult:
     detector: str
     reused: bool
     entities: int
+    shards: int = 1
 
 
-def detect_entities(home: DataHome, dataset: str, config: DetectorConfig | None = None,
-                    progress: bool = False) -> DetectResult:
-    """Write the dataset's entities table, unless one built from the same content and config exists."""
-    config = config or DetectorConfig()
+@dataclass(frozen=True)
+class DetectionPlan:
+    """What detecting a dataset will write: the content key, and where the sentences come from."""
+
+    dataset: str
+    key: str
+    detector: str
+    sentences_file: Path
+    entities_dir: Path
+    details: dict[str, Any]
+    rows: int
+
+    def reused(self) -> DetectResult | None:
+        """The existing entities table's result, when it was built from exactly this key."""
+        if not is_current(self.entities_dir, self.key):
+            return None
+        return DetectResult(self.dataset, self.detector, True, int(read_manifest(self.entities_dir)["rows"]))  # type: ignore[index]
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Sentence rows ``[start, stop)`` of the sentences table: one unit of parallel detection."""
+
+    index: int
+    start: int
+    stop: int
+
+    @property
+    def part_name(self) -> str:
+        return f"part-{self.index:05d}.parquet"
+
+
+def plan_detection(home: DataHome, dataset: str, config: DetectorConfig) -> DetectionPlan:
     sentences_dir = home.table_dir(dataset, "sentences")
     sentences = read_manifest(sentences_dir)
     if sentences is None:
@@ -43,32 +85,160 @@ def detect_entities(home: DataHome, dataset: str, config: DetectorConfig | None 
     tax = taxonomy()
     key = hash_config({"sentences": sentences["key"], "detector": config.identity(),
                        "taxonomy": hashlib.sha256(Path(tax.source).read_bytes()).hexdigest()})
-    entities_dir = home.table_dir(dataset, "entities")
-    name = "+".join(config.detectors)
-    if is_current(entities_dir, key):
-        return DetectResult(dataset, name, True, int(read_manifest(entities_dir)["rows"]))  # type: ignore[index]
-    parquet = pq.ParquetFile(sentences_dir / DATA_FILE)
-    bar = tqdm(total=parquet.metadata.num_rows, desc=f"detect {dataset}", unit=" sentences", disable=not progress,
-               mininterval=0.5)
+    details = {"detector": config.model_dump(exclude={"batch_size", "workers"}), "taxonomy": tax.source}
+    return DetectionPlan(dataset, key, "+".join(config.detectors), sentences_dir / DATA_FILE,
+                         home.table_dir(dataset, "entities"), details, int(sentences["rows"]))
+
+
+def detect_entities(home: DataHome, dataset: str, config: DetectorConfig | None = None,
+                    progress: bool = False) -> DetectResult:
+    """Write the dataset's entities table in one pass, unless one built from the same content and config exists."""
+    config = config or DetectorConfig()
+    plan = plan_detection(home, dataset, config)
+    if (reused := plan.reused()) is not None:
+        return reused
+    bar = tqdm(total=plan.rows, desc=f"detect {dataset}", unit=" sentences", disable=not progress, mininterval=0.5)
 
     def batches() -> Iterator[pa.RecordBatch]:
-        for batch in parquet.iter_batches(batch_size=2_000, columns=COLUMNS):
+        for batch in pq.ParquetFile(plan.sentences_file).iter_batches(batch_size=2_000, columns=COLUMNS):
             yield batch
             bar.update(batch.num_rows)
 
-    details = {"detector": config.model_dump(exclude={"batch_size", "workers"}), "taxonomy": tax.source}
-    with TableWriter(entities_dir, ENTITIES, key, details) as writer:
-        for rows in detect(batches(), config, tax):
+    with TableWriter(plan.entities_dir, ENTITIES, plan.key, plan.details) as writer:
+        for rows in detect(batches(), config, taxonomy()):
             writer.write_rows(rows)
     bar.close()
-    return DetectResult(dataset, name, False, writer.rows)
+    return DetectResult(dataset, plan.detector, False, writer.rows)
+
+
+# --- sharded detection: map over row ranges, then merge ------------------------------------------
+def plan_shards(plan: DetectionPlan, rows_per_shard: int) -> list[Shard]:
+    if rows_per_shard < 1:
+        raise UedpError(f"rows per shard must be at least 1, not {rows_per_shard}")
+    return [Shard(i, start, min(start + rows_per_shard, plan.rows))
+            for i, start in enumerate(range(0, max(plan.rows, 1), rows_per_shard))]
+
+
+class Staging:
+    """Where shard results wait for the merge: a folder named by the detection key, in the table store
+    when there is one (shards may run on other machines) or next to the local table. A finished part
+    survives a failed run, so a rerun detects only the missing shards."""
+
+    def __init__(self, home: DataHome, plan: DetectionPlan, store: TableStore | None):
+        base = store.table_path(plan.dataset, "") if store else str(home.dataset_dir(plan.dataset))
+        self.fs = store.fs if store else fsspec.filesystem("file")
+        self.folder = posixpath.join(base.rstrip("/"), STAGING_PREFIX + plan.key[:16])
+
+    def has(self, shard: Shard) -> bool:
+        return self.fs.exists(posixpath.join(self.folder, shard.part_name))
+
+    def put(self, local_file: Path, shard: Shard) -> None:
+        """Upload under a temporary name, then move: a part is either complete or absent."""
+        self.fs.makedirs(self.folder, exist_ok=True)
+        tmp = posixpath.join(self.folder, f".{shard.part_name}.{uuid.uuid4().hex[:8]}")
+        self.fs.put_file(str(local_file), tmp)
+        self.fs.mv(tmp, posixpath.join(self.folder, shard.part_name))
+
+    def get(self, shard: Shard, local_file: Path) -> None:
+        self.fs.get_file(posixpath.join(self.folder, shard.part_name), str(local_file))
+
+    def clear(self) -> None:
+        if self.fs.exists(self.folder):
+            self.fs.rm(self.folder, recursive=True)
+
+
+def read_shard(sentences_file: Path, shard: Shard) -> pa.Table:
+    """The shard's rows, reading only the row groups that overlap it."""
+    parquet = pq.ParquetFile(sentences_file)
+    groups, first, offset = [], None, 0
+    for index in range(parquet.metadata.num_row_groups):
+        size = parquet.metadata.row_group(index).num_rows
+        if offset < shard.stop and offset + size > shard.start:
+            groups.append(index)
+            first = offset if first is None else first
+        offset += size
+    if not groups:  # an empty corpus: one empty shard
+        return parquet.read(columns=COLUMNS).slice(0, 0)
+    table = parquet.read_row_groups(groups, columns=COLUMNS)
+    return table.slice(shard.start - first, shard.stop - shard.start)  # type: ignore[operator]
+
+
+def detect_shard(home: DataHome, dataset: str, config: DetectorConfig, shard: Shard,
+                 store_url: str | None = None) -> int:
+    """Detect one shard into its staged part; a part that is already staged is kept (returns -1)."""
+    store = open_store(store_url)
+    if store:
+        store.pull_required(home, dataset, ("sentences",))
+    plan = plan_detection(home, dataset, config)
+    staging = Staging(home, plan, store)
+    if staging.has(shard):
+        return -1
+    rows = read_shard(plan.sentences_file, shard)
+    with tempfile.TemporaryDirectory(dir=home.root) as tmp:
+        part = Path(tmp) / shard.part_name
+        with pq.ParquetWriter(part, ENTITIES, compression="zstd") as writer:
+            count = 0
+            for chunk in detect(rows.to_batches(max_chunksize=2_000), config, taxonomy()):
+                if chunk:
+                    writer.write_table(pa.Table.from_pylist(chunk, schema=ENTITIES))
+                    count += len(chunk)
+        staging.put(part, shard)
+    return count
+
+
+def merge_shards(home: DataHome, dataset: str, config: DetectorConfig, shards: list[Shard],
+                 store_url: str | None = None) -> DetectResult:
+    """Concatenate the staged parts in shard order into the entities table (atomic), publish it to
+    the store when there is one, and drop the staging folder."""
+    store = open_store(store_url)
+    plan = plan_detection(home, dataset, config)
+    staging = Staging(home, plan, store)
+    missing = [s.index for s in shards if not staging.has(s)]
+    if missing:
+        raise UedpError(f"cannot merge detection of {dataset!r}: shards {missing} have no staged result in {staging.folder}")
+    with TableWriter(plan.entities_dir, ENTITIES, plan.key, plan.details | {"shards": len(shards)}) as writer, \
+            tempfile.TemporaryDirectory(dir=home.root) as tmp:
+        for shard in shards:
+            local = Path(tmp) / shard.part_name
+            staging.get(shard, local)
+            writer.write_batch(pq.read_table(local, schema=ENTITIES))
+            local.unlink()
+    if store:
+        store.push(home, dataset, "entities")
+    staging.clear()
+    return DetectResult(dataset, plan.detector, False, writer.rows, len(shards))
 
 
 @task(name="detect-entities", cache_policy=NO_CACHE, retry_condition_fn=transient_only, **RETRIES)
 def detect_task(home: DataHome, dataset: str, config: DetectorConfig | None = None,
-                progress: bool = False) -> DetectResult:
+                progress: bool = False, store_url: str | None = None) -> DetectResult:
+    store = open_store(store_url)
+    if store:
+        store.pull_required(home, dataset, ("sentences",))
+        store.pull(home, dataset, "entities")
     result = detect_entities(home, dataset, config, progress)
-    # Counts only: entity text never goes to logs.
-    get_run_logger().info("%s %d entity spans (%s) for dataset %r", "reusing" if result.reused else "detected",
-                          result.entities, result.detector, dataset)
+    if store:
+        store.push(home, dataset, "entities")
+    _log(result, dataset)
     return result
+
+
+@task(name="detect-shard", cache_policy=NO_CACHE, retry_condition_fn=transient_only, task_run_name="detect-shard-{shard.index}",
+      **RETRIES)
+def detect_shard_task(home: DataHome, dataset: str, config: DetectorConfig, shard: Shard,
+                      store_url: str | None = None) -> int:
+    return detect_shard(home, dataset, config, shard, store_url)
+
+
+@task(name="merge-entity-shards", cache_policy=NO_CACHE, retry_condition_fn=transient_only, **RETRIES)
+def merge_shards_task(home: DataHome, dataset: str, config: DetectorConfig, shards: list[Shard],
+                      store_url: str | None = None) -> DetectResult:
+    result = merge_shards(home, dataset, config, shards, store_url)
+    _log(result, dataset)
+    return result
+
+
+def _log(result: DetectResult, dataset: str) -> None:
+    # Counts only: entity text never goes to logs.
+    get_run_logger().info("%s %d entity spans (%s, %d shard%s) for dataset %r", "reusing" if result.reused else "detected",
+                          result.entities, result.detector, result.shards, "" if result.shards == 1 else "s", dataset)

@@ -9,15 +9,25 @@ from prefect.cache_policies import NO_CACHE
 
 from storage.home import DataHome
 from storage.ingest import IngestOptions, IngestResult, conll_options, ingest
+from storage.remote import fetch_inputs, open_store
 from tasks.retry import RETRIES, transient_only
 
 __all__ = ["conll_options", "ingest_task"]
 
 
 @task(name="ingest-corpus", cache_policy=NO_CACHE, retry_condition_fn=transient_only, **RETRIES)
-def ingest_task(home: DataHome, dataset: str, files: list[Path], options: IngestOptions,
-                progress: bool = False) -> IngestResult:
-    result = ingest(home, dataset, files, options, progress=progress)
+def ingest_task(home: DataHome, dataset: str, files: list[str | Path], options: IngestOptions,
+                progress: bool = False, store_url: str | None = None) -> IngestResult:
+    """Ingest local files or fsspec URLs (copied under ``<home>/inputs`` first); publish to the store."""
+    store = open_store(store_url)
+    if store:  # tables another machine already built from the same inputs come back instead of being redone
+        store.pull(home, dataset, "sentences")
+        store.pull(home, dataset, "users")
+    local = fetch_inputs([str(f) for f in files], home.root / "inputs" / dataset)
+    result = ingest(home, dataset, local, options, progress=progress)
+    if store:
+        for table in ("sentences", "users"):
+            store.push(home, dataset, table)
     get_run_logger().info(
         "%s dataset %r (%s): %d sentences, %d users%s", "reusing" if result.reused else "ingested", dataset,
         options.format, result.sentences, result.users, " (inputs unchanged)" if result.reused else "",

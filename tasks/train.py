@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from prefect import get_run_logger, task
@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 from models.batching import Example
 from models.device import resolve_device
 from models.factory import build_model
+from models.parallel import Ranks
 from models.metrics import causal_lm_loss, classification_error, classification_loss, per_sequence_lm_loss, perplexity
 from models.tokenization import load_tokenizer
 from privacy.mechanisms.base import Checkpointer, LossFn, Mechanism, RoundReport
@@ -29,12 +30,13 @@ from privacy.mechanisms.selective import SelectiveParams, SelectiveTwoPhase
 from privacy.mechanisms.selective_recurrent import SelectiveRecurrent, SelectiveRecurrentParams
 from privacy.mechanisms.uedp import UeDp, UeDpParams
 from privacy.mechanisms.userdp import UserDp, UserDpParams
-from storage.catalog import Catalog
+from storage.catalog import Catalog, CategoryCount
 from storage.home import DataHome
+from storage.remote import open_store
 from storage.tables import read_manifest
 from tasks.config import TrainConfig
 from tasks.tracking import RunTracker
-from tasks.training_data import prepare_data
+from tasks.training_data import PreparedData, prepare_data
 from tasks.retry import RETRIES, transient_only
 from uedp.errors import UedpError
 
@@ -142,22 +144,48 @@ def _open_tracker(home: DataHome, config: TrainConfig, tags: dict[str, str],
     return tracker, False
 
 
-def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | None = None,
-                        parent_run_id: str | None = None, progress: bool = True) -> TrainResult:
-    """Train and evaluate one configuration; every figure goes to one MLflow run."""
+@dataclass
+class Setup:
+    """Everything one configuration trains with, built the same way in every torchrun process."""
+
+    device: torch.device
+    tokenizer: Any
+    data: PreparedData
+    category_counts: list[CategoryCount]
+    model: torch.nn.Module
+    mechanism: Mechanism
+    checkpoint: Checkpointer
+
+
+def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
     device = resolve_device(config.device)
-    torch.manual_seed(config.seed)
+    torch.manual_seed(config.seed)  # the same initial weights in every process
     tokenizer = load_tokenizer(config.tokenizer)
-    pad_id = tokenizer.pad_token_id
     with Catalog(home, config.dataset) as catalog:
         data = prepare_data(catalog, config, tokenizer)
         category_counts = catalog.category_counts(config.categories)
     model = build_model(config.model, config.model_size, tokenizer,
                         len(data.classes) if data.classes else None).to(device)
     mechanism = build_mechanism(config, data.train.n_users, len(data.train.sequences))
-    metric = "error" if config.task == "classification" else "perplexity"
     checkpoint = Checkpointer(home.checkpoint_dir(config.dataset, config.fingerprint()), config.checkpoint_every,
-                              config.fingerprint())
+                              config.fingerprint(), writes=ranks.is_main)
+    return Setup(device, tokenizer, data, category_counts, model, mechanism, checkpoint)
+
+
+def train_replica(home: DataHome, config: TrainConfig) -> None:
+    """A torchrun process other than the main one: train its share of every round, log nothing."""
+    s = set_up(home, config, Ranks.current())
+    s.mechanism.train(s.model, s.data.train, loss_function(config), s.device, lambda report: None, s.checkpoint)
+
+
+def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | None = None,
+                        parent_run_id: str | None = None, progress: bool = True) -> TrainResult:
+    """Train and evaluate one configuration; every figure goes to one MLflow run (torchrun: the main process)."""
+    ranks = Ranks.current()
+    s = set_up(home, config, ranks)
+    device, tokenizer, data, model, mechanism, checkpoint = s.device, s.tokenizer, s.data, s.model, s.mechanism, s.checkpoint
+    category_counts, pad_id = s.category_counts, s.tokenizer.pad_token_id
+    metric = "error" if config.task == "classification" else "perplexity"
     tracker, resumed = _open_tracker(home, config, _tags(home, config, device, flow_run_id, parent_run_id), checkpoint)
     resumed_from, first_report = 0, True
     try:
@@ -202,6 +230,7 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         tracker.log_params({"noise_multiplier_used": statement.noise_multiplier, "accountant_used": statement.accountant,
                             "epsilon_reported": "inf" if math.isinf(statement.epsilon) else f"{statement.epsilon:.6g}",
                             "rounds_run": statement.rounds, "resumed_from_round": resumed_from,
+                            "processes": ranks.world,
                             **{f"privacy_{k}": v for k, v in statement.extra.items()}})
         tracker.log_json({"config": config.model_dump(), "privacy": asdict(statement)}, "resolved_config.json")
         if epsilons:
@@ -224,11 +253,26 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
     )
 
 
+def run_training(home: DataHome, config: TrainConfig, flow_run_id: str | None = None,
+                 parent_run_id: str | None = None, store_url: str | None = None) -> TrainResult:
+    """Train one configuration: in this process, or under ``torchrun`` when it asks for several processes;
+    with a table store, the dataset's tables come from there first (this worker may be another machine)."""
+    store = open_store(store_url)
+    if store:
+        store.pull_required(home, config.dataset, ("sentences", "users"))
+        store.pull(home, config.dataset, "entities")
+    if config.processes > 1:
+        from tasks.torchrun import train_with_torchrun  # it imports this module
+
+        return train_with_torchrun(home, config, flow_run_id, parent_run_id)
+    return train_configuration(home, config, flow_run_id, parent_run_id)
+
+
 @task(name="train-configuration", cache_policy=NO_CACHE, task_run_name="train-{config.mechanism}",
       retry_condition_fn=transient_only, **RETRIES)
 def train_task(home: DataHome, config: TrainConfig, flow_run_id: str | None = None,
-               parent_run_id: str | None = None) -> TrainResult:
-    result = train_configuration(home, config, flow_run_id, parent_run_id)
+               parent_run_id: str | None = None, store_url: str | None = None) -> TrainResult:
+    result = run_training(home, config, flow_run_id, parent_run_id, store_url)
     get_run_logger().info(
         "%s: epsilon=%s %s(test)=%.4g run_id=%s%s", config.run_name(),
         "inf" if math.isinf(result.epsilon) else f"{result.epsilon:.3g}", result.utility_metric, result.utility_test,

@@ -61,6 +61,9 @@ def test_deployed_demo_runs_on_a_worker_and_both_uis_show_it(tmp_path: Path) -> 
             time.sleep(2)
         worker_log = (stack.logs / "worker-cpu.log").read_text(errors="replace")[-3000:]
         assert state == "COMPLETED", f"flow run ended {state or 'not at all'}; worker log:\n{worker_log}"
+        # The deployment persists results: the flow run's return value is on disk, referenced by its state.
+        stored = Path(getattr(current.data, "storage_key", ""))  # type: ignore[union-attr]
+        assert stored.is_file() and stack.results in stored.parents
 
         client = MlflowClient(tracking_uri=stack.mlflow_url)
         experiment = client.get_experiment_by_name("demo")

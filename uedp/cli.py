@@ -27,6 +27,10 @@ app = typer.Typer(
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+STORE_HELP = ("fsspec URL of a table store shared by several machines (s3://bucket/uedp, gs://..., file:///mnt/uedp): "
+              "tables are read from and published to it; the local data home caches them.")
+PROCESSES_HELP = ("torchrun processes for this training, one per GPU: each trains a share of every round's users "
+                  "or examples (dpsgd: the same model as one process; userdp/uedp: the same epsilon).")
 HOME_OPTION = typer.Option(None, "--home", help="Data home (default: $UEDP_HOME or ./.uedp).", show_default=False)
 
 
@@ -144,7 +148,8 @@ def demo(
 @user_errors
 def ingest(
     format: str = typer.Argument(..., help="conll2003, ag_news, sec, wikitext, jsonl or csv."),
-    paths: list[Path] = typer.Argument(..., help="Input files (.gz, .bz2 and .xz are read transparently)."),
+    paths: list[str] = typer.Argument(..., help="Input files or fsspec URLs (s3://raw/eng.train); .gz, .bz2 and .xz "
+                                      "are read transparently."),
     name: str = typer.Option(..., "--name", help="Dataset name (a folder under the data home)."),
     home: Optional[Path] = HOME_OPTION,
     users: Optional[str] = typer.Option(
@@ -161,6 +166,7 @@ def ingest(
     detokenize: bool = typer.Option(False, help="wikitext: undo @-@ and tokenised punctuation spacing."),
     sec_document_types: str = typer.Option("", help="sec raw files: document types to read, e.g. 10-K,EX-99.1 "
                                            "(default: the submission's own type)."),
+    store: Optional[str] = typer.Option(None, help=STORE_HELP),
 ) -> None:
     """Turn corpus files into the dataset's Parquet `sentences` and `users` tables (DuckDB-queryable).
 
@@ -172,10 +178,10 @@ def ingest(
     from storage.home import validate_dataset_name
 
     config = IngestConfig(
-        home=str(data_home.root), dataset=validate_dataset_name(name), format=format, files=[str(p) for p in paths],
+        home=str(data_home.root), dataset=validate_dataset_name(name), format=format, files=list(paths),
         users=users, text_col=text_col, user_col=user_col, label_col=label_col, split_col=split_col, split=split,
         split_seed=split_seed, valid_fraction=valid_fraction, test_fraction=test_fraction, detokenize=detokenize,
-        sec_document_types=_csv(sec_document_types),
+        sec_document_types=_csv(sec_document_types), store=store,
     )
     options = config.options()  # validate before any work starts
     result = ingest_flow(config, progress=sys.stderr.isatty())
@@ -199,6 +205,13 @@ def detect(
     score_threshold: float = typer.Option(0.4, help="Drop Presidio results scored below this."),
     workers: int = typer.Option(1, help="Worker processes for the spaCy + Presidio pass (each loads the pipeline)."),
     batch_size: int = typer.Option(256, help="Texts per nlp.pipe batch."),
+    shard_rows: Optional[int] = typer.Option(None, help="Scale out: cut the corpus into shards of N sentences, "
+                                             "detect them as parallel tasks, then merge (same table)."),
+    runner: str = typer.Option("dask", help="Shards run on: dask (worker processes, or --dask-address) or threads."),
+    dask_address: Optional[str] = typer.Option(None, help="Scheduler of an existing Dask cluster (tcp://host:8786); "
+                                               "default: a local cluster of --dask-workers processes."),
+    dask_workers: int = typer.Option(2, help="Worker processes of the local Dask cluster."),
+    store: Optional[str] = typer.Option(None, help=STORE_HELP),
 ) -> None:
     """Find sensitive entities in every sentence and write the dataset's `entities` table.
 
@@ -207,16 +220,19 @@ def detect(
     """
     data_home = _prepare_runtime(home)
     from detection.pipeline import DetectorConfig
-    from flows.detect import detect_flow
+    from flows.detect import ScaleOut, detect_flow
 
     config = DetectorConfig(
         detectors=_csv(detector), spacy_model=spacy_model, presidio_entities=_csv(presidio_entities) or None,
         recognizers=str(recognizers) if recognizers else None, score_threshold=score_threshold, workers=workers,
         batch_size=batch_size,
     )
-    result = detect_flow(str(data_home.root), dataset, config, progress=sys.stderr.isatty())
+    scale_out = ScaleOut(rows_per_shard=shard_rows, runner=runner, dask_address=dask_address,  # type: ignore[arg-type]
+                         dask_workers=dask_workers, store=store)
+    result = detect_flow(str(data_home.root), dataset, config, progress=sys.stderr.isatty(), scale_out=scale_out)
     verb = "reused (same corpus and detector configuration)" if result.reused else "wrote"
-    typer.echo(f"{dataset}: {verb} {result.entities} entity spans from {result.detector}")
+    shards = f" in {result.shards} shards" if result.shards > 1 else ""
+    typer.echo(f"{dataset}: {verb} {result.entities} entity spans from {result.detector}{shards}")
 
 
 @app.command()
@@ -361,6 +377,8 @@ def train(
     canary_formats: str = typer.Option("digits:6", help="Comma-separated: digits:N, name, phone, email."),
     canary_users: Optional[str] = typer.Option(None, help="Comma-separated users whose text hosts the canaries "
                                                "(default: users drawn at random)."),
+    processes: int = typer.Option(1, help=PROCESSES_HELP),
+    store: Optional[str] = typer.Option(None, help=STORE_HELP),
     home: Optional[Path] = HOME_OPTION,
 ) -> None:
     """Train one configuration and log it to MLflow; prints the run id.
@@ -371,7 +389,7 @@ def train(
     data_home = _prepare_runtime(home)
     from tasks.config import TrainConfig
     from tasks.tracking import ui_command
-    from tasks.train import train_configuration
+    from tasks.train import run_training
 
     if noise_multiplier is not None and target_epsilon is not None:
         raise UedpError("give at most one of --noise-multiplier and --target-epsilon")
@@ -383,9 +401,9 @@ def train(
         target_epsilon=target_epsilon, max_epsilon=max_epsilon, clip=clip, hidden_clip=hidden_clip, local_steps=local_steps,
         local_lr=local_lr, delta=delta, accountant=accountant, seed=seed, device=device,  # type: ignore[arg-type]
         checkpoint_every=checkpoint_every, log_model=log_model, canaries=canaries, canary_repeats=canary_repeats,
-        canary_formats=_csv(canary_formats), canary_users=_csv(canary_users),
+        canary_formats=_csv(canary_formats), canary_users=_csv(canary_users), processes=processes,
     )
-    result = train_configuration(data_home, config)
+    result = run_training(data_home, config, store_url=store)
     if result.resumed_from:
         typer.echo(f"resumed from the checkpoint of round {result.resumed_from}")
     guarantee = (f"epsilon {_fmt(result.epsilon, 4)} at delta {result.delta:g}" if math.isfinite(result.epsilon)
@@ -418,6 +436,8 @@ def sweep(
     clip: float = typer.Option(1.0, help="L2 clipping bound (beta)."),
     delta: float = typer.Option(1e-5, help="Target delta."),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
+    processes: int = typer.Option(1, help=PROCESSES_HELP),
+    store: Optional[str] = typer.Option(None, help=STORE_HELP),
     home: Optional[Path] = HOME_OPTION,
 ) -> None:
     """Train every mechanism x category set x epsilon x seed as a Prefect flow; nested MLflow runs under one
@@ -435,7 +455,8 @@ def sweep(
         home=str(data_home.root), dataset=dataset, mechanisms=_csv(mechanisms), category_sets=categories,  # type: ignore[arg-type]
         target_epsilons=targets, noise_multiplier=noise_multiplier, seeds=seed_list, model=model,  # type: ignore[arg-type]
         model_size=model_config, steps=steps, rounds=rounds, public_steps=public_steps, q_user=q_user,
-        q_entity=q_entity, q_extended=q_extended, clip=clip, delta=delta, device=device,
+        q_entity=q_entity, q_extended=q_extended, clip=clip, delta=delta, device=device, processes=processes,
+        store=store,
     )
     from models.device import resolve_device
 

@@ -54,6 +54,11 @@ class LocalStack:
         return f"http://127.0.0.1:{self.mlflow_port}"
 
     @property
+    def results(self) -> Path:
+        """Where flow and task runs persist their return values (Prefect results)."""
+        return self.home.prefect_home / "results"
+
+    @property
     def logs(self) -> Path:
         return self.home.root / "stack"
 
@@ -65,6 +70,8 @@ class LocalStack:
             "PREFECT_WORKER_QUERY_SECONDS": "2", "MLFLOW_TRACKING_URI": self.mlflow_url,
             "UEDP_HOME": str(self.home.root), "UEDP_REPO": str(REPO), "TOKENIZERS_PARALLELISM": "false",
             "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+            "PREFECT_RESULTS_PERSIST_BY_DEFAULT": "true",
+            "PREFECT_LOCAL_STORAGE_PATH": str(self.results),
         }
 
     def __enter__(self) -> "LocalStack":

@@ -39,8 +39,9 @@ class CheckpointMismatch(ValueError):
 class Checkpointer:
     """Saves ``{name: object}`` state every ``every`` rounds under a scope (one per training phase)."""
 
-    def __init__(self, folder: Path | None, every: int, fingerprint: str = ""):
-        self.folder, self.every, self.fingerprint = folder, every, fingerprint
+    def __init__(self, folder: Path | None, every: int, fingerprint: str = "", writes: bool = True):
+        # ``writes=False``: restore only (torchrun's other processes; the main one writes).
+        self.folder, self.every, self.fingerprint, self.writes = folder, every, fingerprint, writes
 
     @property
     def enabled(self) -> bool:
@@ -76,7 +77,7 @@ class Checkpointer:
 
     def maybe_save(self, scope: str, round_index: int, objects: dict[str, Restorable], **scalars: Any) -> bool:
         """Save when ``round_index`` is a multiple of ``every``; True when it saved."""
-        if not self.enabled or round_index % self.every:
+        if not self.enabled or not self.writes or round_index % self.every:
             return False
         self.save(scope, round_index, objects, **scalars)
         return True
@@ -96,7 +97,7 @@ class Checkpointer:
 
     def clear(self) -> None:
         """Remove the checkpoint once the run has finished (a finished run is not resumed)."""
-        if self.path is not None:
+        if self.path is not None and self.writes:
             self.path.unlink(missing_ok=True)
 
 

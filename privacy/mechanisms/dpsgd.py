@@ -22,6 +22,7 @@ from opacus import GradSampleModule
 
 from models.batching import collate
 from models.device import autocast
+from models.parallel import Ranks
 from privacy.accounting import (AccountantKind, Adjacency, RoundAccountant, check_delta, poisson_gaussian_round,
                                 resolve_noise_multiplier)
 from privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
@@ -120,9 +121,13 @@ class DpSgd:
     def noisy_gradient(self, private: GradSampleModule, params: list[torch.Tensor], batch: list[torch.Tensor],
                        loss_fn: LossFn, device: torch.device, pad_id: int,
                        noise_gen: torch.Generator) -> list[torch.Tensor]:
-        """``(sum_i clip(g_i) + N(0, (z clip)^2 I)) / expected_batch_size``, per parameter."""
+        """``(sum_i clip(g_i) + N(0, (z clip)^2 I)) / expected_batch_size``, per parameter.
+
+        Under torchrun each process sums its share of the batch; the shares are added before the
+        noise, which every process draws alike from the same generator."""
         sigma = self.noise_multiplier * self.params.clip
-        summed = self.clipped_gradient_sum(private, params, batch, loss_fn, device, pad_id)
+        ranks = Ranks.current()
+        summed = ranks.sum_(self.clipped_gradient_sum(private, params, ranks.mine(batch), loss_fn, device, pad_id))
         return [(total + gaussian_noise(total.shape, sigma, noise_gen, total.dtype)) / self.params.expected_batch_size
                 for total in summed]
 

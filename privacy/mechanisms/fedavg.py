@@ -2,6 +2,9 @@
 user from the global weights, the user's model delta clipped in L2 over all trainable parameters,
 weighted and summed.
 
+Under ``torchrun`` each process trains its share of the round's users and one all-reduce adds the
+clipped sums (``models.parallel``); noise is added once, to the total, by the mechanism.
+
 Speed: one preallocated worker model is reused for every user (its parameters are overwritten with the
 global ones), instead of a deep copy per user as the UeDP reference code does.
 """
@@ -15,6 +18,7 @@ from typing import Iterator
 import torch
 
 from models.batching import batches
+from models.parallel import Ranks
 from models.training import LossFn, optimizer_step
 from privacy.mechanisms.base import TrainData
 from privacy.primitives import assign_flat_, clip_l2, flatten
@@ -40,12 +44,21 @@ class LocalTrainer:
         self.loss_fn, self.device, self.pad_id, self.clip = loss_fn, device, pad_id, clip
         self.local_steps, self.local_batch_size, self.local_lr = local_steps, local_batch_size, local_lr
         self.generator = generator
+        self.ranks = Ranks.current()
 
     def clipped_sum(self, theta: torch.Tensor, users: list[list[torch.Tensor]], weights: list[float]) -> torch.Tensor:
         """``sum_u w_u clip(Delta_u, clip)``: the quantity whose sensitivity the mechanisms bound.
 
-        A user with no usable sequence this round contributes nothing (a zero delta).
+        A user with no usable sequence this round contributes nothing (a zero delta). Under torchrun
+        each process sums its share of the users and the shares are added.
         """
+        mine = self.ranks.mine(list(zip(users, weights)))
+        total = self.local_clipped_sum(theta, [u for u, _ in mine], [w for _, w in mine])
+        return self.ranks.sum_([total])[0]
+
+    def local_clipped_sum(self, theta: torch.Tensor, users: list[list[torch.Tensor]],
+                          weights: list[float]) -> torch.Tensor:
+        """The clipped sum over the users this process trains."""
         total = torch.zeros_like(theta)
         for sequences, weight in zip(users, weights):
             if sequences:

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import torch
 
 from models.batching import ShuffledBatches, collate
-from models.training import optimizer_step
+from models.parallel import Ranks
+from models.training import data_parallel_step, optimizer_step
 from privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
 
 
@@ -37,9 +38,13 @@ class Noiseless:
         state = {"model": model, "optimizer": optimizer, "sampler": sampler}
         done = (checkpoint.restore(scope, state) or {"round": 0})["round"]
         model.train()
+        ranks = Ranks.current()  # under torchrun, each process takes a share of every batch
         for step in range(done + 1, p.steps + 1):
             batch = [sequences[i] for i in sampler.next()]
-            loss = optimizer_step(model, optimizer, collate(batch, data.pad_id), loss_fn, device)
+            if ranks.world > 1:
+                loss = data_parallel_step(model, optimizer, batch, data.pad_id, loss_fn, device, ranks)
+            else:
+                loss = optimizer_step(model, optimizer, collate(batch, data.pad_id), loss_fn, device)
             on_round(RoundReport(step, loss, math.inf, 0.0, len(batch)))
             checkpoint.maybe_save(scope, step, state)
         return PrivacyStatement(mechanism=self.name, unit=self.unit, rounds=max(p.steps, done))

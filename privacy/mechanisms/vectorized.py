@@ -38,7 +38,8 @@ class VectorizedLocalTrainer(LocalTrainer):
         embedding = self.worker.get_input_embeddings().weight
         self.embedding_name = next(n for n, p in self.worker.named_parameters() if p is embedding)
 
-    def clipped_sum(self, theta: torch.Tensor, users: list[list[torch.Tensor]], weights: list[float]) -> torch.Tensor:
+    def local_clipped_sum(self, theta: torch.Tensor, users: list[list[torch.Tensor]],
+                          weights: list[float]) -> torch.Tensor:
         total = torch.zeros_like(theta)
         active = [(sequences, weight) for sequences, weight in zip(users, weights) if sequences]
         for start in range(0, len(active), self.group_size):
