@@ -9,6 +9,7 @@ worker processes), and the same parse feeds both the spaCy and the Presidio dete
 from __future__ import annotations
 
 import hashlib
+import json
 import multiprocessing
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -102,7 +103,23 @@ def detect(batches: Iterable[pa.RecordBatch], config: DetectorConfig, taxonomy: 
     if config.workers > 1 and config.needs_nlp:
         yield from _detect_in_workers(sentences, config, taxonomy)
     else:
-        yield from _Detector(config, taxonomy).run(sentences)
+        yield from _detector(config, taxonomy).run(sentences)
+
+
+_DETECTORS: dict[tuple[str, str], "_Detector"] = {}
+
+
+def _detector(config: DetectorConfig, taxonomy: Taxonomy) -> "_Detector":
+    """One detector per process, configuration and model content: a process that detects many shards
+    (a Dask worker) loads the spaCy pipeline and builds the Presidio analyzer once, not once per shard.
+    The key holds the pipeline's content hash, so a model retrained in the same folder is reloaded."""
+    key = (config.model_dump_json(), json.dumps(config.identity(), sort_keys=True))
+    if key not in _DETECTORS:
+        _DETECTORS.clear()  # keep one: pipelines are large
+        _DETECTORS[key] = _Detector(config, taxonomy)
+    detector = _DETECTORS[key]
+    detector.rows = _Rows(taxonomy)  # cheap; the taxonomy in force may have been edited since
+    return detector
 
 
 Sentence = tuple[int, str, str, list[dict[str, Any]]]

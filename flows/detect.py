@@ -44,7 +44,7 @@ class ScaleOut(BaseModel):
             return DaskTaskRunner(address=self.dask_address)
         # One thread per worker process: spaCy and Presidio hold the GIL, parallelism comes from processes.
         return DaskTaskRunner(cluster_kwargs={"n_workers": self.dask_workers, "threads_per_worker": 1,
-                                              "processes": True, "dashboard_address": None})
+                                              "processes": True})
 
 
 @flow(name="uedp-detect-shards")
