@@ -1,0 +1,158 @@
+"""Local-DP sanitization: output sets on hand-made embeddings, the exponential mechanism's sampling
+distribution (chi-square against probabilities computed here from the formula), the epsilon-LDP ratio
+inside an input set, the strategies, and the kept-token share falling with epsilon."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from conftest import write
+from privacy.sanitization.embeddings import Embeddings, load_vectors
+from privacy.sanitization.mapping import build_mapping, nearest
+from privacy.sanitization.mechanisms import CusText, SanText, privatize, releases_per_record, sample
+from uedp.errors import UedpError
+
+
+def line(points: list[float]) -> Embeddings:
+    """Tokens t0, t1, ... on a line at the given positions (1-D embeddings)."""
+    return Embeddings([f"t{i}" for i in range(len(points))], np.asarray(points, dtype=np.float32)[:, None])
+
+
+def sets_of(mapping, n: int) -> list[set[int]]:
+    return [set(mapping.output_set(i).tolist()) for i in range(n)]
+
+
+def test_nearest_is_closest_first_with_itself_first() -> None:
+    table = nearest(line([0, 1, 3, 4.5, 6]).vectors, 3, "euclidean")
+    assert table.tolist() == [[0, 1, 2], [1, 0, 2], [2, 3, 1], [3, 2, 4], [4, 3, 2]]
+
+
+def test_output_sets_of_the_three_mappings_on_a_hand_made_table() -> None:
+    emb = line([0, 1, 3, 4.5, 6])  # t0 t1 | t2 t3 | t4 with K = 2
+    aggressive = build_mapping(emb, 2, "aggressive")
+    assert sets_of(aggressive, 5) == [{0, 1}, {1, 0}, {2, 3}, {3, 2}, {4, 3}]
+    assert aggressive.unprotected_share == 1.0  # every token has its own output set: 1-N
+
+    balanced = build_mapping(emb, 2, "balanced")
+    # t0 takes {t0, t1} for both; t2 takes {t2, t3} for both; t4's set {t4, t3} is its own (t3 was taken).
+    assert sets_of(balanced, 5) == [{0, 1}, {0, 1}, {2, 3}, {2, 3}, {3, 4}]
+    assert balanced.input_set_sizes.tolist() == [2, 2, 2, 2, 1] and balanced.unprotected_share == pytest.approx(0.2)
+
+    conservative = build_mapping(emb, 2, "conservative")
+    assert sets_of(conservative, 5) == [{0, 1}, {0, 1}, {2, 3}, {2, 3}, {4}]  # a partition
+    assert max(len(s) for s in sets_of(conservative, 5)) == 2
+
+
+def test_mapping_is_cached_by_content(tmp_path: Path) -> None:
+    emb = line([0, 1, 3, 4.5, 6])
+    first = build_mapping(emb, 2, "balanced", cache_dir=tmp_path)
+    files = list(tmp_path.glob("custext-mapping-*.npz"))
+    assert len(files) == 1
+    again = build_mapping(emb, 2, "balanced", cache_dir=tmp_path)
+    assert np.array_equal(first.output_sets, again.output_sets) and np.array_equal(first.group_of, again.group_of)
+    other = build_mapping(line([0, 1, 3, 4.5, 7]), 2, "balanced", cache_dir=tmp_path)
+    assert other.k == 2 and len(list(tmp_path.glob("custext-mapping-*.npz"))) == 2  # new content, new entry
+
+
+def _custext_probabilities(points: list[float], token: int, members: list[int], epsilon: float) -> np.ndarray:
+    """Eq. 3.3.1 and 3.3.4 by hand: u = 1 - minmax(|x - y|), Pr ~ exp(eps u / 2)."""
+    d = np.array([abs(points[token] - points[m]) for m in members])
+    u = 1 - (d - d.min()) / (d.max() - d.min())
+    w = np.exp(epsilon * u / 2)
+    return w / w.sum()
+
+
+@pytest.mark.parametrize("epsilon", [1.0, 4.0])
+def test_custext_samples_follow_the_exponential_mechanism(epsilon: float) -> None:
+    points = [0, 0.5, 2, 3, 7, 7.5, 9, 12]
+    emb = line(points)
+    mapping = build_mapping(emb, 4, "aggressive")
+    sampler = CusText(emb, mapping, epsilon)
+    token = 2
+    members = mapping.output_set(token).tolist()
+    expected = _custext_probabilities(points, token, members, epsilon)
+    n = 40_000
+    drawn = sample(sampler, np.full(n, token), torch.Generator().manual_seed(7))
+    observed = np.array([(drawn == m).sum() for m in members])
+    assert observed.sum() == n  # nothing outside the output set
+    assert chisquare(observed, expected * n).pvalue > 1e-3
+    # and it would notice the wrong formula (e.g. no 1/2, i.e. Delta_u misread as 1/2)
+    wrong = np.exp(epsilon * (1 - (np.abs(np.array(points)[members] - points[token]) / 5)))
+    assert chisquare(observed, wrong / wrong.sum() * n).pvalue < 1e-6
+
+
+def test_santext_samples_follow_the_exponential_mechanism_over_the_vocabulary() -> None:
+    points = [0, 0.5, 2, 3, 4]
+    emb = line(points)
+    sampler = SanText(emb, epsilon=2.0)
+    n = 40_000
+    drawn = sample(sampler, np.full(n, 1), torch.Generator().manual_seed(3))
+    weights = np.exp(-2.0 * np.abs(np.array(points) - points[1]) / 2)
+    observed = np.bincount(drawn, minlength=len(points))
+    assert chisquare(observed, weights / weights.sum() * n).pvalue > 1e-3
+    assert sampler.diameter == pytest.approx(4.0) and sampler.per_token_epsilon == pytest.approx(8.0)
+
+
+def test_inputs_sharing_an_output_set_are_epsilon_indistinguishable() -> None:
+    rng = np.random.default_rng(0)
+    emb = Embeddings([f"w{i}" for i in range(120)], rng.normal(size=(120, 6)).astype(np.float32))
+    epsilon = 1.5
+    for mode in ("balanced", "conservative"):
+        mapping = build_mapping(emb, 10, mode)  # type: ignore[arg-type]
+        sampler = CusText(emb, mapping, epsilon)
+        for group in range(len(mapping.output_sets)):
+            inputs = np.flatnonzero(mapping.group_of == group)
+            if len(inputs) < 2:
+                continue
+            _, probs = sampler.distribution(inputs)
+            ratio = probs.max(axis=0) / probs.min(axis=0)
+            assert ratio.max() <= math.exp(epsilon) * (1 + 1e-9)
+
+
+def test_strategies_tie_repeated_tokens_and_count_releases() -> None:
+    rng = np.random.default_rng(1)
+    emb = Embeddings([f"w{i}" for i in range(60)], rng.normal(size=(60, 4)).astype(np.float32))
+    sampler = CusText(emb, build_mapping(emb, 30, "aggressive"), epsilon=0.1)  # nearly uniform over 30
+    records = [np.array([5, 5, 5, 5, 5, 5, -1, 7]), np.array([5, 5, 9, 5, 5, 5])]
+    token = privatize(records, sampler, "token", torch.Generator().manual_seed(0))
+    record = privatize(records, sampler, "record", torch.Generator().manual_seed(0))
+    dataset = privatize(records, sampler, "dataset", torch.Generator().manual_seed(0))
+    assert len(set(token[0][:6].tolist())) > 1  # independent draws
+    assert len(set(record[0][:6].tolist())) == 1 and len({record[1][i] for i in (0, 1, 3, 4, 5)}) == 1
+    assert dataset[0][0] == dataset[1][0]  # one draw for the token in the whole dataset
+    assert all(r[6] == -1 for r in (token[0], record[0], dataset[0]))  # kept positions untouched
+    assert releases_per_record(records, "token").tolist() == [7, 6]
+    assert releases_per_record(records, "record").tolist() == [2, 2]
+
+
+def test_kept_share_falls_as_epsilon_falls() -> None:
+    rng = np.random.default_rng(2)
+    emb = Embeddings([f"w{i}" for i in range(300)], rng.normal(size=(300, 8)).astype(np.float32))
+    mapping = build_mapping(emb, 20, "balanced")
+    records = [rng.integers(0, 300, size=40) for _ in range(200)]
+    shares = []
+    for epsilon in (0.5, 2.0, 8.0, 32.0):
+        out = privatize(records, CusText(emb, mapping, epsilon), "token", torch.Generator().manual_seed(0))
+        shares.append(float(np.mean(np.concatenate(out) == np.concatenate(records))))
+    assert shares == sorted(shares) and shares[0] < 0.12 < 0.9 < shares[-1], shares
+    santext = [float(np.mean(np.concatenate(privatize(records, SanText(emb, e), "token", torch.Generator().manual_seed(0)))
+                             == np.concatenate(records))) for e in (0.5, 8.0)]
+    assert santext[0] < santext[1]
+
+
+def test_vector_files_read_glove_and_word2vec_and_name_bad_lines(tmp_path: Path) -> None:
+    glove = write(tmp_path / "g.txt", "the 0.1 0.2\ncat 0.3 0.4\n")
+    w2v = write(tmp_path / "w.txt", "2 2\nthe 0.1 0.2\ncat 0.3 0.4\n")
+    assert load_vectors(glove).tokens == load_vectors(w2v).tokens == ["the", "cat"]
+    assert load_vectors(glove, limit=1).tokens == ["the"]
+    assert load_vectors(glove).lookup("Cat") == 1  # lower-case fallback
+    with pytest.raises(UedpError, match=r"b\.txt:2: 1 numbers where earlier lines have 2"):
+        load_vectors(write(tmp_path / "b.txt", "the 0.1 0.2\ncat 0.3\n"))
+    with pytest.raises(UedpError, match=r"c\.txt:1: expected a token followed by numbers"):
+        load_vectors(write(tmp_path / "c.txt", "the x y\n"))
