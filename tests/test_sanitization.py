@@ -156,3 +156,91 @@ def test_vector_files_read_glove_and_word2vec_and_name_bad_lines(tmp_path: Path)
         load_vectors(write(tmp_path / "b.txt", "the 0.1 0.2\ncat 0.3\n"))
     with pytest.raises(UedpError, match=r"c\.txt:1: expected a token followed by numbers"):
         load_vectors(write(tmp_path / "c.txt", "the x y\n"))
+
+
+# --- the sanitize task on a real dataset -----------------------------------------------------------
+import re  # noqa: E402
+
+from typer.testing import CliRunner  # noqa: E402
+
+from detection.pipeline import DetectorConfig  # noqa: E402
+from flows.demo import DEMO_CORPUS  # noqa: E402
+from storage.ingest import IngestOptions, ingest  # noqa: E402
+from storage.tables import read_manifest, read_table  # noqa: E402
+from tasks.detect import detect_entities  # noqa: E402
+from tasks.sanitize import SanitizeConfig, sanitize_dataset  # noqa: E402
+
+
+@pytest.fixture
+def vectors(tmp_path: Path) -> Path:
+    """Made-up public vectors for the demo corpus' words (and some more): seeded, written by the test."""
+    words = sorted({w for w in re.findall(r"\w+(?:['’-]\w+)*|[^\w\s]", DEMO_CORPUS.read_text()) if w.strip()})
+    words = [w for w in words if w not in ("-DOCSTART-", "DOCSTART")] + [f"extra{i}" for i in range(50)]
+    rng = np.random.default_rng(0)
+    lines = [f"{w} " + " ".join(f"{x:.4f}" for x in rng.normal(size=8)) for w in words]
+    return write(tmp_path / "vectors.txt", "\n".join(lines) + "\n")
+
+
+@pytest.fixture
+def demo(home) -> str:
+    ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
+    detect_entities(home, "demo", DetectorConfig(detectors=["gold"]))
+    return "demo"
+
+
+def _texts(home, dataset: str) -> dict[str, list[str]]:
+    rows = read_table(home.table_dir(dataset, "sentences")).to_pylist()
+    return {split: [r["text"] for r in rows if r["split"] == split] for split in ("train", "valid", "test")}
+
+
+def test_sanitize_rewrites_train_only_with_a_statement_and_reuses(home, demo: str, vectors: Path) -> None:
+    config = SanitizeConfig(dataset=demo, mechanism="custext", epsilon=1.0, k=5, embeddings=str(vectors))
+    result = sanitize_dataset(home, config)
+    assert result.dataset == "demo-custext-e1-k5-record" and not result.reused
+    before, after = _texts(home, demo), _texts(home, result.dataset)
+    assert after["valid"] == before["valid"] and after["test"] == before["test"]
+    changed = sum(a != b for a, b in zip(after["train"], before["train"]))
+    assert changed > 0.9 * len(before["train"])
+    assert result.sanitized_share == 1.0 and result.unknown_share < 0.05
+    assert result.record_epsilon_max >= result.record_epsilon_median >= 1.0 and result.user_epsilon_max > result.record_epsilon_max
+    manifest = read_manifest(home.table_dir(result.dataset, "sentences"))
+    assert manifest["sanitization"]["per_token_epsilon"] == 1.0 and "input set" in manifest["sanitization"]["statement"]
+    assert read_table(home.table_dir(result.dataset, "users")).equals(read_table(home.table_dir(demo, "users")))
+    assert sanitize_dataset(home, config).reused  # never a second draw of the same release
+
+
+def test_sanitize_non_entities_touches_only_entity_tokens(home, demo: str, vectors: Path) -> None:
+    config = SanitizeConfig(dataset=demo, epsilon=0.5, k=10, embeddings=str(vectors), keep="non-entities",
+                            categories=["PERSON"], strategy="token")
+    result = sanitize_dataset(home, config)
+    assert result.dataset == "demo-custext-e0.5-k10-token-entities" and 0 < result.sanitized_share < 0.2
+    source = {r["sentence_id"]: r for r in read_table(home.table_dir(demo, "sentences")).to_pylist()}
+    entities = read_table(home.table_dir(demo, "entities")).to_pylist()
+    people = {r["sentence_id"] for r in entities if r["category"] == "PERSON"}
+    for row in read_table(home.table_dir(result.dataset, "sentences")).to_pylist():
+        if row["split"] == "train" and row["sentence_id"] not in people:
+            assert row["text"] == source[row["sentence_id"]]["text"]
+    assert result.unchanged_share > 0.8
+
+
+def test_sanitized_share_kept_falls_with_epsilon_on_the_corpus(home, demo: str, vectors: Path) -> None:
+    shares = [sanitize_dataset(home, SanitizeConfig(dataset=demo, mechanism=m, epsilon=e, k=10, embeddings=str(vectors),
+                                                    strategy="token")).sanitized_unchanged_share
+              for m in ("custext", "santext") for e in (0.5, 16.0)]
+    assert shares[0] < shares[1] and shares[2] < shares[3]
+
+
+def test_cli_sanitizes_and_the_result_trains(home, demo: str, vectors: Path) -> None:
+    from uedp.cli import app
+
+    runner = CliRunner()
+    out = runner.invoke(app, ["sanitize", demo, "--home", str(home.root), "--epsilon", "2", "--k", "5",
+                              "--embeddings", str(vectors), "--keep", "stopwords", "--output", "demo-private"])
+    assert out.exit_code == 0, out.output
+    assert "per token epsilon 2" in out.output and "stopwords released unchanged" in out.output
+    trained = runner.invoke(app, ["train", "demo-private", "--home", str(home.root), "--mechanism", "noiseless",
+                                  "--steps", "3", "--checkpoint-every", "0"])
+    assert trained.exit_code == 0, trained.output
+    bad = runner.invoke(app, ["sanitize", demo, "--home", str(home.root), "--epsilon", "2",
+                              "--embeddings", str(home.root / "missing.txt")])
+    assert bad.exit_code != 0 and "missing.txt not found" in bad.output

@@ -237,6 +237,52 @@ def detect(
 
 @app.command()
 @user_errors
+def sanitize(
+    dataset: str = typer.Argument(..., help="An ingested dataset (detected too, for --keep non-entities)."),
+    mechanism: str = typer.Option("custext", help="custext (customized K-token output sets) or santext (whole vocabulary)."),
+    epsilon: float = typer.Option(..., help="Per-token epsilon of the exponential mechanism."),
+    k: int = typer.Option(50, "--k", help="custext: size of each token's output set."),
+    embeddings: str = typer.Option(..., help="Vector file (GloVe/word2vec text or .npz) or model:<pretrained folder> "
+                                   "(its input embeddings and tokenizer)."),
+    mapping: str = typer.Option("balanced", help="custext: aggressive, balanced or conservative."),
+    metric: str = typer.Option("euclidean", help="custext: euclidean or cosine."),
+    strategy: str = typer.Option("record", help="token, record or dataset: which repeated tokens share one draw."),
+    keep: str = typer.Option("none", help="none; stopwords (the '+' variants); non-entities (sanitize only detected "
+                             "entities of --categories)."),
+    categories: str = typer.Option("PII", help="Entity categories for --keep non-entities."),
+    vocab_limit: Optional[int] = typer.Option(None, help="Use the first N vectors of the file (the most frequent)."),
+    seed: int = typer.Option(0, help="Seed of the draws (ignored with --secure)."),
+    secure: bool = typer.Option(False, help="Draw from OS randomness: for real releases."),
+    output: Optional[str] = typer.Option(None, help="Name of the sanitized dataset (default: derived from the settings)."),
+    home: Optional[Path] = HOME_OPTION,
+) -> None:
+    """Rewrite the train split of DATASET under local DP (the thesis' CusText or SanText) into a new dataset;
+    valid and test stay original. Train it like any dataset (noiselessly: the text itself is private) and
+    compare it in MLflow with the other mechanisms. Prints the per-token and per-record epsilon."""
+    data_home = _prepare_runtime(home)
+    from tasks.sanitize import SanitizeConfig, sanitize_dataset
+
+    config = SanitizeConfig(
+        dataset=dataset, mechanism=mechanism, epsilon=epsilon, k=k, mapping=mapping, metric=metric,  # type: ignore[arg-type]
+        strategy=strategy, keep=keep, categories=categories, embeddings=embeddings, vocab_limit=vocab_limit,  # type: ignore[arg-type]
+        seed=seed, secure=secure, output=output,
+    )
+    result = sanitize_dataset(data_home, config, progress=sys.stderr.isatty())
+    verb = "reused (same source and settings: the same release)" if result.reused else "wrote"
+    typer.echo(f"{result.dataset}: {verb}")
+    typer.echo(f"  {result.statement}")
+    typer.echo(f"  per-record epsilon: median {result.record_epsilon_median:.4g}, max {result.record_epsilon_max:.4g}; "
+               f"per-user max {result.user_epsilon_max:.4g}")
+    typer.echo(f"  train tokens {result.tokens}: sanitized {result.sanitized_share:.1%}, unchanged after sanitizing "
+               f"{result.unchanged_share:.1%} (of sanitized: {result.sanitized_unchanged_share:.1%}), "
+               f"without embedding {result.unknown_share:.1%}")
+    if mechanism == "custext":
+        typer.echo(f"  vocabulary tokens with no adjacent token (type 1-N, no guarantee): {result.unprotected_share:.1%}")
+    typer.echo(f"train it: uedp train {result.dataset} --mechanism noiseless")
+
+
+@app.command()
+@user_errors
 def entities(
     dataset: str = typer.Argument(..., help="A dataset with an entities table."),
     home: Optional[Path] = HOME_OPTION,

@@ -1,0 +1,275 @@
+"""Sanitize a dataset under local DP (CusText or SanText) into a new dataset whose train split is the
+users' privatized text; valid and test stay original (a model is judged on real text). The new
+dataset trains noiselessly through the same sweep; its manifest carries the privacy statement.
+
+Tokens are words (``\\w+`` runs and single punctuation marks) looked up in a vector file, or the
+tokens of a pretrained tokenizer whose model's input embeddings are the vectors. A sanitized token
+without an embedding is released as ``<unk>`` whatever it was.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from tqdm.auto import tqdm
+
+from detection.categories import Categories
+from privacy.primitives import make_generator
+from privacy.sanitization.embeddings import Embeddings, from_model, load_vectors
+from privacy.sanitization.mapping import MappingMode, Metric, build_mapping
+from privacy.sanitization.mechanisms import KEEP, UNKNOWN, CusText, SanText, Sampler, Strategy, privatize, releases_per_record
+from storage.catalog import Catalog
+from storage.home import DataHome, validate_dataset_name
+from storage.schemas import ENTITIES, SENTENCES, USERS
+from storage.tables import TableWriter, hash_config, is_current, read_manifest, read_table
+from uedp.errors import UedpError
+
+UNKNOWN_TEXT = "<unk>"
+WORD = re.compile(r"\w+(?:['’-]\w+)*|[^\w\s]")
+Keep = Literal["none", "stopwords", "non-entities"]
+
+
+class SanitizeConfig(BaseModel):
+    """One local-DP sanitization of a dataset's train split."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dataset: str
+    mechanism: Literal["custext", "santext"] = "custext"
+    epsilon: float = Field(gt=0, description="per-token epsilon of the exponential mechanism")
+    k: int = Field(50, ge=1, description="custext: size of each token's output set")
+    mapping: MappingMode = Field("balanced", description="custext: aggressive, balanced or conservative")
+    metric: Metric = Field("euclidean", description="custext: euclidean (GloVe) or cosine (counter-fitted)")
+    strategy: Strategy = Field("record", description="token, record or dataset: which repeats share one draw")
+    keep: Keep = Field("none", description="none; stopwords (the thesis' + variants); non-entities (sanitize "
+                                           "only the tokens of detected entities of the chosen categories)")
+    categories: Categories = Field(default_factory=lambda: ["PERSON", "LOC", "ORG", "PHONE_NUMBER", "EMAIL_ADDRESS"],
+                                   validate_default=True)
+    embeddings: str = Field(description="a vector file (GloVe/word2vec text, .npz) or model:<pretrained folder>")
+    vocab_limit: int | None = Field(None, ge=2, description="use the first N vectors (the most frequent)")
+    seed: int = 0
+    secure: bool = Field(False, description="draw from OS randomness (for real releases; not reproducible)")
+    output: str | None = Field(None, description="name of the sanitized dataset (default: derived)")
+
+    @model_validator(mode="after")
+    def _valid_name(self) -> "SanitizeConfig":
+        validate_dataset_name(self.output_name)
+        return self
+
+    @property
+    def output_name(self) -> str:
+        if self.output:
+            return self.output
+        plus = {"none": "", "stopwords": "-plus", "non-entities": "-entities"}[self.keep]
+        k = f"-k{self.k}" if self.mechanism == "custext" else ""
+        return f"{self.dataset}-{self.mechanism}-e{self.epsilon:g}{k}-{self.strategy}{plus}"
+
+
+@dataclass(frozen=True)
+class SanitizeResult:
+    dataset: str
+    reused: bool
+    per_token_epsilon: float
+    record_epsilon_max: float
+    record_epsilon_median: float
+    user_epsilon_max: float
+    tokens: int
+    sanitized_share: float  # of train tokens, how many went through the mechanism
+    unchanged_share: float  # of train tokens, how many are the original token after sanitizing (Table 3.6)
+    sanitized_unchanged_share: float  # of sanitized tokens, how many came out as themselves
+    unknown_share: float  # of sanitized tokens, how many had no embedding
+    unprotected_share: float  # custext: vocabulary tokens of type 1-N (no adjacent token)
+    statement: str
+
+
+class Segmenter:
+    """Text -> token spans and vocabulary indices, and vocabulary index -> output text."""
+
+    def __init__(self, embeddings: Embeddings, tokenizer: object | None = None):
+        self.embeddings, self.tokenizer = embeddings, tokenizer
+
+    def spans(self, text: str) -> list[tuple[int, int, int]]:
+        if self.tokenizer is None:
+            return [(m.start(), m.end(), _index(self.embeddings.lookup(m.group()))) for m in WORD.finditer(text)]
+        encoded = self.tokenizer(text, return_offsets_mapping=True, add_special_tokens=False)  # type: ignore[operator]
+        pieces = self.tokenizer.convert_ids_to_tokens(encoded["input_ids"])  # type: ignore[attr-defined]
+        return [(s, e, _index(self.embeddings.index.get(p))) for (s, e), p in zip(encoded["offset_mapping"], pieces)]
+
+    def text_of(self, index: int) -> str:
+        if index < 0:
+            return UNKNOWN_TEXT
+        token = self.embeddings.tokens[index]
+        if self.tokenizer is None:
+            return token
+        return self.tokenizer.convert_tokens_to_string([token]).strip()  # type: ignore[attr-defined]
+
+
+def _index(found: int | None) -> int:
+    return UNKNOWN if found is None else found
+
+
+def load_embeddings(config: SanitizeConfig) -> tuple[Embeddings, object | None]:
+    if config.embeddings.startswith("model:"):
+        from transformers import AutoModel, AutoTokenizer
+
+        folder = config.embeddings.removeprefix("model:")
+        if not Path(folder).is_dir():
+            raise UedpError(f"--embeddings {config.embeddings}: {folder} is not a pretrained model folder")
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        return from_model(AutoModel.from_pretrained(folder), tokenizer), tokenizer
+    embeddings = load_vectors(Path(config.embeddings), config.vocab_limit)
+    return embeddings, None
+
+
+def without_stopwords(embeddings: Embeddings) -> Embeddings:
+    """The vocabulary minus spaCy's English stopwords: kept tokens are never inputs or outputs of the
+    mechanism, so the guarantee is among sanitized (non-stopword) tokens only."""
+    from spacy.lang.en.stop_words import STOP_WORDS
+
+    keep = [i for i, t in enumerate(embeddings.tokens) if t.lower() not in STOP_WORDS]
+    return Embeddings([embeddings.tokens[i] for i in keep], embeddings.vectors[keep], embeddings.source + " - stopwords")
+
+
+def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = False) -> SanitizeResult:
+    """Write the sanitized dataset (sentences + users, atomically), unless the same one exists."""
+    source = read_manifest(home.table_dir(config.dataset, "sentences"))
+    if source is None:
+        raise UedpError(f"dataset {config.dataset!r} has no sentences table under {home.dataset_dir(config.dataset)}; "
+                        "ingest it first")
+    entities_key = ""
+    if config.keep == "non-entities":
+        entities = read_manifest(home.table_dir(config.dataset, "entities"))
+        if entities is None:
+            raise UedpError(f"--keep non-entities needs detected entities: run `uedp detect {config.dataset}` first")
+        entities_key = str(entities["key"])
+    embeddings, tokenizer = load_embeddings(config)
+    if config.keep == "stopwords":
+        embeddings = without_stopwords(embeddings)
+    key = hash_config({"sentences": source["key"], "entities": entities_key, "embeddings": embeddings.key(),
+                       "config": config.model_dump(exclude={"output", "embeddings"})})
+    # An existing sanitization is reused, never redrawn: a second draw released next to the first would
+    # compose (twice the epsilon), so the same configuration always names the same release.
+    out_sentences, out_users = home.table_dir(config.output_name, "sentences"), home.table_dir(config.output_name, "users")
+    if is_current(out_sentences, key) and is_current(out_users, key):
+        return SanitizeResult(**read_manifest(out_sentences)["sanitization"], dataset=config.output_name, reused=True)  # type: ignore[index]
+
+    sampler, unprotected = _sampler(home, config, embeddings)
+    segmenter = Segmenter(embeddings, tokenizer)
+    table = read_table(home.table_dir(config.dataset, "sentences"))
+    train = pc.equal(table["split"], "train").to_numpy(zero_copy_only=False)
+    rows = np.flatnonzero(train)
+    texts = table["text"].to_pylist()
+    sensitive = _sensitive_spans(home, config) if config.keep == "non-entities" else None
+    ids = table["sentence_id"].to_pylist()
+    segmented, records = [], []
+    for row in tqdm(rows, desc=f"segment {config.dataset}", unit=" sentences", disable=not progress, mininterval=0.5):
+        spans = segmenter.spans(texts[row])
+        selected = _selector(config.keep, sensitive.get(ids[row], []) if sensitive is not None else [])
+        segmented.append(spans)
+        text = texts[row]
+        records.append(np.array([index if selected(start, end, text[start:end]) else KEEP
+                                 for start, end, index in spans], dtype=np.int64))
+    released = privatize(records, sampler, config.strategy, make_generator(config.seed, config.secure))
+    new_texts = list(texts)
+    for row, spans, record, out in zip(rows, segmented, records, released):
+        new_texts[row] = _rebuild(texts[row], spans, record, out, segmenter)
+
+    result = _summary(config, sampler, unprotected, table, rows, records, released)
+    sanitized = table.set_column(table.schema.get_field_index("text"), "text", pa.array(new_texts, pa.string()))
+    spans_column = pa.array([[] if is_train else s for is_train, s in zip(train, table["gold_spans"].to_pylist())],
+                            SENTENCES.field("gold_spans").type)
+    sanitized = sanitized.set_column(sanitized.schema.get_field_index("gold_spans"), "gold_spans", spans_column)
+    details = {"source": {"dataset": config.dataset, "sentences_key": source["key"]},
+               "sanitization": {k: v for k, v in asdict(result).items() if k not in ("dataset", "reused")},
+               "config": config.model_dump(), "per_split": source.get("per_split", {})}
+    with TableWriter(out_sentences, SENTENCES, key, details) as writer:
+        writer.write_batch(sanitized)
+        with TableWriter(out_users, USERS, key, details) as users:  # nested: a failure drops all three
+            users.write_batch(read_table(home.table_dir(config.dataset, "users")))
+            # Empty, so the dataset trains like any other (noiselessly: the text is already private);
+            # `uedp detect` on the sanitized dataset replaces it with a real detection.
+            with TableWriter(home.table_dir(config.output_name, "entities"), ENTITIES, key,
+                             {"note": "sanitized dataset: not detected"}):
+                pass
+    return result
+
+
+def _sampler(home: DataHome, config: SanitizeConfig, embeddings: Embeddings) -> tuple[Sampler, float]:
+    if config.mechanism == "santext":
+        return SanText(embeddings, config.epsilon), 0.0
+    mapping = build_mapping(embeddings, config.k, config.mapping, config.metric, cache_dir=home.root / "cache")
+    return CusText(embeddings, mapping, config.epsilon, config.metric), mapping.unprotected_share
+
+
+def _sensitive_spans(home: DataHome, config: SanitizeConfig) -> dict[int, list[tuple[int, int]]]:
+    with Catalog(home, config.dataset) as catalog:
+        spans = catalog.entity_spans(list(config.categories), "train")
+    return {sid: [(s, e) for s, e, _, _ in found] for sid, found in spans.items()}
+
+
+def _selector(keep: Keep, sensitive: list[tuple[int, int]]) -> Callable[[int, int, str], bool]:
+    """Whether a token (span and surface text) goes through the mechanism."""
+    if keep == "non-entities":
+        return lambda start, end, surface: any(start < e and s < end for s, e in sensitive)
+    if keep == "stopwords":
+        from spacy.lang.en.stop_words import STOP_WORDS
+
+        return lambda start, end, surface: surface.strip().lower() not in STOP_WORDS
+    return lambda start, end, surface: True
+
+
+def _rebuild(text: str, spans: list[tuple[int, int, int]], record: np.ndarray, out: np.ndarray,
+             segmenter: Segmenter) -> str:
+    pieces, cursor = [], 0
+    for (start, end, _), chosen, released in zip(spans, record, out):
+        pieces.append(text[cursor:start])
+        pieces.append(text[start:end] if chosen == KEEP else segmenter.text_of(int(released)))
+        cursor = end
+    pieces.append(text[cursor:])
+    return "".join(pieces)
+
+
+def _summary(config: SanitizeConfig, sampler: Sampler, unprotected: float, table: pa.Table, rows: np.ndarray,
+             records: list[np.ndarray], released: list[np.ndarray]) -> SanitizeResult:
+    flat_in = np.concatenate(records) if records else np.empty(0, dtype=np.int64)
+    flat_out = np.concatenate(released) if released else np.empty(0, dtype=np.int64)
+    sanitized = flat_in != KEEP
+    known = flat_in >= 0
+    per_record = releases_per_record(records, config.strategy) * sampler.per_token_epsilon
+    users = table["user_id"].to_pylist()
+    per_user: dict[str, float] = {}
+    if config.strategy == "dataset":  # one draw per distinct token per user's text as a whole
+        by_user: dict[str, set[int]] = {}
+        for row, record in zip(rows, records):
+            by_user.setdefault(users[row], set()).update(record[record >= 0].tolist())
+        per_user = {u: len(s) * sampler.per_token_epsilon for u, s in by_user.items()}
+    else:
+        for row, eps in zip(rows, per_record):
+            per_user[users[row]] = per_user.get(users[row], 0.0) + float(eps)
+    n = max(len(flat_in), 1)
+    unit = ("one sanitized token, replaced by another token of its input set (tokens sharing its output set)"
+            if config.mechanism == "custext" else "one sanitized token, replaced by any vocabulary token "
+            f"(metric DP with epsilon {config.epsilon:g} x Euclidean distance; pure LDP bound shown)")
+    kept = {"none": "", "stopwords": "; stopwords released unchanged",
+            "non-entities": "; tokens outside detected entities released unchanged (entity positions are visible)"}
+    statement = (f"{config.mechanism} local DP: per token epsilon {sampler.per_token_epsilon:.4g}, unit = {unit}; "
+                 f"a record composes over its {'sanitized tokens' if config.strategy == 'token' else 'distinct sanitized tokens'} "
+                 f"(basic composition){kept[config.keep]}")
+    return SanitizeResult(
+        dataset=config.output_name, reused=False, per_token_epsilon=sampler.per_token_epsilon,
+        record_epsilon_max=float(per_record.max()) if len(per_record) else 0.0,
+        record_epsilon_median=float(np.median(per_record)) if len(per_record) else 0.0,
+        user_epsilon_max=max(per_user.values(), default=0.0), tokens=int(len(flat_in)),
+        sanitized_share=float(sanitized.sum() / n),
+        unchanged_share=float(((flat_in == flat_out) | ~sanitized).sum() / n),
+        sanitized_unchanged_share=float((flat_in[known] == flat_out[known]).sum() / max(int(sanitized.sum()), 1)),
+        unknown_share=float((flat_in == UNKNOWN).sum() / max(int(sanitized.sum()), 1)),
+        unprotected_share=unprotected, statement=statement,
+    )
