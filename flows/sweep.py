@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from detection.categories import Categories
 from models.factory import ModelKind
 from storage.home import DataHome
-from tasks.config import FEDERATED, MechanismName, TrainConfig
+from tasks.config import FEDERATED, LOCAL_DP, LocalDpSettings, MechanismName, TrainConfig
 from tasks.report import report_task
 from tasks.tracking import RunTracker
 from tasks.train import TrainResult, train_task
@@ -59,6 +59,8 @@ class SweepConfig(BaseModel):
     checkpoint_every: int = Field(25, ge=0)
     device: str = "auto"
     processes: int = Field(1, ge=1, description="torchrun processes per training (one per GPU of the worker)")
+    local_dp: LocalDpSettings | None = Field(None, description="custext / santext: how the train split is "
+                                                               "sanitized (each target epsilon is per token)")
     store: str | None = Field(None, description="fsspec URL of the shared table store (s3://bucket/uedp); "
                                                 "empty: the data home only")
 
@@ -66,6 +68,8 @@ class SweepConfig(BaseModel):
     def _epsilons(self) -> "SweepConfig":
         if any(not (e > 0 and math.isfinite(e)) for e in self.target_epsilons):
             raise ValueError("target epsilons must be positive numbers")
+        if set(self.mechanisms) & set(LOCAL_DP) and (self.local_dp is None or not self.target_epsilons):
+            raise ValueError("custext and santext need local_dp settings (embeddings) and target epsilons (per token)")
         return self
 
     def train_configs(self) -> list[tuple[TrainConfig, float | None]]:
@@ -73,7 +77,10 @@ class SweepConfig(BaseModel):
         out: list[tuple[TrainConfig, float | None]] = []
         for seed in self.seeds:
             for mechanism in self.mechanisms:
-                category_sets = self.category_sets[:1] if mechanism == "noiseless" else self.category_sets
+                # Categories change neither noiseless nor a sanitization that rewrites every token.
+                category_free = mechanism == "noiseless" or (
+                    mechanism in LOCAL_DP and self.local_dp is not None and self.local_dp.keep != "non-entities")
+                category_sets = self.category_sets[:1] if category_free else self.category_sets
                 private = mechanism not in ("noiseless", "deid")
                 targets: list[float | None] = list(self.target_epsilons) if private and self.target_epsilons else [None]
                 for categories in category_sets:
@@ -90,7 +97,7 @@ class SweepConfig(BaseModel):
             noise_multiplier=None if target is not None else self.noise_multiplier, target_epsilon=target,
             clip=self.clip, local_steps=self.local_steps, local_lr=self.local_lr, delta=self.delta,
             max_len=self.max_len, checkpoint_every=self.checkpoint_every, seed=seed, device=self.device,
-            processes=self.processes)
+            processes=self.processes, local_dp=self.local_dp if mechanism in LOCAL_DP else None)
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,24 @@ from models.factory import SIZE_PRESETS, ModelKind, Task, task_of
 from privacy.attacks.canaries import canary_format
 from privacy.mechanisms import MECHANISMS
 
-MechanismName = Literal["noiseless", "deid", "dpsgd", "selective", "userdp", "uedp", "uedp-naive"]
+MechanismName = Literal["noiseless", "deid", "dpsgd", "selective", "userdp", "uedp", "uedp-naive", "custext", "santext"]
 FEDERATED = ("userdp", "uedp", "uedp-naive")
+LOCAL_DP = ("custext", "santext")
+
+
+class LocalDpSettings(BaseModel):
+    """How custext and santext sanitize the train split (their epsilon is the configuration's target epsilon)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    embeddings: str = Field(description="vector file (GloVe/word2vec text, .npz) or model:<pretrained folder>")
+    k: int = Field(50, ge=1, description="custext: output set size")
+    mapping: Literal["aggressive", "balanced", "conservative"] = "balanced"
+    metric: Literal["euclidean", "cosine"] = "euclidean"
+    strategy: Literal["token", "record", "dataset"] = "record"
+    keep: Literal["none", "stopwords", "non-entities"] = "none"
+    vocab_limit: int | None = Field(None, ge=2)
+    attack_model: str | None = Field(None, description="masked-LM folder for the mask-token inference attack")
 
 
 class TrainConfig(BaseModel):
@@ -62,6 +78,7 @@ class TrainConfig(BaseModel):
                                       description="digits:N, name, phone, email (cycled over the canaries)")
     canary_users: list[str] = Field(default_factory=list, description="users whose text hosts canaries (default: any)")
     log_model: bool = Field(False, description="store the trained model as an MLflow artifact")
+    local_dp: LocalDpSettings | None = Field(None, description="custext / santext: the sanitization settings")
 
     @model_validator(mode="after")
     def _consistent(self) -> "TrainConfig":
@@ -69,6 +86,12 @@ class TrainConfig(BaseModel):
             raise ValueError(f"{self.mechanism} needs --noise-multiplier or --target-epsilon")
         if self.vectorize_users and self.model != "gpt2":
             raise ValueError("vectorize_users is implemented for GPT-2 language models only")
+        if self.mechanism in LOCAL_DP and (self.local_dp is None or self.target_epsilon is None):
+            raise ValueError(f"{self.mechanism} needs sanitization settings (--embeddings) and its per-token "
+                             "epsilon (--target-epsilon)")
+        if self.mechanism in LOCAL_DP and self.canaries:
+            raise ValueError("canaries are planted in the training text after sanitization would have run; "
+                             "they are not supported with custext/santext yet")
         if self.processes > 1 and self.mechanism == "selective" and self.model == "lstm":
             raise ValueError("recurrent selective (lstm) runs in one process: its per-token state noise is drawn "
                              "inside the forward pass, which ranks cannot share")

@@ -10,7 +10,7 @@ without an embedding is released as ``<unk>`` whatever it was.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Literal
 
@@ -57,6 +57,9 @@ class SanitizeConfig(BaseModel):
     seed: int = 0
     secure: bool = Field(False, description="draw from OS randomness (for real releases; not reproducible)")
     output: str | None = Field(None, description="name of the sanitized dataset (default: derived)")
+    attack_model: str | None = Field(None, description="masked-LM folder: run the mask-token inference attack "
+                                                       "when the release is made")
+    attack_sentences: int = Field(200, ge=1, description="train sentences the attack samples")
 
     @model_validator(mode="after")
     def _valid_name(self) -> "SanitizeConfig":
@@ -87,6 +90,11 @@ class SanitizeResult:
     unknown_share: float  # of sanitized tokens, how many had no embedding
     unprotected_share: float  # custext: vocabulary tokens of type 1-N (no adjacent token)
     statement: str
+    # The mask-token inference attack (thesis Table 3.7), when an attack model was given: share of all
+    # positions / of sanitized positions recovered from the sanitized text, and from the original text.
+    mask_inference_success: float | None = None
+    mask_inference_success_sanitized: float | None = None
+    mask_inference_success_original: float | None = None
 
 
 class Segmenter:
@@ -153,7 +161,7 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
     if config.keep == "stopwords":
         embeddings = without_stopwords(embeddings)
     key = hash_config({"sentences": source["key"], "entities": entities_key, "embeddings": embeddings.key(),
-                       "config": config.model_dump(exclude={"output", "embeddings"})})
+                       "config": config.model_dump(exclude={"output", "embeddings", "attack_model", "attack_sentences"})})
     # An existing sanitization is reused, never redrawn: a second draw released next to the first would
     # compose (twice the epsilon), so the same configuration always names the same release.
     out_sentences, out_users = home.table_dir(config.output_name, "sentences"), home.table_dir(config.output_name, "users")
@@ -182,6 +190,9 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
         new_texts[row] = _rebuild(texts[row], spans, record, out, segmenter)
 
     result = _summary(config, sampler, unprotected, table, rows, records, released)
+    if config.attack_model:
+        result = replace(result, **_mask_inference(config, [texts[r] for r in rows], segmented, records, released,
+                                                   segmenter))
     sanitized = table.set_column(table.schema.get_field_index("text"), "text", pa.array(new_texts, pa.string()))
     spans_column = pa.array([[] if is_train else s for is_train, s in zip(train, table["gold_spans"].to_pylist())],
                             SENTENCES.field("gold_spans").type)
@@ -223,6 +234,30 @@ def _selector(keep: Keep, sensitive: list[tuple[int, int]]) -> Callable[[int, in
 
         return lambda start, end, surface: surface.strip().lower() not in STOP_WORDS
     return lambda start, end, surface: True
+
+
+def _mask_inference(config: SanitizeConfig, texts: list[str], segmented: list[list[tuple[int, int, int]]],
+                    records: list[np.ndarray], released: list[np.ndarray], segmenter: Segmenter) -> dict[str, float]:
+    """The thesis' mask-token inference attack on a seeded sample of the sanitized train sentences."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from models.device import resolve_device
+    from privacy.attacks.mask_inference import inference_success, masked_lm_predictor
+
+    folder = Path(config.attack_model or "")
+    if not folder.is_dir():
+        raise UedpError(f"attack model {folder} is not a folder with a masked language model (save_pretrained)")
+    predict = masked_lm_predictor(AutoModelForMaskedLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder),
+                                  resolve_device("auto"))
+    rng = np.random.default_rng(config.seed)
+    picks = sorted(rng.choice(len(texts), size=min(config.attack_sentences, len(texts)), replace=False).tolist())
+    original = [[texts[i][s:e] for s, e, _ in segmented[i]] for i in picks]
+    private = [[texts[i][s:e] if chosen == KEEP else segmenter.text_of(int(out))
+                for (s, e, _), chosen, out in zip(segmented[i], records[i], released[i])] for i in picks]
+    sanitized_positions = [[chosen != KEEP for chosen in records[i]] for i in picks]
+    return {"mask_inference_success": inference_success(original, private, predict),
+            "mask_inference_success_sanitized": inference_success(original, private, predict, only=sanitized_positions),
+            "mask_inference_success_original": inference_success(original, original, predict)}
 
 
 def _rebuild(text: str, spans: list[tuple[int, int, int]], record: np.ndarray, out: np.ndarray,

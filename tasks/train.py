@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Sequence
 
 import torch
@@ -23,7 +23,7 @@ from models.factory import build_model
 from models.parallel import Ranks
 from models.metrics import causal_lm_loss, classification_error, classification_loss, per_sequence_lm_loss, perplexity
 from models.tokenization import load_tokenizer
-from privacy.mechanisms.base import Checkpointer, LossFn, Mechanism, RoundReport
+from privacy.mechanisms.base import Checkpointer, LossFn, Mechanism, PrivacyStatement, RoundReport
 from privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
 from privacy.mechanisms.noiseless import Noiseless, NoiselessParams
 from privacy.mechanisms.selective import SelectiveParams, SelectiveTwoPhase
@@ -34,8 +34,9 @@ from storage.catalog import Catalog, CategoryCount
 from storage.home import DataHome
 from storage.remote import open_store
 from storage.tables import read_manifest
-from tasks.config import TrainConfig
+from tasks.config import LOCAL_DP, TrainConfig
 from tasks.tracking import RunTracker
+from tasks.sanitize import SanitizeConfig, SanitizeResult, sanitize_dataset
 from tasks.training_data import PreparedData, prepare_data
 from tasks.retry import RETRIES, transient_only
 from uedp.errors import UedpError
@@ -70,7 +71,7 @@ def build_mechanism(config: TrainConfig, n_users: int, n_examples: int) -> Mecha
     """The mechanism a configuration names; the counts of training users and sequences set UeDP's
     bound on sampled users and DP-SGD's sampling rate."""
     try:
-        if config.mechanism in ("noiseless", "deid"):
+        if config.mechanism in ("noiseless", "deid", *LOCAL_DP):  # local DP: the text is already private
             return Noiseless(NoiselessParams(steps=config.steps, batch_size=config.batch_size, lr=config.lr,
                                              seed=config.seed))
         shared = dict(
@@ -158,10 +159,12 @@ class Setup:
 
 
 def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
+    """``custext``/``santext`` read the sanitized dataset (its valid and test splits are the original ones)."""
     device = resolve_device(config.device)
     torch.manual_seed(config.seed)  # the same initial weights in every process
     tokenizer = load_tokenizer(config.tokenizer)
-    with Catalog(home, config.dataset) as catalog:
+    dataset = sanitize_for(home, config).dataset if config.mechanism in LOCAL_DP else config.dataset
+    with Catalog(home, dataset) as catalog:
         data = prepare_data(catalog, config, tokenizer)
         category_counts = catalog.category_counts(config.categories)
     model = build_model(config.model, config.model_size, tokenizer,
@@ -170,6 +173,27 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
     checkpoint = Checkpointer(home.checkpoint_dir(config.dataset, config.fingerprint()), config.checkpoint_every,
                               config.fingerprint(), writes=ranks.is_main)
     return Setup(device, tokenizer, data, category_counts, model, mechanism, checkpoint)
+
+
+def sanitize_for(home: DataHome, config: TrainConfig) -> SanitizeResult:
+    """The local-DP release this configuration trains on: made once, reused by every later run."""
+    assert config.local_dp is not None and config.target_epsilon is not None
+    settings = config.local_dp.model_dump()
+    return sanitize_dataset(home, SanitizeConfig(dataset=config.dataset, mechanism=config.mechanism,  # type: ignore[arg-type]
+                                                 epsilon=config.target_epsilon, categories=list(config.categories),
+                                                 seed=config.seed, **settings))
+
+
+def local_dp_statement(statement: PrivacyStatement, release: SanitizeResult, mechanism: str) -> PrivacyStatement:
+    """Noiseless training on a local-DP release: the guarantee is the release's (post-processing)."""
+    return replace(statement, mechanism=mechanism, unit=release.statement, epsilon=release.per_token_epsilon,
+                   delta=0.0, accountant="local DP, basic composition",
+                   extra={"epsilon_record_median": release.record_epsilon_median,
+                          "epsilon_record_max": release.record_epsilon_max, "epsilon_user_max": release.user_epsilon_max,
+                          "sanitized_share": release.sanitized_share, "kept_token_share": release.unchanged_share,
+                          "unprotected_share": release.unprotected_share,
+                          **({"mask_inference_success": release.mask_inference_success}
+                             if release.mask_inference_success is not None else {})})
 
 
 def train_replica(home: DataHome, config: TrainConfig) -> None:
@@ -192,7 +216,7 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         if not resumed:
             tracker.log_params(
                 config.model_dump()
-                | {"beta": config.clip, "privacy_unit": mechanism.unit, "n_train_users": data.train.n_users,
+                | {"beta": config.clip, "privacy_unit": "one sanitized token (local DP)" if config.mechanism in LOCAL_DP else mechanism.unit, "n_train_users": data.train.n_users,
                    "n_train_sentences": len(data.train.sequences), "classes": ",".join(data.classes or []),
                    "model_parameters": sum(p.numel() for p in model.parameters())})
             tracker.log_metrics({f"entities_{c.category}": c.entities for c in category_counts}
@@ -222,6 +246,9 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
             bar.update(1)
 
         statement = mechanism.train(model, data.train, loss_function(config), device, on_round, checkpoint)
+        if config.mechanism in LOCAL_DP:
+            statement = local_dp_statement(statement, sanitize_for(home, config), config.mechanism)
+            tracker.log_metrics(statement.extra)  # kept-token share, attack success: comparable across runs
         bar.close()
         valid = evaluate(model, data.valid, config, pad_id, device)
         test = evaluate(model, data.test, config, pad_id, device)

@@ -31,7 +31,24 @@ STORE_HELP = ("fsspec URL of a table store shared by several machines (s3://buck
               "tables are read from and published to it; the local data home caches them.")
 PROCESSES_HELP = ("torchrun processes for this training, one per GPU: each trains a share of every round's users "
                   "or examples (dpsgd: the same model as one process; userdp/uedp: the same epsilon).")
+EMBEDDINGS_OPTION = typer.Option(None, "--embeddings", help="custext/santext: vector file (GloVe/word2vec text, "
+                                 ".npz) or model:<pretrained folder>; the target epsilon is per token.")
+K_OPTION = typer.Option(50, "--k", help="custext: size of each token's output set.")
+SANITIZE_STRATEGY_OPTION = typer.Option("record", "--sanitize-strategy", help="custext/santext: token, record or dataset.")
+KEEP_OPTION = typer.Option("none", "--keep", help="custext/santext: none, stopwords or non-entities (of --categories).")
+ATTACK_MODEL_OPTION = typer.Option(None, "--attack-model", help="custext/santext: masked-LM folder for the mask-token "
+                                   "inference attack on the release.")
 HOME_OPTION = typer.Option(None, "--home", help="Data home (default: $UEDP_HOME or ./.uedp).", show_default=False)
+
+
+def _local_dp(embeddings: str | None, k: int, strategy: str, keep: str, attack_model: Path | None):  # noqa: ANN202
+    """custext/santext settings from the CLI options, or None without --embeddings."""
+    if embeddings is None:
+        return None
+    from tasks.config import LocalDpSettings
+
+    return LocalDpSettings(embeddings=embeddings, k=k, strategy=strategy, keep=keep,  # type: ignore[arg-type]
+                           attack_model=str(attack_model) if attack_model else None)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -254,6 +271,9 @@ def sanitize(
     seed: int = typer.Option(0, help="Seed of the draws (ignored with --secure)."),
     secure: bool = typer.Option(False, help="Draw from OS randomness: for real releases."),
     output: Optional[str] = typer.Option(None, help="Name of the sanitized dataset (default: derived from the settings)."),
+    attack_model: Optional[Path] = typer.Option(None, help="Masked-LM folder (e.g. bert-base-uncased, save_pretrained "
+                                                "form): run the mask-token inference attack on the release."),
+    attack_sentences: int = typer.Option(200, help="Train sentences the attack samples."),
     home: Optional[Path] = HOME_OPTION,
 ) -> None:
     """Rewrite the train split of DATASET under local DP (the thesis' CusText or SanText) into a new dataset;
@@ -265,7 +285,8 @@ def sanitize(
     config = SanitizeConfig(
         dataset=dataset, mechanism=mechanism, epsilon=epsilon, k=k, mapping=mapping, metric=metric,  # type: ignore[arg-type]
         strategy=strategy, keep=keep, categories=categories, embeddings=embeddings, vocab_limit=vocab_limit,  # type: ignore[arg-type]
-        seed=seed, secure=secure, output=output,
+        seed=seed, secure=secure, output=output, attack_model=str(attack_model) if attack_model else None,
+        attack_sentences=attack_sentences,
     )
     result = sanitize_dataset(data_home, config, progress=sys.stderr.isatty())
     verb = "reused (same source and settings: the same release)" if result.reused else "wrote"
@@ -276,6 +297,10 @@ def sanitize(
     typer.echo(f"  train tokens {result.tokens}: sanitized {result.sanitized_share:.1%}, unchanged after sanitizing "
                f"{result.unchanged_share:.1%} (of sanitized: {result.sanitized_unchanged_share:.1%}), "
                f"without embedding {result.unknown_share:.1%}")
+    if result.mask_inference_success is not None:
+        typer.echo(f"  mask-token inference attack: {result.mask_inference_success:.1%} of tokens recovered "
+                   f"({result.mask_inference_success_sanitized:.1%} of sanitized ones; on the original text "
+                   f"{result.mask_inference_success_original:.1%})")
     if mechanism == "custext":
         typer.echo(f"  vocabulary tokens with no adjacent token (type 1-N, no guarantee): {result.unprotected_share:.1%}")
     typer.echo(f"train it: uedp train {result.dataset} --mechanism noiseless")
@@ -382,7 +407,7 @@ def epsilon(
         typer.echo(f"warning: {warning}", err=True)
 
 
-MECHANISMS_HELP = "noiseless, deid, dpsgd, selective, userdp, uedp, uedp-naive"
+MECHANISMS_HELP = "noiseless, deid, dpsgd, selective, userdp, uedp, uedp-naive, custext, santext"
 MODEL_HELP = "gpt2 (next-word prediction), lstm (one-layer 200/200 LSTM LM) or bert (sequence classification)."
 MODEL_CONFIG_HELP = ("Size preset (gpt2: tiny, small; lstm: tiny, paper; bert: tiny, small) or a pretrained "
                      "checkpoint folder (save_pretrained) / hub name.")
@@ -425,6 +450,11 @@ def train(
                                                "(default: users drawn at random)."),
     processes: int = typer.Option(1, help=PROCESSES_HELP),
     store: Optional[str] = typer.Option(None, help=STORE_HELP),
+    embeddings: Optional[str] = EMBEDDINGS_OPTION,
+    k: int = K_OPTION,
+    sanitize_strategy: str = SANITIZE_STRATEGY_OPTION,
+    keep: str = KEEP_OPTION,
+    attack_model: Optional[Path] = ATTACK_MODEL_OPTION,
     home: Optional[Path] = HOME_OPTION,
 ) -> None:
     """Train one configuration and log it to MLflow; prints the run id.
@@ -448,6 +478,7 @@ def train(
         local_lr=local_lr, delta=delta, accountant=accountant, seed=seed, device=device,  # type: ignore[arg-type]
         checkpoint_every=checkpoint_every, log_model=log_model, canaries=canaries, canary_repeats=canary_repeats,
         canary_formats=_csv(canary_formats), canary_users=_csv(canary_users), processes=processes,
+        local_dp=_local_dp(embeddings, k, sanitize_strategy, keep, attack_model),
     )
     result = run_training(data_home, config, store_url=store)
     if result.resumed_from:
@@ -484,6 +515,11 @@ def sweep(
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
     processes: int = typer.Option(1, help=PROCESSES_HELP),
     store: Optional[str] = typer.Option(None, help=STORE_HELP),
+    embeddings: Optional[str] = EMBEDDINGS_OPTION,
+    k: int = K_OPTION,
+    sanitize_strategy: str = SANITIZE_STRATEGY_OPTION,
+    keep: str = KEEP_OPTION,
+    attack_model: Optional[Path] = ATTACK_MODEL_OPTION,
     home: Optional[Path] = HOME_OPTION,
 ) -> None:
     """Train every mechanism x category set x epsilon x seed as a Prefect flow; nested MLflow runs under one
@@ -502,7 +538,7 @@ def sweep(
         target_epsilons=targets, noise_multiplier=noise_multiplier, seeds=seed_list, model=model,  # type: ignore[arg-type]
         model_size=model_config, steps=steps, rounds=rounds, public_steps=public_steps, q_user=q_user,
         q_entity=q_entity, q_extended=q_extended, clip=clip, delta=delta, device=device, processes=processes,
-        store=store,
+        store=store, local_dp=_local_dp(embeddings, k, sanitize_strategy, keep, attack_model),
     )
     from models.device import resolve_device
 

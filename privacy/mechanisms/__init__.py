@@ -11,4 +11,8 @@ MECHANISMS: dict[str, str] = {
     "userdp": "user-level DP by DP-FedAvg: per-user model deltas clipped and noised (PRIVACY.md)",
     "uedp": "user- and entity-level DP (UeDP-Alg, estimator f_E+), with sound accounting (PRIVACY.md)",
     "uedp-naive": "UeDP-Alg with the naive estimator f_E: sensitive sentences only",
+    "custext": "local DP: each train token replaced by the exponential mechanism over its K-token output set "
+               "(CusText), then noiseless",
+    "santext": "local DP: each train token replaced by the exponential mechanism over the vocabulary (SanText), "
+               "then noiseless",
 }
