@@ -127,12 +127,12 @@ def load_embeddings(config: SanitizeConfig) -> tuple[Embeddings, object | None]:
     if config.embeddings.startswith("model:"):
         from transformers import AutoModel, AutoTokenizer
 
-        folder = config.embeddings.removeprefix("model:")
-        if not Path(folder).is_dir():
+        folder = Path(config.embeddings.removeprefix("model:")).expanduser()
+        if not folder.is_dir():
             raise UedpError(f"--embeddings {config.embeddings}: {folder} is not a pretrained model folder")
         tokenizer = AutoTokenizer.from_pretrained(folder)
         return from_model(AutoModel.from_pretrained(folder), tokenizer), tokenizer
-    embeddings = load_vectors(Path(config.embeddings), config.vocab_limit)
+    embeddings = load_vectors(Path(config.embeddings).expanduser(), config.vocab_limit)
     return embeddings, None
 
 

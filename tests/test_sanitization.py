@@ -327,3 +327,21 @@ def test_sweep_runs_local_dp_once_per_epsilon_unless_it_sanitizes_entities(vecto
     assert len(entities.train_configs()) == 8
     with pytest.raises(ValueError, match="need local_dp settings"):
         SweepConfig(home="h", dataset="d", mechanisms=["custext"], target_epsilons=[1.0])
+
+
+def test_embeddings_can_come_from_the_model_being_trained(home, demo: str, tmp_path: Path) -> None:
+    """model:<folder>: the model's input embedding matrix and its own tokenizer's tokens (a real tiny
+    GPT-2 with the project's byte-level tokenizer, saved with save_pretrained)."""
+    from models.factory import build_model
+    from models.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer("byte")
+    model = build_model("gpt2", "tiny", tokenizer, None)
+    model.save_pretrained(tmp_path / "gpt2")
+    tokenizer.save_pretrained(tmp_path / "gpt2")
+    result = sanitize_dataset(home, SanitizeConfig(dataset=demo, epsilon=1.0, k=8, embeddings=f"model:{tmp_path / 'gpt2'}",
+                                                   strategy="token"))
+    assert result.unknown_share == 0.0 and result.sanitized_share == 1.0  # every byte has an embedding
+    assert 0.0 < result.sanitized_unchanged_share < 0.5
+    before, after = _texts(home, demo)["train"], _texts(home, result.dataset)["train"]
+    assert sum(a != b for a, b in zip(after, before)) > 0.9 * len(before)
