@@ -156,6 +156,7 @@ class Setup:
     model: torch.nn.Module
     mechanism: Mechanism
     checkpoint: Checkpointer
+    release: SanitizeResult | None = None  # custext/santext: the local-DP release the data comes from
 
 
 def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
@@ -163,8 +164,8 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
     device = resolve_device(config.device)
     torch.manual_seed(config.seed)  # the same initial weights in every process
     tokenizer = load_tokenizer(config.tokenizer)
-    dataset = sanitize_for(home, config).dataset if config.mechanism in LOCAL_DP else config.dataset
-    with Catalog(home, dataset) as catalog:
+    release = sanitize_for(home, config) if config.mechanism in LOCAL_DP else None
+    with Catalog(home, release.dataset if release else config.dataset) as catalog:
         data = prepare_data(catalog, config, tokenizer)
         category_counts = catalog.category_counts(config.categories)
     model = build_model(config.model, config.model_size, tokenizer,
@@ -172,7 +173,7 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
     mechanism = build_mechanism(config, data.train.n_users, len(data.train.sequences))
     checkpoint = Checkpointer(home.checkpoint_dir(config.dataset, config.fingerprint()), config.checkpoint_every,
                               config.fingerprint(), writes=ranks.is_main)
-    return Setup(device, tokenizer, data, category_counts, model, mechanism, checkpoint)
+    return Setup(device, tokenizer, data, category_counts, model, mechanism, checkpoint, release)
 
 
 def sanitize_for(home: DataHome, config: TrainConfig) -> SanitizeResult:
@@ -246,8 +247,8 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
             bar.update(1)
 
         statement = mechanism.train(model, data.train, loss_function(config), device, on_round, checkpoint)
-        if config.mechanism in LOCAL_DP:
-            statement = local_dp_statement(statement, sanitize_for(home, config), config.mechanism)
+        if s.release is not None:
+            statement = local_dp_statement(statement, s.release, config.mechanism)
             tracker.log_metrics(statement.extra)  # kept-token share, attack success: comparable across runs
         bar.close()
         valid = evaluate(model, data.valid, config, pad_id, device)
