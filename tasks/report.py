@@ -41,6 +41,9 @@ class ReportRow:
     test_spread: float  # max - min of test utility over seeds
     seeds: int
     run_ids: tuple[str, ...]
+    # Local-DP releases (custext, santext): share of train tokens unchanged, mask-token inference success.
+    kept_token_share: float | None = None
+    mask_inference_success: float | None = None
 
 
 def summarise(outcomes: Iterable[tuple[TrainResult, float | None]]) -> list[ReportRow]:
@@ -56,8 +59,15 @@ def summarise(outcomes: Iterable[tuple[TrainResult, float | None]]) -> list[Repo
             epsilon=statistics.fmean(r.epsilon for r in results), delta=results[0].delta,
             noise_multiplier=statistics.fmean(r.noise_multiplier for r in results), metric=results[0].utility_metric,
             valid=statistics.fmean(r.utility_valid for r in results), test=statistics.fmean(tests),
-            test_spread=max(tests) - min(tests), seeds=len(results), run_ids=tuple(r.run_id for r in results)))
+            test_spread=max(tests) - min(tests), seeds=len(results), run_ids=tuple(r.run_id for r in results),
+            kept_token_share=_mean_of(results, "kept_token_share"),
+            mask_inference_success=_mean_of(results, "mask_inference_success")))
     return sorted(rows, key=lambda r: (r.categories, r.mechanism, math.inf if r.target_epsilon is None else r.target_epsilon))
+
+
+def _mean_of(results: list[TrainResult], key: str) -> float | None:
+    values = [r.privacy_extra[key] for r in results if key in r.privacy_extra]
+    return statistics.fmean(values) if values else None
 
 
 def _num(value: float, digits: int = 4) -> str:
@@ -80,6 +90,14 @@ def markdown(rows: list[ReportRow], title: str) -> str:
                      f"| {_num(r.epsilon)} | {r.delta:g} | {_num(r.noise_multiplier, 3) if r.noise_multiplier else '-'} "
                      f"| {_num(r.valid)} | {_num(r.test)} | {_num(r.test_spread, 2)} | {r.seeds} "
                      f"| {' '.join(run[:8] for run in r.run_ids)} |")
+    local = [r for r in rows if r.kept_token_share is not None]
+    if local:
+        lines += ["", "Local-DP releases (epsilon per sanitized token; the thesis' Tables 3.6 and 3.7): share of "
+                  "train tokens unchanged after sanitizing, and of tokens a masked LM recovers from the release.", "",
+                  "| mechanism | categories | epsilon | tokens unchanged | mask-token inference success |",
+                  "|---|---|---:|---:|---:|"]
+        lines += [f"| {r.mechanism} | {r.categories} | {_num(r.epsilon)} | {r.kept_token_share:.1%} | "
+                  f"{'-' if r.mask_inference_success is None else f'{r.mask_inference_success:.1%}'} |" for r in local]
     return "\n".join(lines) + "\n"
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Sequence
 
 import torch
@@ -58,6 +58,7 @@ class TrainResult:
     rounds: int
     resumed_from: int = 0
     notes: str = ""
+    privacy_extra: dict[str, float] = field(default_factory=dict)  # the statement's figures (local DP: kept share...)
 
 
 def loss_function(config: TrainConfig) -> LossFn:
@@ -277,7 +278,7 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         run_id=tracker.run_id, mechanism=config.mechanism, categories=list(config.categories),
         epsilon=statement.epsilon, delta=statement.delta, noise_multiplier=statement.noise_multiplier,
         utility_metric=metric, utility_valid=valid, utility_test=test, rounds=statement.rounds,
-        resumed_from=resumed_from, notes=statement.notes,
+        resumed_from=resumed_from, notes=statement.notes, privacy_extra=dict(statement.extra),
     )
 
 

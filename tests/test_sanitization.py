@@ -312,6 +312,11 @@ def test_custext_trains_through_the_same_task_and_logs_its_local_guarantee(home,
     assert run.data.params["privacy_unit"] == "one sanitized token (local DP)"
     assert 0 < run.data.metrics["kept_token_share"] < 0.5 and run.data.metrics["epsilon_record_max"] >= 2.0
     assert read_manifest(home.table_dir("demo-custext-e2-k10-record", "sentences")) is not None
+    from tasks.report import markdown, summarise
+
+    report = markdown(summarise([(result, 2.0)]), "t")
+    kept = run.data.metrics["kept_token_share"]
+    assert "Local-DP releases" in report and f"| custext | {','.join(config.categories)} | 2 | {kept:.1%} | - |" in report
     with pytest.raises(ValueError, match="custext needs sanitization settings"):
         TrainConfig(dataset=demo, mechanism="custext", target_epsilon=2.0)
 
