@@ -17,6 +17,8 @@ from typing import Callable, Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm.auto import tqdm
 
@@ -29,6 +31,7 @@ from storage.catalog import Catalog
 from storage.home import DataHome, validate_dataset_name
 from storage.schemas import ENTITIES, SENTENCES, USERS
 from storage.tables import TableWriter, hash_config, is_current, read_manifest, read_table
+from tasks.retry import RETRIES, transient_only
 from uedp.errors import UedpError
 
 UNKNOWN_TEXT = "<unk>"
@@ -308,3 +311,12 @@ def _summary(config: SanitizeConfig, sampler: Sampler, unprotected: float, table
         unknown_share=float((flat_in == UNKNOWN).sum() / max(int(sanitized.sum()), 1)),
         unprotected_share=unprotected, statement=statement,
     )
+
+
+@task(name="sanitize-dataset", cache_policy=NO_CACHE, retry_condition_fn=transient_only, **RETRIES)
+def sanitize_task(home: DataHome, config: SanitizeConfig, progress: bool = False) -> SanitizeResult:
+    result = sanitize_dataset(home, config, progress)
+    # Figures only: no text of either corpus goes to the logs.
+    get_run_logger().info("%s %s: per-token epsilon %.4g, %.1f%% of train tokens unchanged", "reused" if result.reused
+                          else "wrote", result.dataset, result.per_token_epsilon, 100 * result.unchanged_share)
+    return result

@@ -20,8 +20,8 @@ SPEC = yaml.safe_load((Path(__file__).parents[1] / "deployments" / "prefect.yaml
 
 def test_prefect_accepts_the_file_and_knows_every_field() -> None:
     model = PrefectYamlModel.model_validate(SPEC)
-    assert {d.name for d in model.deployments} == {"uedp-ingest", "uedp-detect", "uedp-sweep", "uedp-pipeline",
-                                                   "uedp-demo"}
+    assert {d.name for d in model.deployments} == {"uedp-ingest", "uedp-detect", "uedp-sanitize", "uedp-sweep",
+                                                   "uedp-pipeline", "uedp-demo"}
     for deployment in SPEC["deployments"]:
         assert set(deployment) <= set(DeploymentConfig.model_fields), deployment["name"]  # no ignored typos
         assert deployment["work_pool"]["name"] in ("cpu", "gpu")

@@ -280,7 +280,8 @@ def sanitize(
     valid and test stay original. Train it like any dataset (noiselessly: the text itself is private) and
     compare it in MLflow with the other mechanisms. Prints the per-token and per-record epsilon."""
     data_home = _prepare_runtime(home)
-    from tasks.sanitize import SanitizeConfig, sanitize_dataset
+    from flows.sanitize import sanitize_flow
+    from tasks.sanitize import SanitizeConfig
 
     config = SanitizeConfig(
         dataset=dataset, mechanism=mechanism, epsilon=epsilon, k=k, mapping=mapping, metric=metric,  # type: ignore[arg-type]
@@ -288,7 +289,7 @@ def sanitize(
         seed=seed, secure=secure, output=output, attack_model=str(attack_model) if attack_model else None,
         attack_sentences=attack_sentences,
     )
-    result = sanitize_dataset(data_home, config, progress=sys.stderr.isatty())
+    result = sanitize_flow(str(data_home.root), config, progress=sys.stderr.isatty())
     verb = "reused (same source and settings: the same release)" if result.reused else "wrote"
     typer.echo(f"{result.dataset}: {verb}")
     typer.echo(f"  {result.statement}")
