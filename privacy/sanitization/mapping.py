@@ -47,7 +47,7 @@ def pairwise_distance(queries: torch.Tensor, keys: torch.Tensor, metric: Metric)
 
 def nearest(vectors: np.ndarray, k: int, metric: Metric, chunk: int = 2048) -> np.ndarray:
     """Indices of each token's ``k`` nearest tokens (itself included), closest first: chunked top-k of
-    a distance matrix, never a Python loop over pairs. Ties break towards the lower index."""
+    a distance matrix, never a Python loop over pairs. Within the k, equal distances are ordered by index."""
     data = torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32))
     k = min(k, data.shape[0])
     out = np.empty((data.shape[0], k), dtype=np.int64)
@@ -55,9 +55,12 @@ def nearest(vectors: np.ndarray, k: int, metric: Metric, chunk: int = 2048) -> n
         distances = pairwise_distance(data[start:start + chunk], data, metric)
         rows = torch.arange(distances.shape[0])
         distances[rows, rows + start] = -1.0  # a token is its own nearest, whatever rounding says
-        # Stable order: sort by distance, then index (topk's tie order is unspecified).
-        order = torch.argsort(distances, dim=1, stable=True)[:, :k]
-        out[start:start + chunk] = order.numpy()
+        values, indices = torch.topk(distances, k, dim=1, largest=False)
+        # topk's order among equal values is unspecified: sort by index, then stably by distance.
+        by_index = torch.argsort(indices, dim=1)
+        values, indices = values.gather(1, by_index), indices.gather(1, by_index)
+        order = torch.argsort(values, dim=1, stable=True)
+        out[start:start + chunk] = indices.gather(1, order).numpy()
     return out
 
 

@@ -106,13 +106,26 @@ def _diameter(vectors: torch.Tensor, exact_up_to: int = 20_000, chunk: int = 204
     return float(max(torch.cdist(vectors[s:s + chunk], vectors).max() for s in range(0, vectors.shape[0], chunk)))
 
 
-def sample(sampler: Sampler, tokens: np.ndarray, generator: torch.Generator, chunk: int = 4096) -> np.ndarray:
-    """One independent draw per input token, in chunks (SanText's rows span the vocabulary)."""
+def sample(sampler: Sampler, tokens: np.ndarray, generator: torch.Generator, chunk: int = 1024) -> np.ndarray:
+    """One independent draw per input token. Distributions are computed once per distinct token (text
+    repeats tokens: Zipf), in chunks (SanText's rows span the vocabulary), and each occurrence draws by
+    inverting that token's CDF at its own uniform number."""
     out = np.empty(len(tokens), dtype=np.int64)
-    for start in range(0, len(tokens), chunk):
-        candidates, probs = sampler.distribution(tokens[start:start + chunk])
-        picks = torch.multinomial(torch.from_numpy(np.ascontiguousarray(probs)), 1, generator=generator)[:, 0].numpy()
-        out[start:start + chunk] = np.take_along_axis(np.asarray(candidates), picks[:, None], axis=1)[:, 0]
+    if not len(tokens):
+        return out
+    unique, inverse = np.unique(tokens, return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(inverse, minlength=len(unique)))])
+    uniforms = torch.rand(len(tokens), generator=generator, dtype=torch.float64)
+    for first in range(0, len(unique), chunk):
+        candidates, probs = sampler.distribution(unique[first:first + chunk])
+        cdf = torch.from_numpy(np.cumsum(probs, axis=1))
+        cdf /= cdf[:, -1:].clone()  # exactly 1 at the last candidate (and on any zero-probability padding)
+        candidates = np.asarray(candidates)
+        for row in range(cdf.shape[0]):
+            positions = order[bounds[first + row]:bounds[first + row + 1]]
+            picks = torch.searchsorted(cdf[row], uniforms[positions], right=True).numpy()
+            out[positions] = candidates[row][picks]
     return out
 
 
