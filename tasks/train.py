@@ -166,6 +166,10 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
     torch.manual_seed(config.seed)  # the same initial weights in every process
     tokenizer = load_tokenizer(config.tokenizer)
     release = sanitize_for(home, config) if config.mechanism in LOCAL_DP else None
+    if release is not None and ranks.world > 1 and not release.reused:
+        # run_training makes the release before torchrun starts; a rank drawing its own would train on a
+        # second release (with --secure a different one), and two releases compose.
+        raise RuntimeError(f"rank {ranks.rank}: the local-DP release {release.dataset} was not made before torchrun")
     with Catalog(home, release.dataset if release else config.dataset) as catalog:
         data = prepare_data(catalog, config, tokenizer)
         category_counts = catalog.category_counts(config.categories)
@@ -292,6 +296,9 @@ def run_training(home: DataHome, config: TrainConfig, flow_run_id: str | None = 
         store.pull(home, config.dataset, "entities")
     if config.processes > 1:
         from tasks.torchrun import train_with_torchrun  # it imports this module
+
+        if config.mechanism in LOCAL_DP:
+            sanitize_for(home, config)  # once, here: every rank then reuses this one release
 
         return train_with_torchrun(home, config, flow_run_id, parent_run_id)
     return train_configuration(home, config, flow_run_id, parent_run_id)

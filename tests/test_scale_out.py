@@ -172,3 +172,16 @@ def test_cli_detects_in_shards_and_publishes_to_the_store(home: DataHome, demo: 
     assert result.exit_code == 0, result.output
     assert "566 entity spans from gold in 3 shards" in result.output
     assert TableStore(store).manifest(demo, "entities")["rows"] == 566
+
+
+@pytest.mark.slow
+def test_torchrun_ranks_train_on_the_one_local_dp_release(home: DataHome, demo: str, tmp_path: Path) -> None:
+    from tasks.config import LocalDpSettings
+    from tasks.train import run_training
+
+    vectors = write(tmp_path / "v.txt", "\n".join(f"{w} {i % 7} {i % 5} {i % 3}" for i, w in enumerate(
+        sorted(set(DEMO_CORPUS.read_text().split())))) + "\n")
+    config = TrainConfig(dataset=demo, mechanism="custext", target_epsilon=2.0, steps=3, checkpoint_every=0,
+                         processes=2, local_dp=LocalDpSettings(embeddings=str(vectors), k=5, strategy="token"))
+    result = run_training(home, config)  # ranks refuse to draw a release of their own
+    assert result.epsilon == 2.0 and read_manifest(home.table_dir("demo-custext-e2-k5-token", "sentences"))

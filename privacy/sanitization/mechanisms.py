@@ -143,7 +143,7 @@ def privatize(records: list[np.ndarray], sampler: Sampler, strategy: Strategy,
             result[todo] = sample(sampler, flat[todo], generator)
         else:
             unit = flat[todo] if strategy == "dataset" else owner[todo] * (int(flat.max()) + 1) + flat[todo]
-            units, first, inverse = np.unique(unit, return_index=True, return_inverse=True)
+            _, first, inverse = np.unique(unit, return_index=True, return_inverse=True)
             result[todo] = sample(sampler, flat[todo][first], generator)[inverse]
     return np.split(result, np.cumsum(lengths)[:-1]) if records else []
 
