@@ -38,11 +38,11 @@ class DeepCopyPerUser(LocalTrainer):
         super().__init__(model, *args, **kwargs)
         self.template = model
 
-    def local_delta(self, theta: torch.Tensor, sequences: list[torch.Tensor]) -> torch.Tensor:
+    def local_delta(self, theta: torch.Tensor, sequences: list[torch.Tensor], stream: torch.Generator) -> torch.Tensor:
         self.worker = copy.deepcopy(self.template)
         self.worker.train()
         self.params = [p for p in self.worker.parameters() if p.requires_grad]
-        return super().local_delta(theta, sequences)
+        return super().local_delta(theta, sequences, stream)
 
 
 def main() -> None:
@@ -67,12 +67,12 @@ def main() -> None:
     for name, cls in contenders:
         runs = []
         for _ in range(args.repeats):
-            trainer = cls(model, causal_lm_loss, device, tokenizer.pad_token_id, 1.0, args.local_steps, 8, 0.5,
-                          torch.Generator().manual_seed(1))
+            trainer = cls(model, causal_lm_loss, device, tokenizer.pad_token_id, 1.0, args.local_steps, 8, 0.5)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
-            results[name] = trainer.clipped_sum(theta, users, [1.0] * len(users))
+            streams = [torch.Generator().manual_seed(u) for u in range(len(users))]  # one per user, as in training
+            results[name] = trainer.clipped_sum(theta, users, [1.0] * len(users), streams)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             runs.append(time.perf_counter() - start)

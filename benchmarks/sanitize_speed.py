@@ -49,11 +49,11 @@ def main() -> None:
     timed(f"conservative mapping ({args.conservative_vocab} tokens)", lambda: build_mapping(small, args.k, "conservative"))
     records = [rng.integers(0, args.vocab, size=25) for _ in range(args.tokens // 25)]
     _, seconds = timed(f"CusText, {args.tokens} tokens, token strategy",
-                       lambda: privatize(records, CusText(emb, balanced, 1.0), "token", torch.Generator().manual_seed(0)))
+                       lambda: privatize(records, CusText(emb, balanced, 1.0), torch.Generator().manual_seed(0)))
     print(f"\nCusText: {args.tokens / seconds:,.0f} tokens/s")
     few = records[: max(1, 20_000 // 25)]
     _, seconds = timed("SanText, 20000 tokens (full-vocabulary rows)",
-                       lambda: privatize(few, SanText(emb, 1.0), "token", torch.Generator().manual_seed(0)))
+                       lambda: privatize(few, SanText(emb, 1.0), torch.Generator().manual_seed(0)))
     print(f"SanText: {20_000 / seconds:,.0f} tokens/s")
 
 

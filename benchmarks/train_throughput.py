@@ -47,6 +47,8 @@ def main() -> None:
     from storage.ingest import IngestOptions, ingest
     from tasks.config import FEDERATED, TrainConfig
     from tasks.detect import detect_entities
+    from privacy.population import Population
+    from privacy.randomness import Randomness
     from tasks.train import build_mechanism, loss_function
     from tasks.training_data import prepare_data
 
@@ -66,7 +68,9 @@ def main() -> None:
                 data = prepare_data(catalog, config, tokenizer)
             torch.manual_seed(0)
             model = build_model(config.model, config.model_size, tokenizer).to(device)
-            engine = build_mechanism(config, data.train.n_users, len(data.train.sequences))
+            units = len(data.train.sequences) if mechanism == "dpsgd" else data.train.n_users
+            engine = build_mechanism(config, Population.declared(max(units, 1)), len(data.train.sequences),
+                                     Randomness.seeded(0))
             loss = loss_function(config)
             tokens = [0]
 
@@ -82,19 +86,14 @@ def main() -> None:
             if device.type == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
-            sampled = [0]
-
-            def on_round(report, sampled=sampled):  # type: ignore[no-untyped-def]
-                sampled[0] += report.participants
-
-            statement = engine.train(model, data.train, counting(loss), device, on_round)
+            statement = engine.train(model, data.train, counting(loss), device, lambda report: None)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             seconds = time.perf_counter() - start
             unit = "rounds" if mechanism in FEDERATED else "steps"
-            if not tokens[0]:  # recurrent selective computes its own losses: sampled sequences x mean length
+            if not tokens[0]:  # recurrent selective computes its own losses: expected sampled sequences x mean length
                 lengths = [len(s) for s in data.train.sequences]
-                tokens[0] = round(sampled[0] * sum(lengths) / len(lengths))
+                tokens[0] = round(statement.sampling_probability * len(lengths) * statement.rounds * sum(lengths) / len(lengths))
                 mechanism += "*"
             rows.append((mechanism, statement.rounds, unit, tokens[0], seconds, tokens[0] / seconds))
             print(f"  {mechanism}: {tokens[0]} tokens in {seconds:.1f} s", file=sys.stderr)

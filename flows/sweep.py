@@ -13,6 +13,7 @@ import datetime as dt
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from prefect import flow, get_run_logger, runtime
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -20,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from detection.categories import Categories
 from models.factory import ModelKind
 from storage.home import DataHome
-from tasks.config import FEDERATED, LOCAL_DP, LocalDpSettings, MechanismName, TrainConfig
+from tasks.config import FEDERATED, LOCAL_DP, RANDOMNESS_HELP, LocalDpSettings, MechanismName, TrainConfig
 from tasks.report import report_task
 from tasks.tracking import RunTracker
 from tasks.train import TrainResult, train_task
@@ -63,6 +64,9 @@ class SweepConfig(BaseModel):
                                                                "sanitized (each target epsilon is per token)")
     store: str | None = Field(None, description="fsspec URL of the shared table store (s3://bucket/uedp); "
                                                 "empty: the data home only")
+    randomness: Literal["secure", "seeded"] = Field("secure", description=RANDOMNESS_HELP)
+    public_count: int | None = Field(None, ge=1, description="declare the number of privacy units public "
+                                                             "(default: a DP count composed into epsilon)")
 
     @model_validator(mode="after")
     def _epsilons(self) -> "SweepConfig":
@@ -97,7 +101,8 @@ class SweepConfig(BaseModel):
             noise_multiplier=None if target is not None else self.noise_multiplier, target_epsilon=target,
             clip=self.clip, local_steps=self.local_steps, local_lr=self.local_lr, delta=self.delta,
             max_len=self.max_len, checkpoint_every=self.checkpoint_every, seed=seed, device=self.device,
-            processes=self.processes, local_dp=self.local_dp if mechanism in LOCAL_DP else None)
+            processes=self.processes, local_dp=self.local_dp if mechanism in LOCAL_DP else None,
+            randomness=self.randomness, public_count=self.public_count)
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,7 @@ def sweep_flow(config: SweepConfig) -> SweepOutcome:
     parent.log_params({"mechanisms": config.mechanisms, "category_sets": [" ".join(c) for c in config.category_sets],
                        "target_epsilons": config.target_epsilons or "none", "seeds": config.seeds,
                        "model": config.model, "model_size": config.model_size, "configurations": len(configs),
+                       "randomness": config.randomness,
                        "noise_multiplier": config.noise_multiplier if not config.target_epsilons else "calibrated"})
     logger.info("sweep: %d configurations, parent MLflow run %s", len(configs), parent.run_id)
     outcomes: list[tuple[TrainResult, float | None]] = []

@@ -1,8 +1,9 @@
 """Data parallelism across the processes ``torchrun`` starts (one per GPU), for training loops that
 sum per-user or per-example contributions.
 
-Every process holds the same model and draws the same random numbers (sampling and noise generators
-are seeded alike), so all agree on who is sampled and on the noise. Each process computes its share
+Every process holds the same model and draws the same random numbers (every stream derives from one
+secret root that rank 0 draws and broadcasts, ``privacy.randomness``), so all agree on who is sampled,
+on each user's batch order and on the noise. Each process computes its share
 of the round's users or examples (``mine``), one all-reduce adds the shares, and every process
 applies the same update. The sum, and so the privacy analysis, is the same as in one process; only
 the float summation order differs. Without ``torch.distributed`` initialised this is one process

@@ -55,13 +55,21 @@ def poisson_gaussian_round(sampling_probability: float, noise_multiplier: float)
     return dp_accounting.PoissonSampledDpEvent(sampling_probability, dp_accounting.GaussianDpEvent(noise_multiplier))
 
 
+def with_initial(event: dp_accounting.DpEvent, initial: dp_accounting.DpEvent | None) -> dp_accounting.DpEvent:
+    """``event`` preceded by a one-time release (a DP count of the units), composed, when there is one."""
+    return event if initial is None else dp_accounting.ComposedDpEvent([initial, event])
+
+
 def epsilon_after(round_event: dp_accounting.DpEvent, rounds: int, delta: float, kind: AccountantKind = "pld",
-                  adjacency: Adjacency = "add_remove") -> float:
-    """Epsilon after ``rounds`` self-composed rounds at ``delta``."""
-    if rounds <= 0:
+                  adjacency: Adjacency = "add_remove", initial: dp_accounting.DpEvent | None = None) -> float:
+    """Epsilon after ``rounds`` self-composed rounds at ``delta``, after the one-time ``initial`` release."""
+    if rounds <= 0 and initial is None:
         return 0.0
     accountant = make_accountant(kind, adjacency)
-    accountant.compose(round_event, rounds)
+    if rounds <= 0:
+        accountant.compose(initial)
+    else:
+        accountant.compose(with_initial(dp_accounting.SelfComposedDpEvent(round_event, rounds), initial))
     return float(accountant.get_epsilon(delta))
 
 
@@ -72,19 +80,25 @@ def calibrate_noise_multiplier(
     delta: float,
     kind: AccountantKind = "pld",
     adjacency: Adjacency = "add_remove",
+    initial: dp_accounting.DpEvent | None = None,
 ) -> float:
-    """Smallest noise multiplier z (bisection, by dp_accounting) whose epsilon after ``rounds`` is <= target.
+    """Smallest noise multiplier z (bisection, by dp_accounting) whose epsilon after ``rounds`` (and the
+    one-time ``initial`` release, whose noise z does not change) is <= target.
 
     The result is within 0.1% of the boundary in z, so its epsilon lies just below the target.
     """
     if target_epsilon <= 0 or not math.isfinite(target_epsilon):
         raise ValueError(f"target epsilon must be a positive number, got {target_epsilon}")
+    if initial is not None and epsilon_after(round_event_for(1.0), 0, delta, kind, adjacency, initial) >= target_epsilon:
+        raise ValueError(f"target epsilon {target_epsilon:g} is spent by the DP count of units alone; "
+                         "give the count more noise or declare the count public")
+
     def event(noise: float) -> dp_accounting.DpEvent:
-        return dp_accounting.SelfComposedDpEvent(round_event_for(noise), rounds)
+        return with_initial(dp_accounting.SelfComposedDpEvent(round_event_for(noise), rounds), initial)
 
     # Below z = MIN_NOISE_MULTIPLIER the PLD discretisation needs tens of GiB and epsilon is in the
     # hundreds anyway: a target that such little noise already meets is reported, not searched.
-    floor_epsilon = epsilon_after(round_event_for(MIN_NOISE_MULTIPLIER), rounds, delta, kind, adjacency)
+    floor_epsilon = epsilon_after(round_event_for(MIN_NOISE_MULTIPLIER), rounds, delta, kind, adjacency, initial)
     if floor_epsilon <= target_epsilon:
         raise ValueError(
             f"target epsilon {target_epsilon:g} is met even with noise multiplier {MIN_NOISE_MULTIPLIER} "
@@ -103,10 +117,11 @@ def calibrate_noise_multiplier(
 
 def resolve_noise_multiplier(mechanism: str, noise_multiplier: float | None, target_epsilon: float | None,
                              round_event_for: Callable[[float], dp_accounting.DpEvent], rounds: int, delta: float,
-                             kind: AccountantKind, adjacency: Adjacency = "add_remove") -> float:
+                             kind: AccountantKind, adjacency: Adjacency = "add_remove",
+                             initial: dp_accounting.DpEvent | None = None) -> float:
     """The z a run uses: calibrated to ``target_epsilon`` when given, else the given positive one."""
     if target_epsilon is not None:
-        return calibrate_noise_multiplier(round_event_for, rounds, target_epsilon, delta, kind, adjacency)
+        return calibrate_noise_multiplier(round_event_for, rounds, target_epsilon, delta, kind, adjacency, initial)
     if noise_multiplier is None or noise_multiplier <= 0:
         raise ValueError(f"{mechanism} needs a positive noise multiplier or a target epsilon")
     return noise_multiplier
@@ -140,17 +155,21 @@ class RoundAccountant:
     """
 
     def __init__(self, round_event: dp_accounting.DpEvent, delta: float, kind: AccountantKind = "pld",
-                 adjacency: Adjacency = "add_remove"):
+                 adjacency: Adjacency = "add_remove", initial: dp_accounting.DpEvent | None = None):
         make_accountant(kind, adjacency)  # fails early on a combination dp_accounting cannot account
         self.round_event = round_event
+        self.initial = initial  # a one-time release before round 1 (a DP count of the units), or None
         self.delta = delta
         self.kind: AccountantKind = kind
         self.adjacency: Adjacency = adjacency
         self.rounds = 0
-        self.epsilon = 0.0
         self._peeked: float | None = None
         self._one_round = _round_pld(round_event, adjacency) if kind == "pld" else None
-        self._composed: object | None = None  # the PLD after ``rounds`` rounds
+        initial_pld = _gaussian_pld(initial, adjacency) if self._one_round is not None and initial is not None else None
+        if self._one_round is not None and initial is not None and initial_pld is None:
+            self._one_round = None  # an initial release PLD cannot build incrementally: recompose each round
+        self._composed: object | None = initial_pld  # the PLD after ``rounds`` rounds (and the initial release)
+        self.epsilon = epsilon_after(round_event, 0, delta, kind, adjacency, initial) if initial is not None else 0.0
         self._next: object | None = None  # the PLD after ``rounds + 1`` rounds, once peeked
 
     def peek(self) -> float:
@@ -159,7 +178,8 @@ class RoundAccountant:
                 self._next = self._one_round if self._composed is None else self._composed.compose(self._one_round)  # type: ignore[attr-defined]
                 self._peeked = float(self._next.get_epsilon_for_delta(self.delta))  # type: ignore[union-attr]
             else:
-                self._peeked = epsilon_after(self.round_event, self.rounds + 1, self.delta, self.kind, self.adjacency)
+                self._peeked = epsilon_after(self.round_event, self.rounds + 1, self.delta, self.kind, self.adjacency,
+                                             self.initial)
         return self._peeked
 
     def step(self) -> float:
@@ -171,15 +191,16 @@ class RoundAccountant:
     def state_dict(self) -> dict[str, object]:
         """The rounds composed so far, with what identifies the round event, for checkpoints."""
         return {"rounds": self.rounds, "epsilon": self.epsilon, "event": repr(self.round_event),
-                "delta": self.delta, "kind": self.kind, "adjacency": self.adjacency}
+                "initial": repr(self.initial), "delta": self.delta, "kind": self.kind, "adjacency": self.adjacency}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         """Continue after ``state['rounds']`` rounds (recomposed the same way, so figures match exactly)."""
-        mine = {"event": repr(self.round_event), "delta": self.delta, "kind": self.kind, "adjacency": self.adjacency}
+        mine = {"event": repr(self.round_event), "initial": repr(self.initial), "delta": self.delta, "kind": self.kind,
+                "adjacency": self.adjacency}
         if any(state.get(key) != value for key, value in mine.items()):
             raise ValueError(f"accountant state of another mechanism ({state['event']}, delta {state['delta']}, "
                              f"{state['kind']}) cannot continue this one ({mine['event']})")
-        fresh = RoundAccountant(self.round_event, self.delta, self.kind, self.adjacency)
+        fresh = RoundAccountant(self.round_event, self.delta, self.kind, self.adjacency, self.initial)
         if self._one_round is not None:
             for _ in range(int(state["rounds"])):  # type: ignore[call-overload]
                 fresh.step()
@@ -197,6 +218,17 @@ def _round_pld(event: dp_accounting.DpEvent, adjacency: Adjacency) -> object | N
     return privacy_loss_distribution.from_gaussian_mechanism(
         standard_deviation=event.event.noise_multiplier, sampling_prob=event.sampling_probability,
         value_discretization_interval=PLD_DISCRETIZATION, neighboring_relation=_relation(adjacency))
+
+
+def _gaussian_pld(event: dp_accounting.DpEvent, adjacency: Adjacency) -> object | None:
+    """dp_accounting's PLD of one unsampled Gaussian release (the DP count of units)."""
+    if not isinstance(event, dp_accounting.GaussianDpEvent):
+        return None
+    from dp_accounting.pld import privacy_loss_distribution
+
+    return privacy_loss_distribution.from_gaussian_mechanism(
+        standard_deviation=event.noise_multiplier, value_discretization_interval=PLD_DISCRETIZATION,
+        neighboring_relation=_relation(adjacency))
 
 
 PLD_DISCRETIZATION = 1e-4  # dp_accounting's PLDAccountant default
@@ -235,19 +267,28 @@ class UeDpAccounting:
     ``p_S = 1 - (1 - q_u)(1 - q_u q_s)``, ``Delta_S = 3 max(w) beta``, noise multiplier
     ``z (2M + 1) / 3``. ``uedp-naive`` never trains on S sentences, so only the E case applies. Each case
     is the T-fold ``PoissonSampled(p, Gaussian(.))``, bounding every shift by the case's worst one
-    (conservative). The total delta is the accountant's delta plus the truncation delta.
+    (conservative), after the one-time DP count of users when the count is not public.
+
+    M comes from ``n_users_bound``, a public count or a DP upper bound on the number of users (never the
+    exact count under add/remove). Delta is split three ways: the accountant's share, the truncation
+    share (some round draws more than M users) and ``delta_bound`` (the DP upper bound on N fails).
     """
 
-    def __init__(self, n_users: int, q_user: float, q_entity: float, q_extended: float, rounds: int,
-                 delta: float, naive: bool = False, truncation_share: float = 0.1, kind: AccountantKind = "pld"):
+    def __init__(self, n_users_bound: int, q_user: float, q_entity: float, q_extended: float, rounds: int,
+                 delta: float, naive: bool = False, truncation_share: float = 0.1, kind: AccountantKind = "pld",
+                 initial: dp_accounting.DpEvent | None = None, delta_bound: float = 0.0):
         if not 0 < truncation_share < 1:
             raise ValueError("truncation_share must be in (0, 1)")
+        if not 0 <= delta_bound < (1 - truncation_share) * delta:
+            raise ValueError("the count bound's delta must be below the accountant's share of delta")
         self.q_user, self.q_entity, self.q_extended = q_user, q_entity, q_extended
-        self.rounds, self.naive, self.kind = rounds, naive, kind
+        self.rounds, self.naive, self.kind, self.initial = rounds, naive, kind, initial
         self.delta = delta
         self.delta_trunc = truncation_share * delta
-        self.delta_accountant = delta - self.delta_trunc
-        self.max_users = max_sampled_users(n_users, q_user, rounds, self.delta_trunc)
+        self.delta_bound = delta_bound
+        self.delta_accountant = delta - self.delta_trunc - delta_bound
+        self.n_users_bound = n_users_bound
+        self.max_users = max_sampled_users(n_users_bound, q_user, rounds, self.delta_trunc)
 
     @property
     def sensitivity_factor(self) -> int:
@@ -265,7 +306,7 @@ class UeDpAccounting:
     def epsilons(self, noise_multiplier: float, rounds: int | None = None) -> dict[str, float]:
         """Epsilon of each case after ``rounds`` (default: all) at the accountant's share of delta."""
         t = self.rounds if rounds is None else rounds
-        return {case: epsilon_after(event, t, self.delta_accountant, self.kind)
+        return {case: epsilon_after(event, t, self.delta_accountant, self.kind, initial=self.initial)
                 for case, event in self.case_events(noise_multiplier).items()}
 
     def epsilon(self, noise_multiplier: float, rounds: int | None = None) -> float:
@@ -273,7 +314,7 @@ class UeDpAccounting:
 
     def round_accountants(self, noise_multiplier: float) -> dict[str, RoundAccountant]:
         """One incremental accountant per case, for per-round epsilon during training (the max of them)."""
-        return {case: RoundAccountant(event, self.delta_accountant, self.kind)
+        return {case: RoundAccountant(event, self.delta_accountant, self.kind, initial=self.initial)
                 for case, event in self.case_events(noise_multiplier).items()}
 
     def calibrate(self, target_epsilon: float) -> float:
@@ -284,9 +325,11 @@ class UeDpAccounting:
             def event_for(z: float, case: str = case) -> dp_accounting.DpEvent:
                 return self.case_events(z)[case]
 
-            if epsilon_after(event_for(MIN_NOISE_MULTIPLIER), self.rounds, self.delta_accountant, self.kind) <= target_epsilon:
+            if epsilon_after(event_for(MIN_NOISE_MULTIPLIER), self.rounds, self.delta_accountant, self.kind,
+                             initial=self.initial) <= target_epsilon:
                 continue  # this case meets the target at any z the others need
-            zs.append(calibrate_noise_multiplier(event_for, self.rounds, target_epsilon, self.delta_accountant, self.kind))
+            zs.append(calibrate_noise_multiplier(event_for, self.rounds, target_epsilon, self.delta_accountant,
+                                                 self.kind, initial=self.initial))
         if not zs:
             raise ValueError(f"target epsilon {target_epsilon:g} is met even with noise multiplier "
                              f"{MIN_NOISE_MULTIPLIER}; give a noise multiplier instead")

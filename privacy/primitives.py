@@ -1,9 +1,8 @@
-"""The shared machinery of every central mechanism (PRIVACY.md, steps 1-3 and 7): Poisson sampling,
-L2 clipping of a flattened contribution, and Gaussian noise with standard deviation sigma."""
+"""The shared machinery of every central mechanism (PRIVACY.md, steps 2-3): L2 clipping of a flattened
+contribution, and Gaussian noise with standard deviation sigma. Sampling and the generators noise is
+drawn from live in :mod:`privacy.randomness`."""
 
 from __future__ import annotations
-
-import os
 
 import torch
 
@@ -27,27 +26,6 @@ def assign_flat_(params: list[torch.Tensor], vector: torch.Tensor) -> None:
         offset += p.numel()
     if offset != vector.numel():
         raise ValueError(f"vector has {vector.numel()} values, parameters need {offset}")
-
-
-def make_generator(seed: int | None, secure: bool = False, device: torch.device | str = "cpu") -> torch.Generator:
-    """Seeded generator for reproducible noise; ``secure`` draws the seed from the OS instead.
-
-    Only secure mode is meant to face real adversaries: a known seed makes the noise predictable.
-    """
-    generator = torch.Generator(device=device)
-    if secure:
-        generator.manual_seed(int.from_bytes(os.urandom(8), "big") & ((1 << 63) - 1))
-    else:
-        generator.manual_seed(0 if seed is None else seed)
-    return generator
-
-
-def poisson_sample(n: int, q: float, generator: torch.Generator) -> list[int]:
-    """Indices of units sampled independently with probability q (never 'shuffle and take a batch')."""
-    if not 0 < q <= 1:
-        raise ValueError(f"sampling probability must be in (0, 1], got {q}")
-    draws = torch.rand(n, generator=generator, device=generator.device)
-    return torch.nonzero(draws < q).flatten().tolist()
 
 
 def clip_l2(vector: torch.Tensor, bound: float) -> torch.Tensor:

@@ -137,13 +137,14 @@ class Catalog:
                 "entities": entities, "users": users, "users_with_entities": users_with,
                 "entities_spanning_users": multi_user, "max_users_per_entity": max_users}
 
-    def coverage(self, detector: str, coarse: dict[str, str | None],
-                 reference: str = "gold") -> list[tuple[str, int, int, int, float, float, float]]:
+    def coverage(self, detector: str, coarse: dict[str, str | None], reference: str = "gold",
+                 splits: tuple[str, ...] | None = None) -> list[tuple[str, int, int, int, float, float, float]]:
         """Precision and recall of ``detector`` against ``reference`` spans, per coarse class.
 
         Returns ``(class, reference spans, predicted spans, exact matches, precision, recall,
         overlap recall)``. An exact match has the same sentence, offsets and coarse class; overlap
         recall counts a reference span as found when a predicted span of its class overlaps it.
+        ``splits`` limits both sides to sentences of those splits (default: all).
         """
         self._require_entities()
         self.con.execute("CREATE OR REPLACE TEMP TABLE coarse_map (category VARCHAR, coarse VARCHAR)")
@@ -151,7 +152,8 @@ class Catalog:
         rows = self.con.execute(
             """
             WITH spans AS (SELECT DISTINCT e.detector, e.sentence_id, e.start, e."end", m.coarse
-                           FROM entities e JOIN coarse_map m USING (category)),
+                           FROM entities e JOIN coarse_map m USING (category) JOIN sentences s USING (sentence_id)
+                           WHERE ? IS NULL OR list_contains(?, s.split)),
                  ref AS (SELECT * FROM spans WHERE detector = ?),
                  pred AS (SELECT * FROM spans WHERE detector = ?),
                  found AS (SELECT r.coarse, count(p.sentence_id) > 0 AS overlap,
@@ -163,7 +165,7 @@ class Catalog:
                    count(*) FILTER (WHERE f.exact), count(*) FILTER (WHERE f.overlap)
             FROM found f GROUP BY f.coarse ORDER BY f.coarse
             """,
-            [reference, detector],
+            [list(splits) if splits else None, list(splits) if splits else None, reference, detector],
         ).fetchall()
         return [(cls, n_ref, n_pred, tp, tp / n_pred if n_pred else 0.0, tp / n_ref, overlap / n_ref)
                 for cls, n_ref, n_pred, tp, overlap in rows]

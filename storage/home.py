@@ -5,6 +5,8 @@ Everything uedp writes goes below one folder, so a user can inspect, move or del
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import re
 from dataclasses import dataclass
@@ -71,3 +73,29 @@ class DataHome:
     @property
     def prefect_home(self) -> Path:
         return self.root / "prefect"
+
+    @property
+    def secret_file(self) -> Path:
+        return self.root / ".secret"
+
+    def keyed_id(self, key: str) -> str:
+        """A stand-in for a content key that can be released: an HMAC under this home's secret.
+
+        Content keys hash the corpus itself, so anyone who can guess D or D' could recompute one and
+        tell them apart; the keyed id still tells runs on the same data apart from runs on other data,
+        but only to someone holding the home's secret (created on first use, readable by its owner only).
+        """
+        if not key:
+            return ""
+        if not self.secret_file.is_file():
+            partial = self.secret_file.with_suffix(f".partial-{os.getpid()}")
+            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                out.write(os.urandom(32))
+            try:
+                os.link(partial, self.secret_file)  # first writer wins; a concurrent one keeps the winner's
+            except FileExistsError:
+                pass
+            finally:
+                partial.unlink(missing_ok=True)
+        return hmac.new(self.secret_file.read_bytes(), key.encode(), hashlib.sha256).hexdigest()[:16]

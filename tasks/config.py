@@ -10,10 +10,16 @@ from detection.categories import Categories
 from models.factory import SIZE_PRESETS, ModelKind, Task, task_of
 from privacy.attacks.canaries import canary_format
 from privacy.mechanisms import MECHANISMS
+from privacy.population import DEFAULT_COUNT_NOISE_STD
+from privacy.sanitization.mechanisms import check_strategy
 
 MechanismName = Literal["noiseless", "deid", "dpsgd", "selective", "userdp", "uedp", "uedp-naive", "custext", "santext"]
 FEDERATED = ("userdp", "uedp", "uedp-naive")
 LOCAL_DP = ("custext", "santext")
+# Central mechanisms under add/remove adjacency: their unit count is private (PRIVACY.md rule 4).
+COUNTED = ("dpsgd", *FEDERATED)
+RANDOMNESS_HELP = ("secure (default): sampling, noise and batch order from the operating system, never stored; "
+                   "seeded: from --seed, reproducible, and the guarantee does not hold against anyone who knows the seed")
 
 
 class LocalDpSettings(BaseModel):
@@ -25,10 +31,16 @@ class LocalDpSettings(BaseModel):
     k: int = Field(50, ge=1, description="custext: output set size")
     mapping: Literal["aggressive", "balanced", "conservative"] = "balanced"
     metric: Literal["euclidean", "cosine"] = "euclidean"
-    strategy: Literal["token", "record", "dataset"] = "record"
+    strategy: str = Field("token", description="token: one independent draw per occurrence (record and dataset "
+                                               "were withdrawn: no per-token guarantee holds for them)")
     keep: Literal["none", "stopwords", "non-entities"] = "none"
     vocab_limit: int | None = Field(None, ge=2)
     attack_model: str | None = Field(None, description="masked-LM folder for the mask-token inference attack")
+
+    @field_validator("strategy")
+    @classmethod
+    def _strategy(cls, value: str) -> str:
+        return check_strategy(value)
 
 
 class TrainConfig(BaseModel):
@@ -62,12 +74,17 @@ class TrainConfig(BaseModel):
     local_batch_size: int = Field(8, ge=1)
     local_lr: float = Field(0.5, gt=0)
     server_lr: float = Field(1.0, gt=0)
-    weight_cap: float = Field(1.0, gt=0)
+    weight_cap: float = Field(1.0, gt=0, description="userdp: w_u = min(n_u / weight_cap, 1); uedp weighs every user 1")
     vectorize_users: bool = Field(False, description="userdp/uedp: train a round's users at once (torch.func.vmap)")
     delta: float = Field(1e-5, gt=0, lt=1)
     accountant: Literal["pld", "rdp"] = "pld"
     max_epsilon: float | None = Field(None, gt=0)
-    seed: int = 0
+    seed: int = Field(0, description="initial weights (always); sampling and noise too only with randomness=seeded")
+    randomness: Literal["secure", "seeded"] = Field("secure", description=RANDOMNESS_HELP)
+    public_count: int | None = Field(None, ge=1, description="dpsgd/userdp/uedp: declare the number of units "
+                                     "(sequences; users) public; default: a DP count composed into epsilon")
+    count_noise: float = Field(DEFAULT_COUNT_NOISE_STD, gt=0, description="std of the Gaussian noise of the DP count "
+                               "of units (sensitivity 1)")
     device: str = "auto"
     processes: int = Field(1, ge=1, description="torchrun processes (one per GPU); they split each round's "
                                                 "users or examples and sum their clipped contributions")
@@ -84,6 +101,9 @@ class TrainConfig(BaseModel):
     def _consistent(self) -> "TrainConfig":
         if self.is_private and self.noise_multiplier is None and self.target_epsilon is None:
             raise ValueError(f"{self.mechanism} needs --noise-multiplier or --target-epsilon")
+        if self.mechanism in ("uedp", "uedp-naive") and self.weight_cap != 1.0:
+            raise ValueError("uedp weighs every user 1 (a weight counting sentences changes when an entity is added); "
+                             "weight_cap applies to userdp only")
         if self.vectorize_users and self.model != "gpt2":
             raise ValueError("vectorize_users is implemented for GPT-2 language models only")
         if self.mechanism in LOCAL_DP and (self.local_dp is None or self.target_epsilon is None):

@@ -44,6 +44,8 @@ class ReportRow:
     # Local-DP releases (custext, santext): share of train tokens unchanged, mask-token inference success.
     kept_token_share: float | None = None
     mask_inference_success: float | None = None
+    randomness: str = "none"
+    caveats: tuple[str, ...] = ()
 
 
 def summarise(outcomes: Iterable[tuple[TrainResult, float | None]]) -> list[ReportRow]:
@@ -61,7 +63,8 @@ def summarise(outcomes: Iterable[tuple[TrainResult, float | None]]) -> list[Repo
             valid=statistics.fmean(r.utility_valid for r in results), test=statistics.fmean(tests),
             test_spread=max(tests) - min(tests), seeds=len(results), run_ids=tuple(r.run_id for r in results),
             kept_token_share=_mean_of(results, "kept_token_share"),
-            mask_inference_success=_mean_of(results, "mask_inference_success")))
+            mask_inference_success=_mean_of(results, "mask_inference_success"),
+            randomness=results[0].randomness, caveats=tuple(dict.fromkeys(c for r in results for c in r.caveats))))
     return sorted(rows, key=lambda r: (r.categories, r.mechanism, math.inf if r.target_epsilon is None else r.target_epsilon))
 
 
@@ -82,14 +85,23 @@ def markdown(rows: list[ReportRow], title: str) -> str:
              f"Utility: test {metric} (lower is better), mean over seeds. Epsilon: accounted by dp_accounting for "
              "each mechanism's own privacy unit (userdp: a user; uedp: a user and an entity; dpsgd: a sentence; "
              "selective: a sensitive token); `inf` means no guarantee.", "",
-             f"| mechanism | categories | target epsilon | epsilon | delta | z | valid {metric} | test {metric} "
-             "| spread over seeds | seeds | MLflow runs |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             f"| mechanism | categories | target epsilon | epsilon | delta | z | randomness | valid {metric} "
+             f"| test {metric} | spread over seeds | seeds | MLflow runs |",
+             "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|"]
     for r in rows:
         lines.append(f"| {r.mechanism} | {r.categories} | {_num(r.target_epsilon) if r.target_epsilon else '-'} "
                      f"| {_num(r.epsilon)} | {r.delta:g} | {_num(r.noise_multiplier, 3) if r.noise_multiplier else '-'} "
+                     f"| {r.randomness if r.randomness != 'none' else '-'} "
                      f"| {_num(r.valid)} | {_num(r.test)} | {_num(r.test_spread, 2)} | {r.seeds} "
                      f"| {' '.join(run[:8] for run in r.run_ids)} |")
+    caveats = {}
+    for r in rows:
+        for caveat in r.caveats:
+            caveats.setdefault(caveat, []).append(r.mechanism)
+    if caveats:
+        lines += ["", "What the epsilons do not cover (see docs/PRIVACY.md for each mechanism's unit, adjacency and "
+                  "what it treats as public):", ""]
+        lines += [f"- {caveat} ({', '.join(dict.fromkeys(mechanisms))})" for caveat, mechanisms in caveats.items()]
     local = [r for r in rows if r.kept_token_share is not None]
     if local:
         lines += ["", "Local-DP releases (epsilon per sanitized token; the thesis' Tables 3.6 and 3.7): share of "

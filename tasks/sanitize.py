@@ -19,14 +19,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from tqdm.auto import tqdm
 
 from detection.categories import Categories
-from privacy.primitives import make_generator
+from privacy.randomness import Randomness
 from privacy.sanitization.embeddings import Embeddings, from_model, load_vectors
 from privacy.sanitization.mapping import MappingMode, Metric, build_mapping
-from privacy.sanitization.mechanisms import KEEP, UNKNOWN, CusText, SanText, Sampler, Strategy, privatize, releases_per_record
+from privacy.sanitization.mechanisms import (KEEP, UNKNOWN, CusText, SanText, Sampler, check_strategy, privatize,
+                                             releases_per_record)
 from storage.catalog import Catalog
 from storage.home import DataHome, validate_dataset_name
 from storage.schemas import ENTITIES, SENTENCES, USERS
@@ -50,19 +51,27 @@ class SanitizeConfig(BaseModel):
     k: int = Field(50, ge=1, description="custext: size of each token's output set")
     mapping: MappingMode = Field("balanced", description="custext: aggressive, balanced or conservative")
     metric: Metric = Field("euclidean", description="custext: euclidean (GloVe) or cosine (counter-fitted)")
-    strategy: Strategy = Field("record", description="token, record or dataset: which repeats share one draw")
+    strategy: str = Field("token", description="token: one independent draw per occurrence (record and dataset "
+                                               "were withdrawn: no per-token guarantee holds for them)")
     keep: Keep = Field("none", description="none; stopwords (the thesis' + variants); non-entities (sanitize "
                                            "only the tokens of detected entities of the chosen categories)")
     categories: Categories = Field(default_factory=lambda: ["PERSON", "LOC", "ORG", "PHONE_NUMBER", "EMAIL_ADDRESS"],
                                    validate_default=True)
     embeddings: str = Field(description="a vector file (GloVe/word2vec text, .npz) or model:<pretrained folder>")
     vocab_limit: int | None = Field(None, ge=2, description="use the first N vectors (the most frequent)")
-    seed: int = 0
-    secure: bool = Field(False, description="draw from OS randomness (for real releases; not reproducible)")
+    seed: int = Field(0, description="seed of the draws with randomness=seeded (and of the attack's sample)")
+    randomness: Literal["secure", "seeded"] = Field(
+        "secure", description="secure: OS randomness, never stored (a real release); seeded: from the seed, "
+                              "reproducible, no guarantee against anyone who knows it")
     output: str | None = Field(None, description="name of the sanitized dataset (default: derived)")
     attack_model: str | None = Field(None, description="masked-LM folder: run the mask-token inference attack "
                                                        "when the release is made")
     attack_sentences: int = Field(200, ge=1, description="train sentences the attack samples")
+
+    @field_validator("strategy")
+    @classmethod
+    def _strategy(cls, value: str) -> str:
+        return check_strategy(value)
 
     @model_validator(mode="after")
     def _valid_name(self) -> "SanitizeConfig":
@@ -93,6 +102,8 @@ class SanitizeResult:
     unknown_share: float  # of sanitized tokens, how many had no embedding
     unprotected_share: float  # custext: vocabulary tokens of type 1-N (no adjacent token)
     statement: str
+    randomness: str = "secure"
+    caveats: tuple[str, ...] = ()
     # The mask-token inference attack (thesis Table 3.7), when an attack model was given: share of all
     # positions / of sanitized positions recovered from the sanitized text, and from the original text.
     mask_inference_success: float | None = None
@@ -187,7 +198,9 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
         text = texts[row]
         records.append(np.array([index if selected(start, end, text[start:end]) else KEEP
                                  for start, end, index in spans], dtype=np.int64))
-    released = privatize(records, sampler, config.strategy, make_generator(config.seed, config.secure))
+    # A secure release's root comes from the OS and is never stored: the release is reused, never redrawn.
+    randomness = Randomness.for_mode(config.randomness, config.seed)
+    released = privatize(records, sampler, randomness.generator("sanitize"))
     new_texts = list(texts)
     for row, spans, record, out in zip(rows, segmented, records, released):
         new_texts[row] = _rebuild(texts[row], spans, record, out, segmenter)
@@ -280,26 +293,33 @@ def _summary(config: SanitizeConfig, sampler: Sampler, unprotected: float, table
     flat_out = np.concatenate(released) if released else np.empty(0, dtype=np.int64)
     sanitized = flat_in != KEEP
     known = flat_in >= 0
-    per_record = releases_per_record(records, config.strategy) * sampler.per_token_epsilon
+    per_record = releases_per_record(records) * sampler.per_token_epsilon
     users = table["user_id"].to_pylist()
     per_user: dict[str, float] = {}
-    if config.strategy == "dataset":  # one draw per distinct token per user's text as a whole
-        by_user: dict[str, set[int]] = {}
-        for row, record in zip(rows, records):
-            by_user.setdefault(users[row], set()).update(record[record >= 0].tolist())
-        per_user = {u: len(s) * sampler.per_token_epsilon for u, s in by_user.items()}
-    else:
-        for row, eps in zip(rows, per_record):
-            per_user[users[row]] = per_user.get(users[row], 0.0) + float(eps)
+    for row, eps in zip(rows, per_record):
+        per_user[users[row]] = per_user.get(users[row], 0.0) + float(eps)
     n = max(len(flat_in), 1)
-    unit = ("one sanitized token, replaced by another token of its input set (tokens sharing its output set)"
-            if config.mechanism == "custext" else "one sanitized token, replaced by any vocabulary token "
-            f"(metric DP with epsilon {config.epsilon:g} x Euclidean distance; pure LDP bound shown)")
+    if config.mechanism == "custext":
+        unit = "one sanitized token, replaced by another token of its input set (tokens sharing its output set)"
+        headline = f"per token epsilon {sampler.per_token_epsilon:.4g}"
+    else:
+        unit = "one sanitized token, replaced by any vocabulary token"
+        headline = (f"you asked for epsilon {config.epsilon:g}, which SanText guarantees as metric DP (epsilon "
+                    f"{config.epsilon:g} per unit of Euclidean distance between the two tokens); as local DP over the "
+                    f"whole vocabulary that is epsilon x diameter = {config.epsilon:g} x "
+                    f"{sampler.per_token_epsilon / config.epsilon:.4g} = {sampler.per_token_epsilon:.4g} per token")
     kept = {"none": "", "stopwords": "; stopwords released unchanged",
             "non-entities": "; tokens outside detected entities released unchanged (entity positions are visible)"}
-    statement = (f"{config.mechanism} local DP: per token epsilon {sampler.per_token_epsilon:.4g}, unit = {unit}; "
-                 f"a record composes over its {'sanitized tokens' if config.strategy == 'token' else 'distinct sanitized tokens'} "
-                 f"(basic composition){kept[config.keep]}")
+    statement = (f"{config.mechanism} local DP: {headline}, unit = {unit}; one independent draw per token; "
+                 f"a record composes over its sanitized tokens (basic composition){kept[config.keep]} "
+                 "(docs/PRIVACY.md)")
+    caveats = [] if config.mechanism == "santext" else [
+        "tokens whose input set has no other member (type 1-N) have no guarantee"]
+    caveats.append("the kept-token share and the mask-inference attack's success compare the release with the raw "
+                   "text: evaluation figures outside the guarantee")
+    if config.randomness == "seeded":
+        caveats.append("seeded randomness: the release can be recomputed by anyone who knows the seed, so the "
+                       "guarantee does not hold against them")
     return SanitizeResult(
         dataset=config.output_name, reused=False, per_token_epsilon=sampler.per_token_epsilon,
         record_epsilon_max=float(per_record.max()) if len(per_record) else 0.0,
@@ -309,7 +329,7 @@ def _summary(config: SanitizeConfig, sampler: Sampler, unprotected: float, table
         unchanged_share=float(((flat_in == flat_out) | ~sanitized).sum() / n),
         sanitized_unchanged_share=float((flat_in[known] == flat_out[known]).sum() / max(int(sanitized.sum()), 1)),
         unknown_share=float((flat_in == UNKNOWN).sum() / max(int(sanitized.sum()), 1)),
-        unprotected_share=unprotected, statement=statement,
+        unprotected_share=unprotected, statement=statement, randomness=config.randomness, caveats=tuple(caveats),
     )
 
 

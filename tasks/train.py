@@ -30,11 +30,13 @@ from privacy.mechanisms.selective import SelectiveParams, SelectiveTwoPhase
 from privacy.mechanisms.selective_recurrent import SelectiveRecurrent, SelectiveRecurrentParams
 from privacy.mechanisms.uedp import UeDp, UeDpParams
 from privacy.mechanisms.userdp import UserDp, UserDpParams
-from storage.catalog import Catalog, CategoryCount
+from privacy.population import Population
+from privacy.randomness import Randomness
+from storage.catalog import Catalog
 from storage.home import DataHome
 from storage.remote import open_store
 from storage.tables import read_manifest
-from tasks.config import LOCAL_DP, TrainConfig
+from tasks.config import COUNTED, LOCAL_DP, TrainConfig
 from tasks.tracking import RunTracker
 from tasks.sanitize import SanitizeConfig, SanitizeResult, sanitize_dataset
 from tasks.training_data import PreparedData, prepare_data
@@ -59,6 +61,9 @@ class TrainResult:
     resumed_from: int = 0
     notes: str = ""
     privacy_extra: dict[str, float] = field(default_factory=dict)  # the statement's figures (local DP: kept share...)
+    randomness: str = "none"  # secure, seeded, or none (no guarantee)
+    caveats: tuple[str, ...] = ()  # what the epsilon does not cover, shown next to it
+    public: tuple[str, ...] = ()  # what the guarantee treats as public
 
 
 def loss_function(config: TrainConfig) -> LossFn:
@@ -68,9 +73,13 @@ def loss_function(config: TrainConfig) -> LossFn:
     return per_sequence_lm_loss if config.mechanism in ("dpsgd", "selective") else causal_lm_loss
 
 
-def build_mechanism(config: TrainConfig, n_users: int, n_examples: int) -> Mechanism:
-    """The mechanism a configuration names; the counts of training users and sequences set UeDP's
-    bound on sampled users and DP-SGD's sampling rate."""
+def build_mechanism(config: TrainConfig, population: Population | None, n_examples: int,
+                    randomness: Randomness | None = None) -> Mechanism:
+    """The mechanism a configuration names. ``population`` is the public or DP count of the mechanism's
+    units (dpsgd: sequences; userdp/uedp: users), which sets DP-SGD's sampling rate, the FedAvg
+    denominator and UeDP's bound on sampled users; ``n_examples`` is used only where neighbours have the
+    same count (selective)."""
+    randomness = randomness or Randomness.for_mode(config.randomness, config.seed)
     try:
         if config.mechanism in ("noiseless", "deid", *LOCAL_DP):  # local DP: the text is already private
             return Noiseless(NoiselessParams(steps=config.steps, batch_size=config.batch_size, lr=config.lr,
@@ -80,30 +89,56 @@ def build_mechanism(config: TrainConfig, n_users: int, n_examples: int) -> Mecha
             target_epsilon=config.target_epsilon, clip=config.clip, local_steps=config.local_steps,
             local_batch_size=config.local_batch_size, local_lr=config.local_lr, server_lr=config.server_lr,
             weight_cap=config.weight_cap, delta=config.delta, accountant=config.accountant,
-            max_epsilon=config.max_epsilon, seed=config.seed, vectorize_users=config.vectorize_users,
+            max_epsilon=config.max_epsilon, vectorize_users=config.vectorize_users,
         )
         dpsgd = DpSgdParams(steps=config.steps, expected_batch_size=config.batch_size,
                             noise_multiplier=config.noise_multiplier, target_epsilon=config.target_epsilon,
                             clip=config.clip, lr=config.lr, delta=config.delta, accountant=config.accountant,
-                            max_epsilon=config.max_epsilon, seed=config.seed)
-        if config.mechanism == "dpsgd":
-            return DpSgd(dpsgd, n_examples)
+                            max_epsilon=config.max_epsilon)
         if config.mechanism == "selective" and config.model == "lstm":
             recurrent = {**asdict(dpsgd), "adjacency": "replace", "hidden_clip": config.hidden_clip}
-            return SelectiveRecurrent(SelectiveRecurrentParams(**recurrent), n_examples)
+            return SelectiveRecurrent(SelectiveRecurrentParams(**recurrent), n_examples, randomness)
         if config.mechanism == "selective":
             public = NoiselessParams(steps=config.public_steps, batch_size=config.batch_size, lr=config.lr,
                                      seed=config.seed)
             public_loss = classification_loss if config.task == "classification" else causal_lm_loss
-            return SelectiveTwoPhase(SelectiveParams(public, dpsgd), n_examples, public_loss)
+            return SelectiveTwoPhase(SelectiveParams(public, dpsgd), n_examples, public_loss, randomness)
+        if population is None:
+            raise ValueError("needs the count of its privacy units (public or DP)")
+        if config.mechanism == "dpsgd":
+            return DpSgd(dpsgd, population, randomness)
         if config.mechanism == "userdp":
-            return UserDp(UserDpParams(**shared))
+            return UserDp(UserDpParams(**shared), population, randomness)
         if config.mechanism in ("uedp", "uedp-naive"):
             return UeDp(UeDpParams(**shared, q_entity=config.q_entity, q_extended=config.q_extended,
-                                   naive=config.mechanism == "uedp-naive"), n_users)
+                                   naive=config.mechanism == "uedp-naive"), population, randomness)
     except ValueError as exc:
         raise UedpError(f"{config.mechanism}: {exc}") from None
     raise UedpError(f"mechanism {config.mechanism!r} is not available")
+
+
+def planned_population(config: TrainConfig) -> Population | None:
+    """Before any data is read (to check a target epsilon early): the declared count, or a DP count whose
+    value is not known yet (its privacy cost is)."""
+    if config.mechanism not in COUNTED:
+        return None
+    if config.public_count is not None:
+        return Population.declared(config.public_count)
+    return Population(1.0, "dp-count", config.count_noise)
+
+
+def unit_population(config: TrainConfig, data: PreparedData, randomness: Randomness,
+                    checkpoint: Checkpointer) -> Population | None:
+    """The count of privacy units the mechanism may use (PRIVACY.md rule 4): declared public, or the exact
+    count plus Gaussian noise, drawn once per run (a resumed run reuses what it released)."""
+    if config.mechanism not in COUNTED:
+        return None
+    if config.public_count is not None:
+        return Population.declared(config.public_count)
+    exact = len(data.train.sequences) if config.mechanism == "dpsgd" else data.train.n_users
+    value = checkpoint.released("dp_count_of_units",
+                                lambda: Population.dp_count(exact, config.count_noise, randomness).value)
+    return Population(value, "dp-count", config.count_noise)
 
 
 def evaluate(model: torch.nn.Module, examples: Sequence[Example], config: TrainConfig, pad_id: int,
@@ -118,12 +153,19 @@ def evaluate(model: torch.nn.Module, examples: Sequence[Example], config: TrainC
 
 def _tags(home: DataHome, config: TrainConfig, device: torch.device, flow_run_id: str | None,
           parent_run_id: str | None) -> dict[str, str]:
+    # The tables' content keys hash the corpus itself: released as-is they would let anyone who can guess
+    # D or D' tell them apart. The tags hold them keyed with the data home's secret instead.
+    def keyed(table: str) -> str:
+        return home.keyed_id(str((read_manifest(home.table_dir(config.dataset, table)) or {}).get("key", "")))
+
     tags = {
         "uedp.dataset": config.dataset, "uedp.mechanism": config.mechanism, "uedp.model": config.model,
-        "uedp.dataset_key": str((read_manifest(home.table_dir(config.dataset, "sentences")) or {}).get("key", "")),
-        "uedp.entities_key": str((read_manifest(home.table_dir(config.dataset, "entities")) or {}).get("key", "")),
+        "uedp.dataset_id": keyed("sentences"), "uedp.entities_id": keyed("entities"),
         "uedp.device": str(device), "uedp.config_fingerprint": config.fingerprint(),
+        "uedp.randomness": config.randomness if config.is_private else "none",
     }
+    if config.is_private and config.randomness == "seeded":
+        tags["uedp.guarantee"] = "void against anyone who knows the seed (seeded randomness)"
     if flow_run_id:
         tags["uedp.flow_run_id"] = flow_run_id
     if parent_run_id:
@@ -153,11 +195,11 @@ class Setup:
     device: torch.device
     tokenizer: Any
     data: PreparedData
-    category_counts: list[CategoryCount]
     model: torch.nn.Module
     mechanism: Mechanism
     checkpoint: Checkpointer
     release: SanitizeResult | None = None  # custext/santext: the local-DP release the data comes from
+    caveats: tuple[str, ...] = ()  # what the epsilon does not cover (detection, evaluation)
 
 
 def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
@@ -168,17 +210,55 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
     release = sanitize_for(home, config) if config.mechanism in LOCAL_DP else None
     if release is not None and ranks.world > 1 and not release.reused:
         # run_training makes the release before torchrun starts; a rank drawing its own would train on a
-        # second release (with --secure a different one), and two releases compose.
+        # second release (a different one: releases are secure by default), and two releases compose.
         raise RuntimeError(f"rank {ranks.rank}: the local-DP release {release.dataset} was not made before torchrun")
     with Catalog(home, release.dataset if release else config.dataset) as catalog:
         data = prepare_data(catalog, config, tokenizer)
-        category_counts = catalog.category_counts(config.categories)
+        caveats = coverage_caveats(catalog, config)
     model = build_model(config.model, config.model_size, tokenizer,
                         len(data.classes) if data.classes else None).to(device)
-    mechanism = build_mechanism(config, data.train.n_users, len(data.train.sequences))
     checkpoint = Checkpointer(home.checkpoint_dir(config.dataset, config.fingerprint()), config.checkpoint_every,
                               config.fingerprint(), writes=ranks.is_main)
-    return Setup(device, tokenizer, data, category_counts, model, mechanism, checkpoint, release)
+    # One secret root per run; under torchrun rank 0 draws it and every rank uses it.
+    randomness = Randomness.for_mode(config.randomness, config.seed).shared_across_ranks()
+    population = unit_population(config, data, randomness, checkpoint)
+    mechanism = build_mechanism(config, population, len(data.train.sequences), randomness)
+    return Setup(device, tokenizer, data, model, mechanism, checkpoint, release, caveats)
+
+
+EVALUATION_CAVEAT = ("validation and test metrics are computed without noise on held-out users' text, which the "
+                     "guarantee does not cover")
+ENTITY_MECHANISMS = ("selective", "uedp", "uedp-naive")
+
+
+def coverage_caveats(catalog: Catalog, config: TrainConfig) -> tuple[str, ...]:
+    """What a private run's epsilon leaves out: held-out evaluation, and for entity-level mechanisms the
+    entities the detector missed, with its measured recall when gold tags exist to measure it on the
+    held-out splits (measured there, the figure says nothing about the training users)."""
+    if not config.is_private or config.mechanism in LOCAL_DP:
+        return ()
+    caveats = [EVALUATION_CAVEAT]
+    if config.mechanism in ENTITY_MECHANISMS:
+        detectors = catalog.detectors() if "entities" in catalog.tables else []
+        missed = ("entities the detector missed are not protected as entities" +
+                  (" (uedp: only through the ordinary noise of their user's and sentences' contributions)"
+                   if config.mechanism != "selective" else ""))
+        if "gold" in detectors and len(detectors) == 1:
+            caveats.append(f"{missed}; here the protected entities are exactly the corpus' gold tags")
+        elif "gold" in detectors:
+            from detection.categories import taxonomy
+
+            rows = [row for name in detectors if name != "gold"
+                    for row in catalog.coverage(name, taxonomy().coarse, splits=("valid", "test"))]
+            found = sum(round(r[6] * r[1]) for r in rows)
+            total = sum(r[1] for r in rows)
+            measured = f"measured overlap recall on held-out gold tags {found / total:.3f}" if total else \
+                "recall not measurable (no gold tags in the held-out splits)"
+            caveats.append(f"{missed}; {measured} (gold tags are protected too)")
+        else:
+            caveats.append(f"{missed}; the detector's recall is unknown (no gold tags: detect with "
+                           "--detector gold,... on a labelled sample to measure it)")
+    return tuple(caveats)
 
 
 def sanitize_for(home: DataHome, config: TrainConfig) -> SanitizeResult:
@@ -187,13 +267,14 @@ def sanitize_for(home: DataHome, config: TrainConfig) -> SanitizeResult:
     settings = config.local_dp.model_dump()
     return sanitize_dataset(home, SanitizeConfig(dataset=config.dataset, mechanism=config.mechanism,  # type: ignore[arg-type]
                                                  epsilon=config.target_epsilon, categories=list(config.categories),
-                                                 seed=config.seed, **settings))
+                                                 seed=config.seed, randomness=config.randomness, **settings))
 
 
 def local_dp_statement(statement: PrivacyStatement, release: SanitizeResult, mechanism: str) -> PrivacyStatement:
     """Noiseless training on a local-DP release: the guarantee is the release's (post-processing)."""
     return replace(statement, mechanism=mechanism, unit=release.statement, epsilon=release.per_token_epsilon,
-                   delta=0.0, accountant="local DP, basic composition",
+                   delta=0.0, accountant="local DP, basic composition", randomness=release.randomness,
+                   caveats=release.caveats,
                    extra={"epsilon_record_median": release.record_epsilon_median,
                           "epsilon_record_max": release.record_epsilon_max, "epsilon_user_max": release.user_epsilon_max,
                           "sanitized_share": release.sanitized_share, "kept_token_share": release.unchanged_share,
@@ -214,19 +295,19 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
     ranks = Ranks.current()
     s = set_up(home, config, ranks)
     device, tokenizer, data, model, mechanism, checkpoint = s.device, s.tokenizer, s.data, s.model, s.mechanism, s.checkpoint
-    category_counts, pad_id = s.category_counts, s.tokenizer.pad_token_id
+    pad_id = s.tokenizer.pad_token_id
     metric = "error" if config.task == "classification" else "perplexity"
     tracker, resumed = _open_tracker(home, config, _tags(home, config, device, flow_run_id, parent_run_id), checkpoint)
     resumed_from, first_report = 0, True
     try:
         if not resumed:
+            # No count of the private data (users, sentences, entities): PRIVACY.md rule 4. The class label
+            # set of a classifier is treated as public (the task defines it) and the statement says so.
             tracker.log_params(
                 config.model_dump()
-                | {"beta": config.clip, "privacy_unit": "one sanitized token (local DP)" if config.mechanism in LOCAL_DP else mechanism.unit, "n_train_users": data.train.n_users,
-                   "n_train_sentences": len(data.train.sequences), "classes": ",".join(data.classes or []),
+                | {"beta": config.clip, "privacy_unit": "one sanitized token (local DP)" if config.mechanism in LOCAL_DP
+                   else mechanism.unit, "classes": ",".join(data.classes or []),
                    "model_parameters": sum(p.numel() for p in model.parameters())})
-            tracker.log_metrics({f"entities_{c.category}": c.entities for c in category_counts}
-                                | {f"users_with_{c.category}": c.users for c in category_counts})
             tracker.log_metrics({f"{metric}_valid": evaluate(model, data.valid, config, pad_id, device)}, step=0)
         rounds: list[int] = []
         epsilons: list[float] = []
@@ -241,8 +322,9 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
                 resumed_from = report.round - 1
                 bar.update(resumed_from)
             first_report = False
-            tracker.log_metrics({"epsilon": report.epsilon, "train_loss": report.loss,
-                                 "participants": report.participants}, step=report.round)
+            tracker.log_metrics({"epsilon": report.epsilon, "train_loss": report.loss}
+                                | ({"participants": report.participants} if report.participants is not None else {}),
+                                step=report.round)
             if math.isfinite(report.epsilon):
                 rounds.append(report.round)
                 epsilons.append(report.epsilon)
@@ -255,6 +337,8 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         if s.release is not None:
             statement = local_dp_statement(statement, s.release, config.mechanism)
             tracker.log_metrics(statement.extra)  # kept-token share, attack success: comparable across runs
+        statement = replace(statement, caveats=(*statement.caveats, *s.caveats),
+                            public=(*statement.public, *(("the class label set",) if data.classes else ())))
         bar.close()
         valid = evaluate(model, data.valid, config, pad_id, device)
         test = evaluate(model, data.test, config, pad_id, device)
@@ -263,14 +347,19 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         tracker.log_params({"noise_multiplier_used": statement.noise_multiplier, "accountant_used": statement.accountant,
                             "epsilon_reported": "inf" if math.isinf(statement.epsilon) else f"{statement.epsilon:.6g}",
                             "rounds_run": statement.rounds, "resumed_from_round": resumed_from,
-                            "processes": ranks.world,
+                            "processes": ranks.world, "privacy_randomness": statement.randomness,
+                            "privacy_public": " | ".join(statement.public) or "none",
+                            "privacy_caveats": " | ".join(statement.caveats) or "none",
+                            "privacy_statement": "docs/PRIVACY.md",
                             **{f"privacy_{k}": v for k, v in statement.extra.items()}})
         tracker.log_json({"config": config.model_dump(), "privacy": asdict(statement)}, "resolved_config.json")
         if epsilons:
             tracker.log_curve_plot(rounds, epsilons, "epsilon_per_round.png", "round", "epsilon",
                                    f"{config.mechanism}: epsilon (delta={config.delta:g}, {statement.accountant})")
         if data.canaries:  # made-up secrets, not entity text: the attack needs them to rank candidates
-            tracker.log_json([c.as_dict() for c in data.canaries], "canaries.json")
+            # The host is named by a pseudonym keyed with the data home's secret, never by its raw user id.
+            tracker.log_json([c.with_host("user-" + home.keyed_id(f"user:{c.user}")).as_dict() for c in data.canaries],
+                             "canaries.json")
         if config.log_model or data.canaries:
             tracker.log_model(model, tokenizer)
     except BaseException:
@@ -283,6 +372,7 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         epsilon=statement.epsilon, delta=statement.delta, noise_multiplier=statement.noise_multiplier,
         utility_metric=metric, utility_valid=valid, utility_test=test, rounds=statement.rounds,
         resumed_from=resumed_from, notes=statement.notes, privacy_extra=dict(statement.extra),
+        randomness=statement.randomness, caveats=statement.caveats, public=statement.public,
     )
 
 

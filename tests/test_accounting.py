@@ -70,3 +70,33 @@ def test_delta_must_be_below_one_over_units() -> None:
     assert check_delta(1e-5, 1000) is None
     with pytest.warns(UserWarning, match="not below 1/40"):
         assert check_delta(0.05, 40) is not None
+
+
+@pytest.mark.parametrize("kind", ["pld", "rdp"])
+def test_a_dp_count_is_composed_once_before_the_rounds_as_dp_accounting_composes_it(kind: str) -> None:
+    """The DP count of units (a Gaussian of sensitivity 1) is released once; per-round epsilon includes it."""
+    event, count = poisson_gaussian_round(0.05, 1.0), dp_accounting.GaussianDpEvent(10.0)
+    accountant = RoundAccountant(event, 1e-5, kind, initial=count)
+    direct = pld.PLDAccountant() if kind == "pld" else rdp.RdpAccountant()
+    direct.compose(count)
+    assert accountant.epsilon == pytest.approx(direct.get_epsilon(1e-5), rel=1e-3)  # spent before round 1
+    for _ in range(30):
+        accountant.step()
+    direct.compose(event, 30)
+    assert accountant.epsilon == pytest.approx(direct.get_epsilon(1e-5), rel=1e-3)
+    assert accountant.epsilon > epsilon_after(event, 30, 1e-5, kind)
+    restored = RoundAccountant(event, 1e-5, kind, initial=count)
+    restored.load_state_dict(accountant.state_dict())
+    assert restored.peek() == pytest.approx(accountant.peek(), rel=1e-9)
+    with pytest.raises(ValueError, match="another mechanism"):
+        RoundAccountant(event, 1e-5, kind).load_state_dict(accountant.state_dict())  # without the count
+
+
+def test_calibration_counts_the_dp_count_and_refuses_a_target_it_alone_spends() -> None:
+    count = dp_accounting.GaussianDpEvent(10.0)
+    z = calibrate_noise_multiplier(lambda noise: poisson_gaussian_round(0.1, noise), 50, 3.0, 1e-5, "rdp", initial=count)
+    achieved = epsilon_after(poisson_gaussian_round(0.1, z), 50, 1e-5, "rdp", initial=count)
+    assert 0.99 * 3.0 <= achieved <= 3.0
+    with pytest.raises(ValueError, match="spent by the DP count"):
+        calibrate_noise_multiplier(lambda noise: poisson_gaussian_round(0.1, noise), 50, 0.2, 1e-5, "rdp",
+                                   initial=dp_accounting.GaussianDpEvent(5.0))

@@ -20,6 +20,8 @@ from privacy.attacks.extraction import Occurrence, extraction_rates
 from privacy.attacks.membership import membership_attack, sentence_scores
 from privacy.attacks.metrics import attack_figures, clopper_pearson, epsilon_lower_bound
 from privacy.mechanisms.base import TrainData
+from privacy.population import Population
+from privacy.randomness import Randomness
 from privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
 from privacy.mechanisms.noiseless import Noiseless, NoiselessParams
 
@@ -116,7 +118,8 @@ def trained() -> dict[str, object]:
     torch.manual_seed(0)
     private = build_gpt2("tiny", len(TOKENIZER), TOKENIZER.eos_token_id)
     statement = DpSgd(DpSgdParams(steps=100, expected_batch_size=16, noise_multiplier=4.0, lr=3e-3, delta=1e-3),
-                      len(data.sequences)).train(private, data, per_sequence_lm_loss, CPU, lambda r: None)
+                      Population.declared(len(data.sequences)), Randomness.seeded(0)).train(
+        private, data, per_sequence_lm_loss, CPU, lambda r: None)
     models["private"] = (private, statement.epsilon)
     return {"models": models, "canaries": canaries, "members": members, "non_members": non_members}
 

@@ -22,6 +22,8 @@ from privacy.mechanisms.selective import SelectiveParams, SelectiveTwoPhase
 from privacy.mechanisms.selective_recurrent import SelectiveRecurrent, SelectiveRecurrentParams
 from privacy.mechanisms.uedp import UeDp, UeDpParams
 from privacy.mechanisms.userdp import UserDp, UserDpParams
+from privacy.population import Population
+from privacy.randomness import Randomness
 from test_userdp import TOKENIZER, _model
 
 ROUNDS = 6
@@ -45,17 +47,20 @@ def _data() -> TrainData:
 
 MECHANISMS: dict[str, tuple[Callable[[], Mechanism], Callable]] = {
     "noiseless": (lambda: Noiseless(NoiselessParams(steps=ROUNDS, batch_size=5, seed=3)), causal_lm_loss),
-    "userdp": (lambda: UserDp(UserDpParams(rounds=ROUNDS, q_user=0.5, local_steps=2, local_batch_size=2, seed=3)),
-               causal_lm_loss),
-    "uedp": (lambda: UeDp(UeDpParams(rounds=ROUNDS, q_user=0.5, local_steps=2, local_batch_size=2, seed=3,
-                                     delta=1e-3), n_users=8), causal_lm_loss),
-    "dpsgd": (lambda: DpSgd(DpSgdParams(steps=ROUNDS, expected_batch_size=4, seed=3, delta=1e-3), 24),
-              per_sequence_lm_loss),
+    # Seeded: a resumed seeded run derives the same randomness again and replays exactly.
+    "userdp": (lambda: UserDp(UserDpParams(rounds=ROUNDS, q_user=0.5, local_steps=2, local_batch_size=2),
+                              Population.declared(8), Randomness.seeded(3)), causal_lm_loss),
+    "uedp": (lambda: UeDp(UeDpParams(rounds=ROUNDS, q_user=0.5, local_steps=2, local_batch_size=2, delta=1e-3),
+                          Population.declared(8), Randomness.seeded(3)), causal_lm_loss),
+    "dpsgd": (lambda: DpSgd(DpSgdParams(steps=ROUNDS, expected_batch_size=4, delta=1e-3),
+                            Population(23.6, "dp-count", 10.0), Randomness.seeded(3)), per_sequence_lm_loss),
     "selective": (lambda: SelectiveTwoPhase(SelectiveParams(NoiselessParams(steps=3, batch_size=4, seed=3),
-                                                            DpSgdParams(steps=ROUNDS, expected_batch_size=4, seed=3,
-                                                                        delta=1e-3)), 24), per_sequence_lm_loss),
+                                                            DpSgdParams(steps=ROUNDS, expected_batch_size=4,
+                                                                        delta=1e-3)), 24,
+                                            randomness=Randomness.seeded(3)), per_sequence_lm_loss),
     "selective-recurrent": (lambda: SelectiveRecurrent(SelectiveRecurrentParams(steps=ROUNDS, expected_batch_size=4,
-                                                                                seed=3, delta=1e-3), 24), causal_lm_loss),
+                                                                                delta=1e-3), 24, Randomness.seeded(3)),
+                            causal_lm_loss),
 }
 
 

@@ -18,7 +18,8 @@ from models.metrics import per_sequence_lm_loss, perplexity
 from privacy.accounting import epsilon_after, poisson_gaussian_round
 from privacy.mechanisms.base import TrainData
 from privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
-from privacy.primitives import make_generator
+from privacy.population import Population
+from privacy.randomness import Randomness
 from test_userdp import TOKENIZER, _model
 
 TEXTS = ["hello world", "Anna Berg lives in Leeds", "x", "call +44 7700 900123 today please"]
@@ -46,7 +47,7 @@ def test_per_example_gradients_equal_single_example_gradients() -> None:
 
 
 def test_clipped_sum_moves_by_at_most_clip_when_one_example_is_added() -> None:
-    mechanism = DpSgd(DpSgdParams(clip=0.01, expected_batch_size=4), n_examples=10)
+    mechanism = DpSgd(DpSgdParams(clip=0.01, expected_batch_size=4), Population.declared(10))
     seqs = encode(TOKENIZER, TEXTS, 48)
 
     def summed(batch: list[torch.Tensor]) -> torch.Tensor:
@@ -65,11 +66,11 @@ def test_clipped_sum_moves_by_at_most_clip_when_one_example_is_added() -> None:
 
 def test_noise_standard_deviation_is_z_times_clip_over_expected_batch() -> None:
     z, clip, batch = 1.7, 0.5, 8
-    mechanism = DpSgd(DpSgdParams(noise_multiplier=z, clip=clip, expected_batch_size=batch), n_examples=100)
+    mechanism = DpSgd(DpSgdParams(noise_multiplier=z, clip=clip, expected_batch_size=batch), Population.declared(100))
     private = _private(_model())
     params = [p for p in private.parameters() if p.requires_grad]
     grads = mechanism.noisy_gradient(private, params, [], per_sequence_lm_loss, torch.device("cpu"),
-                                     TOKENIZER.pad_token_id, make_generator(2))
+                                     TOKENIZER.pad_token_id, torch.Generator().manual_seed(2))
     noise = torch.cat([g.reshape(-1) for g in grads]).double() * batch  # empty batch: pure noise
     chi = float((noise**2).sum()) / (z * clip) ** 2
     assert stats.chi2.ppf(1e-6, noise.numel()) <= chi <= stats.chi2.ppf(1 - 1e-6, noise.numel())
@@ -79,7 +80,7 @@ def test_epsilon_per_step_matches_dp_accounting_and_opacus() -> None:
     data = _data(40)
     reports: list = []
     params = DpSgdParams(steps=5, expected_batch_size=4, noise_multiplier=1.1, accountant="rdp")
-    statement = DpSgd(params, 40).train(_model(), data, per_sequence_lm_loss, torch.device("cpu"), reports.append)
+    statement = DpSgd(params, Population.declared(40)).train(_model(), data, per_sequence_lm_loss, torch.device("cpu"), reports.append)
     q = 4 / 40
     assert [r.epsilon for r in reports] == pytest.approx(
         [epsilon_after(poisson_gaussian_round(q, 1.1), t, 1e-5, "rdp") for t in range(1, 6)], rel=1e-12)
@@ -93,8 +94,8 @@ def test_dpsgd_trains_and_is_reproducible() -> None:
     params = DpSgdParams(steps=40, expected_batch_size=12, noise_multiplier=0.6, clip=1.0, lr=3e-3, accountant="rdp")
     a, b = _model(), _model()
     before = perplexity(a, data.sequences, data.pad_id, torch.device("cpu"))
-    statement = DpSgd(params, 60).train(a, data, per_sequence_lm_loss, torch.device("cpu"), lambda r: None)
-    DpSgd(params, 60).train(b, data, per_sequence_lm_loss, torch.device("cpu"), lambda r: None)
+    statement = DpSgd(params, Population.declared(60), Randomness.seeded(1)).train(a, data, per_sequence_lm_loss, torch.device("cpu"), lambda r: None)
+    DpSgd(params, Population.declared(60), Randomness.seeded(1)).train(b, data, per_sequence_lm_loss, torch.device("cpu"), lambda r: None)
     assert perplexity(a, data.sequences, data.pad_id, torch.device("cpu")) < 0.5 * before
     assert torch.equal(parameters_to_vector(a.parameters()), parameters_to_vector(b.parameters()))
     assert math.isfinite(statement.epsilon) and statement.rounds == 40

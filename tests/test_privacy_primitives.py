@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from privacy.primitives import clip_l2, gaussian_noise, make_generator, poisson_sample
+from privacy.primitives import clip_l2, gaussian_noise
+from privacy.randomness import Randomness
 
 
 @settings(max_examples=200, deadline=None)
@@ -48,15 +49,16 @@ def _std_within_chi_square(samples: torch.Tensor, sigma: float, alpha: float = 1
 
 def test_noise_standard_deviation_is_sigma_not_sigma_squared() -> None:
     for sigma in (0.5, 2.0, 7.0):
-        noise = gaussian_noise((200_000,), sigma, make_generator(1))
+        noise = gaussian_noise((200_000,), sigma, Randomness.secure().generator("noise", 1))
         assert _std_within_chi_square(noise, sigma)
         assert not _std_within_chi_square(noise, sigma**2)
 
 
 def test_poisson_sampling_rate_within_binomial_bounds_and_sizes_vary() -> None:
-    generator = make_generator(5)
+    randomness = Randomness.secure()
     n, q, rounds = 400, 0.05, 500
-    sizes = [len(poisson_sample(n, q, generator)) for _ in range(rounds)]
+    units = [f"u{i}" for i in range(n)]
+    sizes = [len(randomness.poisson_sample("sample-users", r, units, q)) for r in range(1, rounds + 1)]
     total = sum(sizes)
     low, high = stats.binom.ppf([1e-6, 1 - 1e-6], n * rounds, q)
     assert low <= total <= high
@@ -64,9 +66,10 @@ def test_poisson_sampling_rate_within_binomial_bounds_and_sizes_vary() -> None:
 
 
 def test_secure_mode_seeds_from_the_os_and_seeded_mode_reproduces() -> None:
-    a = gaussian_noise((8,), 1.0, make_generator(3))
-    b = gaussian_noise((8,), 1.0, make_generator(3))
+    a = gaussian_noise((8,), 1.0, Randomness.seeded(3).generator("noise", 1))
+    b = gaussian_noise((8,), 1.0, Randomness.seeded(3).generator("noise", 1))
     assert torch.equal(a, b)
-    c = gaussian_noise((8,), 1.0, make_generator(3, secure=True))
-    d = gaussian_noise((8,), 1.0, make_generator(3, secure=True))
+    c = gaussian_noise((8,), 1.0, Randomness.secure().generator("noise", 1))
+    d = gaussian_noise((8,), 1.0, Randomness.secure().generator("noise", 1))
     assert not torch.equal(c, d)
+    assert "root" not in repr(Randomness.secure()) and "_root" not in repr(Randomness.secure())

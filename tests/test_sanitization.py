@@ -115,20 +115,18 @@ def test_inputs_sharing_an_output_set_are_epsilon_indistinguishable() -> None:
             assert ratio.max() <= math.exp(epsilon) * (1 + 1e-9)
 
 
-def test_strategies_tie_repeated_tokens_and_count_releases() -> None:
+def test_every_occurrence_gets_its_own_draw_and_shared_draw_strategies_are_withdrawn() -> None:
     rng = np.random.default_rng(1)
     emb = Embeddings([f"w{i}" for i in range(60)], rng.normal(size=(60, 4)).astype(np.float32))
     sampler = CusText(emb, build_mapping(emb, 30, "aggressive"), epsilon=0.1)  # nearly uniform over 30
     records = [np.array([5, 5, 5, 5, 5, 5, -1, 7]), np.array([5, 5, 9, 5, 5, 5])]
-    token = privatize(records, sampler, "token", torch.Generator().manual_seed(0))
-    record = privatize(records, sampler, "record", torch.Generator().manual_seed(0))
-    dataset = privatize(records, sampler, "dataset", torch.Generator().manual_seed(0))
+    token = privatize(records, sampler, torch.Generator().manual_seed(0))
     assert len(set(token[0][:6].tolist())) > 1  # independent draws
-    assert len(set(record[0][:6].tolist())) == 1 and len({record[1][i] for i in (0, 1, 3, 4, 5)}) == 1
-    assert dataset[0][0] == dataset[1][0]  # one draw for the token in the whole dataset
-    assert all(r[6] == -1 for r in (token[0], record[0], dataset[0]))  # kept positions untouched
-    assert releases_per_record(records, "token").tolist() == [7, 6]
-    assert releases_per_record(records, "record").tolist() == [2, 2]
+    assert token[0][6] == -1  # kept positions untouched
+    assert releases_per_record(records).tolist() == [7, 6]
+    for withdrawn in ("record", "dataset"):  # "x y x" vs "x' y x": no per-token epsilon holds
+        with pytest.raises(ValueError, match=f"strategy '{withdrawn}' was withdrawn"):
+            SanitizeConfig(dataset="d", epsilon=1.0, embeddings="v.txt", strategy=withdrawn)
 
 
 def test_kept_share_falls_as_epsilon_falls() -> None:
@@ -138,10 +136,10 @@ def test_kept_share_falls_as_epsilon_falls() -> None:
     records = [rng.integers(0, 300, size=40) for _ in range(200)]
     shares = []
     for epsilon in (0.5, 2.0, 8.0, 32.0):
-        out = privatize(records, CusText(emb, mapping, epsilon), "token", torch.Generator().manual_seed(0))
+        out = privatize(records, CusText(emb, mapping, epsilon), torch.Generator().manual_seed(0))
         shares.append(float(np.mean(np.concatenate(out) == np.concatenate(records))))
     assert shares == sorted(shares) and shares[0] < 0.12 < 0.9 < shares[-1], shares
-    santext = [float(np.mean(np.concatenate(privatize(records, SanText(emb, e), "token", torch.Generator().manual_seed(0)))
+    santext = [float(np.mean(np.concatenate(privatize(records, SanText(emb, e), torch.Generator().manual_seed(0)))
                              == np.concatenate(records))) for e in (0.5, 8.0)]
     assert santext[0] < santext[1]
 
@@ -196,7 +194,7 @@ def _texts(home, dataset: str) -> dict[str, list[str]]:
 def test_sanitize_rewrites_train_only_with_a_statement_and_reuses(home, demo: str, vectors: Path) -> None:
     config = SanitizeConfig(dataset=demo, mechanism="custext", epsilon=1.0, k=5, embeddings=str(vectors))
     result = sanitize_dataset(home, config)
-    assert result.dataset == "demo-custext-e1-k5-record" and not result.reused
+    assert result.dataset == "demo-custext-e1-k5-token" and not result.reused
     before, after = _texts(home, demo), _texts(home, result.dataset)
     assert after["valid"] == before["valid"] and after["test"] == before["test"]
     changed = sum(a != b for a, b in zip(after["train"], before["train"]))
@@ -311,7 +309,7 @@ def test_custext_trains_through_the_same_task_and_logs_its_local_guarantee(home,
     assert run.info.experiment_id == MlflowClient(tracking_uri=home.mlflow_tracking_uri).get_experiment_by_name(demo).experiment_id
     assert run.data.params["privacy_unit"] == "one sanitized token (local DP)"
     assert 0 < run.data.metrics["kept_token_share"] < 0.5 and run.data.metrics["epsilon_record_max"] >= 2.0
-    assert read_manifest(home.table_dir("demo-custext-e2-k10-record", "sentences")) is not None
+    assert read_manifest(home.table_dir("demo-custext-e2-k10-token", "sentences")) is not None
     from tasks.report import markdown, summarise
 
     report = markdown(summarise([(result, 2.0)]), "t")

@@ -23,6 +23,7 @@ from models.metrics import classification_loss, per_sequence_lm_loss
 from models.tokenization import byte_level_tokenizer
 from privacy.mechanisms.base import TrainData
 from privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
+from privacy.population import Population
 from storage.ingest import IngestOptions, ingest
 from tasks.config import TrainConfig
 from tasks.detect import detect_entities
@@ -67,7 +68,10 @@ def test_tiny_sweep_nests_runs_under_a_parent_with_a_report(home, demo: str, pre
     assert userdp.data.metrics["final_epsilon"] <= 8.0 and userdp.data.metrics["final_epsilon"] > 7.5
     assert [m.step for m in client.get_metric_history(userdp.info.run_id, "epsilon")] == [1, 2]
     assert {"epsilon_per_round.png", "resolved_config.json"} <= {a.path for a in client.list_artifacts(userdp.info.run_id)}
-    assert userdp.data.tags["uedp.dataset_key"] and userdp.data.tags["uedp.entities_key"]
+    # keyed ids, not the tables' content hashes (anyone who guesses the corpus could recompute those)
+    sentences_key = json.loads((home.table_dir(demo, "sentences") / "manifest.json").read_text())["key"]
+    assert userdp.data.tags["uedp.dataset_id"] == home.keyed_id(sentences_key) != sentences_key
+    assert userdp.data.tags["uedp.entities_id"] and sentences_key not in json.dumps(userdp.data.tags)
 
     # noiseless training learns: validation perplexity falls from its initial value
     history = client.get_metric_history(children["noiseless"].info.run_id, "perplexity_valid")
@@ -83,7 +87,9 @@ def test_tiny_sweep_nests_runs_under_a_parent_with_a_report(home, demo: str, pre
 
 
 def test_train_prints_the_run_id_and_resumes_a_crashed_run(home, demo: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    config = TrainConfig(dataset=demo, mechanism="userdp", steps=6, checkpoint_every=2, q_user=0.3, local_steps=2)
+    # Seeded: only a seeded run replays exactly (a secure one resumes with a fresh secret root).
+    config = TrainConfig(dataset=demo, mechanism="userdp", steps=6, checkpoint_every=2, q_user=0.3, local_steps=2,
+                         randomness="seeded")
     original = RunTracker.log_metrics
 
     def crash_at_round_5(self, metrics, step=0):  # type: ignore[no-untyped-def]
@@ -107,7 +113,8 @@ def test_train_prints_the_run_id_and_resumes_a_crashed_run(home, demo: str, monk
 
     # the checkpoint is gone once the run finished; a fresh run of the same configuration matches
     cli = runner.invoke(app, ["train", demo, "--home", str(home.root), "--mechanism", "userdp", "--steps", "6",
-                              "--q-user", "0.3", "--local-steps", "2", "--checkpoint-every", "2", "--log-model"])
+                              "--q-user", "0.3", "--local-steps", "2", "--checkpoint-every", "2", "--log-model",
+                              "--seeded"])
     assert cli.exit_code == 0, cli.output
     fresh_id = cli.stdout.split("MLflow run: ")[1].split()[0]
     fresh = client.get_run(fresh_id)
@@ -125,7 +132,8 @@ def test_lstm_is_the_papers_model_trains_under_opacus_and_reloads(tmp_path: Path
     sequences = encode(TOKENIZER, ["Anna Berg lives in Leeds.", "The clinic opens at nine."] * 4, 32)
     data = TrainData({"u": sequences}, TOKENIZER.pad_token_id)
     before = per_sequence_lm_loss(model, collate(sequences, TOKENIZER.pad_token_id)).item()
-    DpSgd(DpSgdParams(steps=30, expected_batch_size=8, noise_multiplier=0.5, lr=1e-2, delta=1e-3), 8).train(
+    DpSgd(DpSgdParams(steps=30, expected_batch_size=8, noise_multiplier=0.5, lr=1e-2, delta=1e-3),
+          Population.declared(8)).train(
         model, data, per_sequence_lm_loss, torch.device("cpu"), lambda r: None)
     after = per_sequence_lm_loss(model, collate(sequences, TOKENIZER.pad_token_id)).item()
     assert after < before  # DP-SGD with per-example gradients of the recurrent layer made progress
@@ -172,7 +180,7 @@ def test_bert_classifier_learns_a_labelled_corpus_and_reports_test_error(home, t
 def test_bert_classifier_per_example_gradients_and_from_pretrained(tmp_path: Path) -> None:
     model = build_bert_classifier("tiny", len(TOKENIZER), 3, TOKENIZER.pad_token_id)
     examples = [(ids, i % 3) for i, ids in enumerate(encode(TOKENIZER, ["one", "two words", "three words here"], 16))]
-    statement = DpSgd(DpSgdParams(steps=2, expected_batch_size=3, delta=1e-3), 3).train(
+    statement = DpSgd(DpSgdParams(steps=2, expected_batch_size=3, delta=1e-3), Population.declared(3)).train(
         model, TrainData({"u": examples}, TOKENIZER.pad_token_id), classification_loss, torch.device("cpu"),
         lambda r: None)
     assert 0 < statement.epsilon < math.inf

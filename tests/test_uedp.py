@@ -17,6 +17,8 @@ from privacy.accounting import UeDpAccounting, epsilon_after, max_sampled_users,
 from privacy.mechanisms.base import TrainData
 from privacy.mechanisms.fedavg import LocalTrainer
 from privacy.mechanisms.uedp import UeDp, UeDpParams, usable_sequences
+from privacy.population import Population
+from privacy.randomness import Randomness
 from test_userdp import TOKENIZER, _model
 from uedp.cli import app
 
@@ -89,14 +91,16 @@ def test_adding_an_entity_spread_over_users_moves_the_sum_beyond_the_papers_boun
     model = _model()
     theta = parameters_to_vector(model.parameters()).detach().clone()
 
+    root = Randomness.secure()
+
     def clipped_sum(data: TrainData, sampled_entities: set[str]) -> torch.Tensor:
-        trainer = LocalTrainer(_model(), causal_lm_loss, torch.device("cpu"), data.pad_id, clip, 3, 8, 0.5,
-                               torch.Generator().manual_seed(0))
+        trainer = LocalTrainer(_model(), causal_lm_loss, torch.device("cpu"), data.pad_id, clip, 3, 8, 0.5)
         groups = []
         for user, seqs in data.by_user.items():
             extended = set(range(sum(1 for s in data.entities[user] if not s)))  # all S sentences sampled
             groups.append([seqs[i] for i in usable_sequences(data.entities[user], sampled_entities, extended, False)])
-        return trainer.clipped_sum(theta, groups, [1.0] * len(groups))
+        streams = [root.generator("local-batches", 1, user) for user in data.by_user]  # as training derives them
+        return trainer.clipped_sum(theta, groups, [1.0] * len(groups), streams)
 
     without = clipped_sum(_entity_user_data(n, with_entity=False), set())
     adjacent = _entity_user_data(n, with_entity=True)
@@ -114,12 +118,13 @@ def test_noise_standard_deviation_is_z_times_delta_e() -> None:
     z, clip = 1.3, 0.2
     data = _entity_user_data(6, with_entity=True)
     mechanism = UeDp(UeDpParams(rounds=1, q_user=0.5, q_entity=0.5, q_extended=0.5, noise_multiplier=z, clip=clip,
-                                local_lr=0.0, local_steps=1, accountant="rdp", seed=3), data.n_users)
+                                local_lr=0.0, local_steps=1, accountant="rdp"), Population.declared(data.n_users),
+                     Randomness.secure())
     model = _model()
     before = parameters_to_vector(model.parameters()).detach().clone()
     statement = mechanism.train(model, data, causal_lm_loss, torch.device("cpu"), lambda r: None)
-    # local_lr = 0: every delta is zero, so the update is noise / denominator (one entity, six S sentences).
-    denominator = 0.5 * 6 * (0.5 * 1 + 0.5 * 6)
+    # local_lr = 0: every delta is zero, so the update is noise / (q_user N (2M + 1)): fixed, from public figures.
+    denominator = 0.5 * 6 * (2 * mechanism.accounting.max_users + 1)
     noise = (parameters_to_vector(model.parameters()).detach() - before) * denominator
     sigma = z * clip * (2 * mechanism.accounting.max_users + 1)
     chi = float((noise.double() ** 2).sum()) / sigma**2
@@ -129,11 +134,13 @@ def test_noise_standard_deviation_is_z_times_delta_e() -> None:
 
 def test_training_reports_the_accountants_epsilon_each_round_and_is_seeded() -> None:
     data = _entity_user_data(6, with_entity=True)
-    params = UeDpParams(rounds=3, q_user=0.5, noise_multiplier=1.5, local_steps=1, accountant="rdp", seed=5)
+    params = UeDpParams(rounds=3, q_user=0.5, noise_multiplier=1.5, local_steps=1, accountant="rdp")
     reports: list = []
     a, b = _model(), _model()
-    statement = UeDp(params, data.n_users).train(a, data, causal_lm_loss, torch.device("cpu"), reports.append)
-    UeDp(params, data.n_users).train(b, data, causal_lm_loss, torch.device("cpu"), lambda r: None)
+    population = Population.declared(data.n_users)
+    statement = UeDp(params, population, Randomness.seeded(5)).train(a, data, causal_lm_loss, torch.device("cpu"),
+                                                                     reports.append)
+    UeDp(params, population, Randomness.seeded(5)).train(b, data, causal_lm_loss, torch.device("cpu"), lambda r: None)
     plan = UeDpAccounting(6, 0.5, 0.5, 0.5, 3, 1e-5, kind="rdp")
     assert [r.epsilon for r in reports] == pytest.approx([plan.epsilon(1.5, t) for t in (1, 2, 3)])
     assert statement.epsilon == pytest.approx(plan.epsilon(1.5)) and all(math.isnan(r.loss) for r in reports)
@@ -142,11 +149,19 @@ def test_training_reports_the_accountants_epsilon_each_round_and_is_seeded() -> 
 
 def test_epsilon_command_plans_without_training() -> None:
     runner = CliRunner()
-    result = runner.invoke(app, ["epsilon", "--mechanism", "uedp", "--users", "946", "--q-user", "0.05", "--q-entity",
-                                 "0.05", "--steps", "100", "--noise-multiplier", "2", "--accountant", "rdp"])
+    command = ["epsilon", "--mechanism", "uedp", "--users", "946", "--q-user", "0.05", "--q-entity", "0.05", "--steps",
+               "100", "--noise-multiplier", "2", "--accountant", "rdp"]
+    public = runner.invoke(app, [*command, "--count-public"])
+    assert public.exit_code == 0, public.output
+    plan = UeDpAccounting(946, 0.05, 0.05, 0.5, 100, 1e-5, kind="rdp")  # q_extended 0.5: what training uses
+    assert f"epsilon = {plan.epsilon(2.0):.4g}" in public.stdout and "userdp with the same q_user" in public.stdout
+    # By default training composes a DP count of users and bounds N from it: the planner plans the same.
+    result = runner.invoke(app, command)
     assert result.exit_code == 0, result.output
-    plan = UeDpAccounting(946, 0.05, 0.05, 1.0, 100, 1e-5, kind="rdp")
-    assert f"epsilon = {plan.epsilon(2.0):.4g}" in result.stdout and "userdp with the same q_user" in result.stdout
+    counted = Population(946.0, "dp-count", 10.0)
+    default = UeDpAccounting(counted.upper_bound(1e-6), 0.05, 0.05, 0.5, 100, 1e-5, kind="rdp",
+                             initial=counted.event(), delta_bound=1e-6)
+    assert f"epsilon = {default.epsilon(2.0):.4g}" in result.stdout and "DP count of users" in result.stdout
     target = runner.invoke(app, ["epsilon", "--mechanism", "userdp", "--users", "946", "--q-user", "0.05", "--steps",
                                  "100", "--target-epsilon", "1", "--accountant", "rdp"])
     assert target.exit_code == 0 and ("epsilon = 1 " in target.stdout or "epsilon = 0.99" in target.stdout)

@@ -16,6 +16,8 @@ from models.tokenization import byte_level_tokenizer
 from privacy.accounting import epsilon_after, poisson_gaussian_round
 from privacy.mechanisms.base import RoundReport, TrainData
 from privacy.mechanisms.userdp import UserDp, UserDpParams
+from privacy.population import Population
+from privacy.randomness import Randomness
 
 TOKENIZER = byte_level_tokenizer()
 
@@ -30,20 +32,28 @@ def _model(seed: int = 0) -> torch.nn.Module:
     return build_gpt2("tiny", len(TOKENIZER), TOKENIZER.eos_token_id)
 
 
-def _train(params: UserDpParams, model: torch.nn.Module | None = None, data: TrainData | None = None):
+def _train(params: UserDpParams, model: torch.nn.Module | None = None, data: TrainData | None = None,
+           randomness: Randomness | None = None):
     model = model or _model()
+    data = data or _data()
     reports: list[RoundReport] = []
-    statement = UserDp(params).train(model, data or _data(), causal_lm_loss, torch.device("cpu"), reports.append)
+    mechanism = UserDp(params, Population.declared(data.n_users), randomness or Randomness.seeded(0))
+    statement = mechanism.train(model, data, causal_lm_loss, torch.device("cpu"), reports.append)
     return model, reports, statement
+
+
+def _streams(randomness: Randomness, users: list[str], round_index: int = 1) -> list[torch.Generator]:
+    """Each user's own local-batch stream, derived as training derives it."""
+    return [randomness.generator("local-batches", round_index, user) for user in users]
 
 
 def test_added_noise_has_standard_deviation_z_times_clip() -> None:
     # local_lr = 0 makes every user's delta zero, so the server update is pure noise / (q W).
     z, clip, q = 1.7, 0.3, 0.5
-    params = UserDpParams(rounds=1, q_user=q, noise_multiplier=z, clip=clip, local_lr=0.0, local_steps=1, seed=4)
+    params = UserDpParams(rounds=1, q_user=q, noise_multiplier=z, clip=clip, local_lr=0.0, local_steps=1)
     model = _model()
     before = parameters_to_vector(model.parameters()).detach().clone()
-    _, _, statement = _train(params, model)
+    _, _, statement = _train(params, model, randomness=Randomness.secure())
     noise = (parameters_to_vector(model.parameters()).detach() - before) * q * 12 / params.server_lr
     n, sigma = noise.numel(), z * clip
     chi = float((noise.double() ** 2).sum()) / sigma**2
@@ -51,21 +61,24 @@ def test_added_noise_has_standard_deviation_z_times_clip() -> None:
     assert statement.extra["noise_std"] == pytest.approx(sigma)
 
 
-def test_adding_one_user_moves_the_clipped_sum_by_at_most_clip() -> None:
-    params = UserDpParams(clip=0.05, local_lr=0.5, local_steps=3, noise_multiplier=1.0)
-    mechanism = UserDp(params)
-    data = _data(users=5)
-    users = list(data.by_user.values())
+def test_adding_one_user_moves_the_clipped_sum_by_at_most_clip_with_the_real_local_randomness() -> None:
+    """The run's own secret root, each user's own batch stream: adding a user reorders nobody else's batches."""
+    params = UserDpParams(clip=0.05, local_lr=0.5, local_steps=3, local_batch_size=2, noise_multiplier=1.0)
+    data = _data(users=5, per_user=6)
+    mechanism = UserDp(params, Population.declared(5), Randomness.secure())
+    ids = list(data.by_user)
     extra_user = encode(TOKENIZER, ["an extra user with a very different text: +44 7700 900123"] * 6, 48)
     model = _model()
     theta = parameters_to_vector(model.parameters()).detach().clone()
+    root = Randomness.secure()
 
-    def summed(group: list[list[torch.Tensor]]) -> torch.Tensor:
+    def summed(users: list[list[torch.Tensor]], names: list[str]) -> torch.Tensor:
         trainer = mechanism.local_trainer(_model(), causal_lm_loss, torch.device("cpu"), data.pad_id)
-        trainer.generator.manual_seed(9)
-        return trainer.clipped_sum(theta, group, [1.0] * len(group))
+        return trainer.clipped_sum(theta, users, [1.0] * len(users), _streams(root, names))
 
-    without, with_extra = summed(users), summed(users + [extra_user])
+    # The added user comes first: with one shared stream it would reorder every later user's batches.
+    without = summed(list(data.by_user.values()), ids)
+    with_extra = summed([extra_user, *data.by_user.values()], ["u-new", *ids])
     moved = float(torch.linalg.vector_norm(with_extra - without))
     assert moved <= params.clip * (1 + 1e-5)
     assert moved > 0.99 * params.clip  # clipping was active: the raw delta is larger than clip
@@ -95,23 +108,27 @@ def test_training_stops_before_a_round_would_exceed_the_budget() -> None:
     assert "stopped before round 3" in statement.notes
 
 
-def test_same_seed_same_model_other_seed_other_model() -> None:
-    params = UserDpParams(rounds=2, q_user=0.5, local_steps=2, seed=11, accountant="rdp")
-    a, _, _ = _train(params)
-    b, _, _ = _train(params)
-    c, _, _ = _train(UserDpParams(rounds=2, q_user=0.5, local_steps=2, seed=12, accountant="rdp"))
-    va, vb, vc = (parameters_to_vector(m.parameters()) for m in (a, b, c))
+def test_seeded_runs_replay_and_secure_runs_differ() -> None:
+    params = UserDpParams(rounds=2, q_user=0.5, local_steps=2, accountant="rdp")
+    a, _, seeded = _train(params, randomness=Randomness.seeded(11))
+    b, _, _ = _train(params, randomness=Randomness.seeded(11))
+    c, _, _ = _train(params, randomness=Randomness.seeded(12))
+    d, _, secure = _train(params, randomness=Randomness.secure())
+    e, _, _ = _train(params, randomness=Randomness.secure())
+    va, vb, vc, vd, ve = (parameters_to_vector(m.parameters()) for m in (a, b, c, d, e))
     assert torch.equal(va, vb)
-    assert not torch.equal(va, vc)
+    assert not torch.equal(va, vc) and not torch.equal(vd, ve)
+    assert seeded.randomness == "seeded" and any("does not hold against anyone who knows" in c for c in seeded.caveats)
+    assert secure.randomness == "secure" and not secure.caveats
 
 
 def test_local_update_leaves_the_global_weights_untouched() -> None:
-    mechanism = UserDp(UserDpParams(local_lr=0.5, local_steps=2))
+    mechanism = UserDp(UserDpParams(local_lr=0.5, local_steps=2), Population.declared(2))
     model = _model()
     theta = parameters_to_vector(model.parameters()).detach().clone()
     copy = theta.clone()
     data = _data(users=2)
     trainer = mechanism.local_trainer(_model(), causal_lm_loss, torch.device("cpu"), data.pad_id)
-    total = trainer.clipped_sum(theta, list(data.by_user.values()), [1.0, 1.0])
+    total = trainer.clipped_sum(theta, list(data.by_user.values()), [1.0, 1.0], _streams(Randomness.secure(), ["a", "b"]))
     assert torch.equal(theta, copy)
     assert float(torch.linalg.vector_norm(total)) > 0

@@ -34,7 +34,17 @@ PROCESSES_HELP = ("torchrun processes for this training, one per GPU: each train
 EMBEDDINGS_OPTION = typer.Option(None, "--embeddings", help="custext/santext: vector file (GloVe/word2vec text, "
                                  ".npz) or model:<pretrained folder>; the target epsilon is per token.")
 K_OPTION = typer.Option(50, "--k", help="custext: size of each token's output set.")
-SANITIZE_STRATEGY_OPTION = typer.Option("record", "--sanitize-strategy", help="custext/santext: token, record or dataset.")
+SANITIZE_STRATEGY_OPTION = typer.Option("token", "--sanitize-strategy", help="custext/santext: token (one draw per "
+                                        "occurrence; record and dataset were withdrawn, see docs/PRIVACY.md).")
+SEEDED_OPTION = typer.Option(False, "--seeded", help="Draw sampling and noise from --seed instead of the operating "
+                             "system: reproducible, for tests and demos. The guarantee does not hold against anyone who "
+                             "knows the seed; the run is tagged uedp.randomness=seeded.")
+PUBLIC_COUNT_OPTION = typer.Option(None, "--public-count", help="dpsgd/userdp/uedp: declare the number of privacy "
+                                   "units (sequences; users) public and use it for sampling rates and denominators "
+                                   "(named in the privacy statement). Default: a DP count, composed into epsilon.")
+COUNT_NOISE_OPTION = typer.Option(10.0, "--count-noise", help="Standard deviation of the Gaussian noise on the DP "
+                                  "count of units (sensitivity 1).")
+PRIVACY_DOC = "docs/PRIVACY.md"
 KEEP_OPTION = typer.Option("none", "--keep", help="custext/santext: none, stopwords or non-entities (of --categories).")
 ATTACK_MODEL_OPTION = typer.Option(None, "--attack-model", help="custext/santext: masked-LM folder for the mask-token "
                                    "inference attack on the release.")
@@ -132,11 +142,15 @@ def demo(
     target_epsilon: Optional[float] = typer.Option(None, help="Calibrate z to this epsilon instead."),
     clip: float = typer.Option(1.0, help="L2 bound on each user's model delta."),
     seed: int = typer.Option(0, help="Seed for data splits, initialisation, sampling and noise."),
+    secure: bool = typer.Option(False, "--secure", help="Draw sampling and noise from the operating system (as "
+                                "`uedp train` does by default) instead of --seed: results then differ run to run."),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
 ) -> None:
     """Run the whole pipeline on the bundled demo corpus: ingest, detect, train, evaluate, log to MLflow.
 
-    Needs no server, network or GPU (uses one when present). A second run reuses the ingested data.
+    Needs no server, network or GPU (uses one when present). A second run reuses the ingested data. The
+    demo is seeded so its table is reproducible: its guarantee does not hold against anyone who knows
+    the seed (the runs are tagged so); use --secure for real randomness.
     """
     data_home = _prepare_runtime(home)
     from flows.demo import DemoConfig, demo_flow
@@ -147,6 +161,7 @@ def demo(
         categories=categories, steps=steps, rounds=rounds, q_user=q_user, q_entity=q_entity, q_extended=q_extended,
         noise_multiplier=noise_multiplier,
         target_epsilon=target_epsilon, clip=clip, seed=seed, device=device,
+        randomness="secure" if secure else "seeded",
     )
     _check_before_running(config)
     typer.echo(f"uedp demo: data home {data_home.root}")
@@ -263,13 +278,15 @@ def sanitize(
                                    "(its input embeddings and tokenizer)."),
     mapping: str = typer.Option("balanced", help="custext: aggressive, balanced or conservative."),
     metric: str = typer.Option("euclidean", help="custext: euclidean or cosine."),
-    strategy: str = typer.Option("record", help="token, record or dataset: which repeated tokens share one draw."),
+    strategy: str = typer.Option("token", help="token: one independent draw per occurrence (record and dataset were "
+                                 "withdrawn: no per-token guarantee holds for them)."),
     keep: str = typer.Option("none", help="none; stopwords (the '+' variants); non-entities (sanitize only detected "
                              "entities of --categories)."),
     categories: str = typer.Option("PII", help="Entity categories for --keep non-entities."),
     vocab_limit: Optional[int] = typer.Option(None, help="Use the first N vectors of the file (the most frequent)."),
-    seed: int = typer.Option(0, help="Seed of the draws (ignored with --secure)."),
-    secure: bool = typer.Option(False, help="Draw from OS randomness: for real releases."),
+    seed: int = typer.Option(0, help="Seed of the draws with --seeded, and of the attack's sample."),
+    seeded: bool = typer.Option(False, "--seeded", help="Draw from --seed instead of OS randomness: reproducible, and "
+                                "the release gives no guarantee against anyone who knows the seed."),
     output: Optional[str] = typer.Option(None, help="Name of the sanitized dataset (default: derived from the settings)."),
     attack_model: Optional[Path] = typer.Option(None, help="Masked-LM folder (e.g. bert-base-uncased, save_pretrained "
                                                 "form): run the mask-token inference attack on the release."),
@@ -286,7 +303,7 @@ def sanitize(
     config = SanitizeConfig(
         dataset=dataset, mechanism=mechanism, epsilon=epsilon, k=k, mapping=mapping, metric=metric,  # type: ignore[arg-type]
         strategy=strategy, keep=keep, categories=categories, embeddings=embeddings, vocab_limit=vocab_limit,  # type: ignore[arg-type]
-        seed=seed, secure=secure, output=output, attack_model=str(attack_model) if attack_model else None,
+        seed=seed, randomness="seeded" if seeded else "secure", output=output, attack_model=str(attack_model) if attack_model else None,
         attack_sentences=attack_sentences,
     )
     result = sanitize_flow(str(data_home.root), config, progress=sys.stderr.isatty())
@@ -304,6 +321,9 @@ def sanitize(
                    f"{result.mask_inference_success_original:.1%})")
     if mechanism == "custext":
         typer.echo(f"  vocabulary tokens with no adjacent token (type 1-N, no guarantee): {result.unprotected_share:.1%}")
+    for caveat in result.caveats:
+        typer.echo(f"  not covered: {caveat}")
+    typer.echo(f"  what this means: {PRIVACY_DOC}")
     typer.echo(f"train it: uedp train {result.dataset} --mechanism noiseless")
 
 
@@ -359,11 +379,15 @@ def epsilon(
     steps: int = typer.Option(..., min=1, help="Training rounds T."),
     q_user: float = typer.Option(..., help="Sampling probability of a user per round."),
     q_entity: float = typer.Option(0.5, help="uedp: sampling probability of a detected entity."),
-    q_extended: float = typer.Option(1.0, help="uedp: sampling probability of a sentence with no entity."),
+    q_extended: float = typer.Option(0.5, help="uedp: sampling probability of a sentence with no entity (as training)."),
     noise_multiplier: Optional[float] = typer.Option(None, help="z: noise std = z * sensitivity."),
     target_epsilon: Optional[float] = typer.Option(None, help="Find the smallest z meeting this epsilon instead."),
-    delta: float = typer.Option(1e-5, help="Total delta (uedp charges a share of it to truncating sampled users)."),
+    delta: float = typer.Option(1e-5, help="Total delta (uedp charges shares of it to truncating sampled users and "
+                                "to the DP bound on the number of users)."),
     accountant: str = typer.Option("pld", help="pld (tightest) or rdp."),
+    count_public: bool = typer.Option(False, "--count-public", help="Plan a run that declares the number of users "
+                                      "public (--public-count); default: training's DP count, composed in."),
+    count_noise: float = typer.Option(10.0, "--count-noise", help="Noise std of that DP count (as training)."),
 ) -> None:
     """Plan a privacy budget without training: epsilon for a noise multiplier, or z for a target epsilon.
 
@@ -371,6 +395,8 @@ def epsilon(
     """
     from privacy.accounting import (UeDpAccounting, check_delta, epsilon_after, poisson_gaussian_round,
                                     resolve_noise_multiplier)
+    from privacy.mechanisms.uedp import UeDpParams
+    from privacy.population import Population
 
     if mechanism not in ("userdp", "uedp", "uedp-naive"):
         raise UedpError(f"unknown mechanism {mechanism!r} for planning; valid: userdp, uedp, uedp-naive")
@@ -383,24 +409,32 @@ def epsilon(
             raise UedpError(f"--{name} must be in (0, 1], got {q}")
     try:
         warning = check_delta(delta, users)
+        # Training's count of users: declared public, or a DP count (planned at its expected value).
+        population = Population.declared(users) if count_public else Population(float(users), "dp-count", count_noise)
+        initial = population.event()
+        counted = "" if count_public else f" incl. the DP count of users (noise std {count_noise:g})"
         if mechanism == "userdp":
             def event(z: float):  # type: ignore[no-untyped-def]
                 return poisson_gaussian_round(q_user, z)
 
-            z = resolve_noise_multiplier(mechanism, noise_multiplier, target_epsilon, event, steps, delta, accountant)  # type: ignore[arg-type]
-            typer.echo(f"userdp: epsilon = {epsilon_after(event(z), steps, delta, accountant):.4g} at delta = {delta:g} "  # type: ignore[arg-type]
-                       f"after {steps} rounds, z = {z:.4g} ({accountant}; unit: one user)")
+            z = resolve_noise_multiplier(mechanism, noise_multiplier, target_epsilon, event, steps, delta, accountant,  # type: ignore[arg-type]
+                                         initial=initial)
+            typer.echo(f"userdp: epsilon = {epsilon_after(event(z), steps, delta, accountant, initial=initial):.4g} "  # type: ignore[arg-type]
+                       f"at delta = {delta:g} after {steps} rounds{counted}, z = {z:.4g} ({accountant}; unit: one user)")
         else:
-            plan = UeDpAccounting(users, q_user, q_entity, q_extended, steps, delta, mechanism == "uedp-naive",
-                                  kind=accountant)  # type: ignore[arg-type]
+            share = UeDpParams.count_bound_share
+            delta_bound = 0.0 if count_public else share * delta
+            plan = UeDpAccounting(population.upper_bound(delta_bound) if delta_bound else users, q_user, q_entity,
+                                  q_extended, steps, delta, mechanism == "uedp-naive", kind=accountant,  # type: ignore[arg-type]
+                                  initial=initial, delta_bound=delta_bound)
             z = noise_multiplier or plan.calibrate(target_epsilon)  # type: ignore[arg-type]
             cases = plan.epsilons(z)
-            typer.echo(f"{mechanism}: epsilon = {max(cases.values()):.4g} at delta = {delta:g} after {steps} rounds, "
-                       f"z = {z:.4g} ({accountant}; unit: one user and one sensitive entity)")
+            typer.echo(f"{mechanism}: epsilon = {max(cases.values()):.4g} at delta = {delta:g} after {steps} rounds"
+                       f"{counted}, z = {z:.4g} ({accountant}; unit: one user and one sensitive entity)")
             typer.echo("  cases: " + ", ".join(f"{c} {e:.4g}" for c, e in cases.items())
                        + f"; at most M = {plan.max_users} users per round (truncation delta {plan.delta_trunc:.2g}), "
                        f"sensitivity (2M+1) * clip = {plan.sensitivity_factor} * clip")
-            same = epsilon_after(poisson_gaussian_round(q_user, z), steps, delta, accountant)  # type: ignore[arg-type]
+            same = epsilon_after(poisson_gaussian_round(q_user, z), steps, delta, accountant, initial=initial)  # type: ignore[arg-type]
             typer.echo(f"  for comparison, userdp with the same q_user and z: epsilon = {same:.4g} (protects users only)")
     except ValueError as exc:
         raise UedpError(str(exc)) from None
@@ -440,7 +474,10 @@ def train(
     local_lr: float = typer.Option(0.5, help="userdp/uedp: local learning rate."),
     delta: float = typer.Option(1e-5, help="Target delta."),
     accountant: str = typer.Option("pld", help="pld (tightest) or rdp."),
-    seed: int = typer.Option(0, help="Seed of initialisation, sampling and noise."),
+    seed: int = typer.Option(0, help="Seed of the initial weights (and, with --seeded only, of sampling and noise)."),
+    seeded: bool = SEEDED_OPTION,
+    public_count: Optional[int] = PUBLIC_COUNT_OPTION,
+    count_noise: float = COUNT_NOISE_OPTION,
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
     checkpoint_every: int = typer.Option(25, help="Save a resumable checkpoint every N rounds (0: never)."),
     log_model: bool = typer.Option(False, help="Store the trained model in the MLflow run."),
@@ -477,6 +514,7 @@ def train(
         noise_multiplier=noise_multiplier if noise_multiplier is not None or target_epsilon else 1.0,
         target_epsilon=target_epsilon, max_epsilon=max_epsilon, clip=clip, hidden_clip=hidden_clip, local_steps=local_steps,
         local_lr=local_lr, delta=delta, accountant=accountant, seed=seed, device=device,  # type: ignore[arg-type]
+        randomness="seeded" if seeded else "secure", public_count=public_count, count_noise=count_noise,
         checkpoint_every=checkpoint_every, log_model=log_model, canaries=canaries, canary_repeats=canary_repeats,
         canary_formats=_csv(canary_formats), canary_users=_csv(canary_users), processes=processes,
         local_dp=_local_dp(embeddings, k, sanitize_strategy, keep, attack_model),
@@ -490,6 +528,7 @@ def train(
                f"after {result.rounds} rounds")
     if result.notes:
         typer.echo(f"note: {result.notes}")
+    _print_guarantee(result)
     typer.echo(f"MLflow run: {result.run_id}   (browse: {ui_command(data_home)})")
 
 
@@ -502,7 +541,9 @@ def sweep(
                                          "option for several sets (e.g. --categories PERSON --categories PII)."),
     epsilons: Optional[str] = typer.Option(None, help="Comma-separated target epsilons for every private mechanism."),
     noise_multiplier: float = typer.Option(1.0, help="Noise multiplier when no --epsilons are given."),
-    seeds: str = typer.Option("0", help="Comma-separated seeds."),
+    seeds: str = typer.Option("0", help="Comma-separated seeds (initial weights; sampling and noise too with --seeded)."),
+    seeded: bool = SEEDED_OPTION,
+    public_count: Optional[int] = PUBLIC_COUNT_OPTION,
     model: str = typer.Option("gpt2", help=MODEL_HELP),
     model_config: str = typer.Option("tiny", "--model-config", help=MODEL_CONFIG_HELP),
     steps: int = typer.Option(300, help="Steps of noiseless, deid, dpsgd and selective."),
@@ -540,6 +581,7 @@ def sweep(
         model_size=model_config, steps=steps, rounds=rounds, public_steps=public_steps, q_user=q_user,
         q_entity=q_entity, q_extended=q_extended, clip=clip, delta=delta, device=device, processes=processes,
         store=store, local_dp=_local_dp(embeddings, k, sanitize_strategy, keep, attack_model),
+        randomness="seeded" if seeded else "secure", public_count=public_count,
     )
     from models.device import resolve_device
 
@@ -636,12 +678,12 @@ def _check_before_running(config: Any) -> None:
     """Fail on bad settings before any work starts: the device, and the calibration of a target epsilon
     for userdp (uedp's depends on the number of users, known after ingest)."""
     from models.device import resolve_device
-    from tasks.train import build_mechanism
+    from tasks.train import build_mechanism, planned_population
 
     resolve_device(config.device)
     for train_config in config.train_configs():
         if train_config.mechanism == "userdp" and train_config.target_epsilon is not None:
-            build_mechanism(train_config, n_users=0, n_examples=0)
+            build_mechanism(train_config, planned_population(train_config), n_examples=0)
 
 
 def _print_summary(runs: list[Any], title: str = "uedp demo results") -> None:
@@ -650,18 +692,34 @@ def _print_summary(runs: list[Any], title: str = "uedp demo results") -> None:
 
     metric = runs[0].utility_metric if runs else "perplexity"
     table = Table(title=f"{title} (test {metric}; epsilon for the mechanism's privacy unit)")
-    for column in ("mechanism", "categories", "epsilon", "delta", "z", "rounds", metric, "MLflow run"):
+    for column in ("mechanism", "categories", "epsilon", "delta", "z", "randomness", "rounds", metric, "MLflow run"):
         table.add_column(column, justify="right" if column in ("epsilon", "delta", "z", "rounds", metric) else "left")
     for r in runs:
         table.add_row(
             r.mechanism, ",".join(r.categories), _fmt(r.epsilon), f"{r.delta:g}" if r.delta else "-",
-            f"{r.noise_multiplier:.3g}" if r.noise_multiplier else "-", str(r.rounds), f"{r.utility_test:.4g}",
-            r.run_id,
+            f"{r.noise_multiplier:.3g}" if r.noise_multiplier else "-", r.randomness if r.randomness != "none" else "-",
+            str(r.rounds), f"{r.utility_test:.4g}", r.run_id,
         )
-    Console(width=140).print(table)
+    Console(width=160).print(table)
     for r in runs:
         if r.notes:
             typer.echo(f"note ({r.mechanism}): {r.notes}")
+    caveats = dict.fromkeys(c for r in runs for c in r.caveats)  # shared caveats once, in order
+    for caveat in caveats:
+        typer.echo(f"not covered by epsilon: {caveat}")
+    if any(math.isfinite(r.epsilon) for r in runs):
+        typer.echo(f"what each epsilon means (unit, adjacency, what is public): {PRIVACY_DOC}")
+
+
+def _print_guarantee(result: Any) -> None:
+    """What a single run's epsilon treats as public and does not cover, next to it."""
+    if not math.isfinite(result.epsilon):
+        return
+    for line in result.public:
+        typer.echo(f"public: {line}")
+    for caveat in result.caveats:
+        typer.echo(f"not covered by epsilon: {caveat}")
+    typer.echo(f"what this epsilon means: {PRIVACY_DOC}")
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -81,6 +81,10 @@ class Canary:
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
+
+    def with_host(self, pseudonym: str) -> "Canary":
+        """The canary with its host user replaced (for the released copy: a raw user id is private data)."""
+        return replace(self, user=pseudonym)
 
 
 def plant_canaries(texts_by_user: dict[str, list[str]], count: int, repeats: int, formats: Sequence[str],

@@ -37,6 +37,13 @@ class TrainData:
         return [seq for seqs in self.by_user.values() for seq in seqs]
 
     @property
+    def sequence_ids(self) -> list[str]:
+        """A stable identifier per sequence, parallel to :attr:`sequences`: its user and its place among
+        the user's sequences. Per-unit random streams are keyed by it, so adding a sequence changes no
+        other sequence's sampling coin."""
+        return [f"{user}#{index}" for user, seqs in self.by_user.items() for index in range(len(seqs))]
+
+    @property
     def n_users(self) -> int:
         return len(self.by_user)
 
@@ -44,10 +51,12 @@ class TrainData:
 @dataclass(frozen=True)
 class RoundReport:
     round: int  # 1-based
-    loss: float
+    loss: float  # NaN for private mechanisms: a function of private data the guarantee does not cover
     epsilon: float
     delta: float
-    participants: int  # users (or examples) whose data this round used
+    # Examples this step used; None for private mechanisms: how many units were sampled depends on the
+    # private data (the participants series alone would raise epsilon) and is not handed out.
+    participants: int | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,15 @@ class PrivacyStatement:
     rounds: int = 0
     notes: str = ""
     extra: dict[str, float] = field(default_factory=dict)
+    # "secure" (OS randomness, never stored), "seeded" (the guarantee does not hold against anyone who
+    # knows the seed) or "none" (no guarantee to keep).
+    randomness: str = "none"
+    public: tuple[str, ...] = ()  # what the guarantee treats as public (PRIVACY.md rule 4)
+    caveats: tuple[str, ...] = ()  # what the epsilon does not cover
+
+    @property
+    def seeded(self) -> bool:
+        return self.randomness == "seeded"
 
 
 OnRound = Callable[[RoundReport], None]

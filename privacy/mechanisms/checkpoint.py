@@ -1,11 +1,12 @@
 """Checkpoints of a training loop, written every N rounds and read back after a crash.
 
-A checkpoint holds everything the next round depends on: model weights, optimizer state, every random
-generator (sampling, noise, batch order, torch's global one) and the accountant. Restoring the
+A checkpoint holds everything the next round depends on: model weights, optimizer state, torch's global
+generator and the accountant. It never holds the secret root of a private run's randomness
+(PRIVACY.md rule 5): a seeded run derives every round's randomness from its seed again and replays
+exactly; a secure run resumes with a fresh root. Restoring the
 accountant with the weights is what keeps a resumed run honest: its epsilon continues from the
-rounds already composed instead of starting again at zero. Restoring the generators makes the
-resumed rounds replay exactly what the crashed run would have done, so the finished model is the
-same function of the data as an uninterrupted run (a test checks weights and epsilon are identical).
+rounds already composed instead of starting again at zero. A seeded run's resumed rounds replay exactly
+what the crashed run would have done (a test checks weights and epsilon are identical).
 
 Files are replaced atomically (write, then rename), so a crash while saving leaves the previous
 checkpoint intact. A checkpoint records a fingerprint of the configuration that wrote it; resuming
@@ -14,13 +15,15 @@ under any other configuration is refused.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 
 FILE = "checkpoint.pt"
+RELEASED_FILE = "released.json"
 
 
 class Stateful(Protocol):
@@ -95,10 +98,30 @@ class Checkpointer:
         torch.save(state, partial)
         os.replace(partial, self.path)
 
+    def released(self, name: str, draw: Callable[[], float]) -> float:
+        """A value this run has released already (a DP count), else ``draw()``, kept for a resume.
+
+        A crashed run's MLflow params hold what it drew; drawing again after a restart would be a second
+        release, composing with the first. It is a released figure, not a seed: storing it keeps nothing
+        secret. Without checkpoints nothing is kept (there is no resume).
+        """
+        path = self.folder / RELEASED_FILE if self.folder is not None else None
+        saved = json.loads(path.read_text(encoding="utf-8")) if path is not None and path.is_file() else {}
+        if name in saved:
+            return float(saved[name])
+        value = draw()
+        if path is not None and self.enabled and self.writes:
+            self.folder.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+            partial = path.with_suffix(".partial")
+            partial.write_text(json.dumps({**saved, name: value}), encoding="utf-8")
+            os.replace(partial, path)
+        return value
+
     def clear(self) -> None:
         """Remove the checkpoint once the run has finished (a finished run is not resumed)."""
         if self.path is not None and self.writes:
             self.path.unlink(missing_ok=True)
+            (self.path.parent / RELEASED_FILE).unlink(missing_ok=True)
 
 
 NO_CHECKPOINT = Checkpointer(None, 0)

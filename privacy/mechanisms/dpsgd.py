@@ -1,11 +1,13 @@
 """``dpsgd``: example-level DP-SGD (Abadi et al. 2016); the privacy unit is one training sequence.
 
-Per step: Poisson-sample sequences with ``q = expected_batch_size / N``; per-example gradients come
+Per step: Poisson-sample sequences with ``q = expected_batch_size / N`` (each sequence by its own coin;
+N is a public or DP count of sequences, :mod:`privacy.population`); per-example gradients come
 from Opacus' ``GradSampleModule``; each example's gradient is clipped to ``clip`` in L2 over all
 trainable parameters (flat clipping); Gaussian noise with standard deviation ``z * clip`` is added
 once to the sum, which is divided by the fixed expected batch size, and the optimizer (Adam, or any
 other: post-processing) steps. An empty Poisson batch still adds noise and counts as a step.
-Accounting: ``steps``-fold ``PoissonSampled(q, Gaussian(z))`` by dp_accounting.
+Accounting: the DP count of sequences (if any), then ``steps``-fold ``PoissonSampled(q, Gaussian(z))``
+by dp_accounting. Sampling and noise come from the run's :class:`privacy.randomness.Randomness`.
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ from models.parallel import Ranks
 from privacy.accounting import (AccountantKind, Adjacency, RoundAccountant, check_delta, poisson_gaussian_round,
                                 resolve_noise_multiplier)
 from privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
-from privacy.primitives import gaussian_noise, make_generator, poisson_sample
+from privacy.mechanisms.userdp import randomness_statement
+from privacy.population import Population
+from privacy.primitives import gaussian_noise
+from privacy.randomness import Randomness
 
 
 @dataclass
@@ -40,8 +45,6 @@ class DpSgdParams:
     delta: float = 1e-5
     accountant: AccountantKind = "pld"
     max_epsilon: float | None = None
-    seed: int = 0
-    secure_noise: bool = False
     adjacency: Adjacency = "add_remove"  # "replace" when the unit is a value inside a sequence (selective)
 
 
@@ -52,14 +55,16 @@ class DpSgd:
     unit = "one training sequence"
     loss_reduction = "mean"  # how the loss sums examples, for Opacus' per-sample gradient scaling
 
-    def __init__(self, params: DpSgdParams, n_examples: int):
-        if n_examples < 1:
+    def __init__(self, params: DpSgdParams, population: Population, randomness: Randomness | None = None):
+        if population.value < 1:
             raise ValueError(f"{self.name} needs at least one training sequence")
         self.params = params
-        self.sample_rate = min(1.0, params.expected_batch_size / n_examples)
+        self.population = population
+        self.randomness = randomness or Randomness.secure()
+        self.sample_rate = min(1.0, params.expected_batch_size / population.value)
         self.noise_multiplier = resolve_noise_multiplier(
             self.name, params.noise_multiplier, params.target_epsilon, self.round_event, params.steps, params.delta,
-            params.accountant, params.adjacency)
+            params.accountant, params.adjacency, initial=population.event())
 
     def round_event(self, noise_multiplier: float) -> dp_accounting.DpEvent:
         """One step: the Poisson-sampled Gaussian release of the noised gradient sum."""
@@ -68,20 +73,19 @@ class DpSgd:
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
               on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT, scope: str | None = None) -> PrivacyStatement:
         """``loss_fn`` must be a mean of per-example losses (``models.metrics.per_sequence_lm_loss``)."""
-        p, z, q = self.params, self.noise_multiplier, self.sample_rate
+        p, z, q, rng = self.params, self.noise_multiplier, self.sample_rate, self.randomness
         scope = scope or self.name
         examples = self.examples(model, data)
-        check_delta(p.delta, len(examples))
-        accountant = RoundAccountant(self.round_event(z), p.delta, p.accountant, p.adjacency)
-        noise_gen = make_generator(p.seed, p.secure_noise, device)
-        sample_gen = make_generator(p.seed + 1, p.secure_noise)
+        example_ids = data.sequence_ids
+        check_delta(p.delta, round(self.population.value))
+        accountant = RoundAccountant(self.round_event(z), p.delta, p.accountant, p.adjacency,
+                                     initial=self.population.event())
         with warnings.catch_warnings():  # Opacus warns about modules it does not validate strictly
             warnings.simplefilter("ignore")
             private = GradSampleModule(model, strict=False, loss_reduction=self.loss_reduction)
         params = [q_ for q_ in private.parameters() if q_.requires_grad]
         optimizer = torch.optim.Adam(params, lr=p.lr)
-        state = {"model": model, "optimizer": optimizer, "accountant": accountant, "noise": noise_gen,
-                 "sampling": sample_gen}
+        state = {"model": model, "optimizer": optimizer, "accountant": accountant}  # no generator: derived per step
         done = (checkpoint.restore(scope, state) or {"round": 0})["round"]
         private.train()
         stopped = ""
@@ -90,20 +94,23 @@ class DpSgd:
                 if p.max_epsilon is not None and accountant.peek() > p.max_epsilon:
                     stopped = f"stopped before step {step}: epsilon would exceed the budget {p.max_epsilon:g}"
                     break
-                batch = [examples[i] for i in poisson_sample(len(examples), q, sample_gen)]
+                batch = [examples[i] for i in rng.poisson_sample("sample-examples", step, example_ids, q)]
+                noise_gen = rng.generator("noise", step, device=device)
                 gradients = self.step_gradient(private, model, params, batch, loss_fn, device, data.pad_id, noise_gen)
                 for param, grad in zip(params, gradients):
                     param.grad = grad
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
-                on_round(RoundReport(step, math.nan, accountant.step(), p.delta, len(batch)))
+                on_round(RoundReport(step, math.nan, accountant.step(), p.delta))  # the batch size is not released
                 checkpoint.maybe_save(scope, step, state)
         finally:
             private.remove_hooks()  # the caller gets its plain model back
         return PrivacyStatement(
             mechanism=self.name, unit=self.unit, epsilon=accountant.epsilon, delta=p.delta, accountant=p.accountant,
             noise_multiplier=z, sampling_probability=q, rounds=accountant.rounds, notes=stopped,
-            extra={"noise_std": z * p.clip, "sensitivity": p.clip, **self.statement_extra()},
+            extra={"noise_std": z * p.clip, "sensitivity": p.clip, "population_used": self.population.value,
+                   **self.statement_extra()},
+            randomness=rng.mode, public=(self.population.describe(),), caveats=randomness_statement(rng),
         )
 
     def examples(self, model: torch.nn.Module, data: TrainData) -> list[Any]:

@@ -26,6 +26,12 @@ from models.metrics import causal_lm_loss
 from privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
 from privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
 from privacy.mechanisms.noiseless import Noiseless, NoiselessParams
+from privacy.population import Population
+from privacy.randomness import Randomness
+
+# What the selective epsilon does not cover (PRIVACY.md): shown next to it everywhere.
+MISSED_TOKENS_CAVEAT = ("only tokens the detector found are protected as tokens: a missed name reaches the noiseless "
+                        "phase 1 unprotected, and is protected in phase 2 only as part of its sequence")
 
 
 @dataclass
@@ -38,12 +44,14 @@ class SelectiveTwoPhase:
     name = "selective"
     unit = "one sensitive token's value (Selective DP, replace-one; spans the detector missed are not covered)"
 
-    def __init__(self, params: SelectiveParams, n_examples: int, public_loss: LossFn = causal_lm_loss):
+    def __init__(self, params: SelectiveParams, n_examples: int, public_loss: LossFn = causal_lm_loss,
+                 randomness: Randomness | None = None):
         if params.private.accountant != "pld":
             raise ValueError("selective is accounted under replace-one adjacency, which only the pld accountant supports")
         self.params = SelectiveParams(params.public, replace(params.private, adjacency="replace"))
         self.public_loss = public_loss  # phase 1's objective: the ordinary LM loss
-        self.dpsgd = DpSgd(self.params.private, n_examples)
+        # F-neighbours change a token's value, never the number of sequences: the count is public.
+        self.dpsgd = DpSgd(self.params.private, Population.public_by_adjacency(n_examples), randomness)
         self.noise_multiplier = self.dpsgd.noise_multiplier
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
@@ -56,15 +64,16 @@ class SelectiveTwoPhase:
             public = TrainData(data.redacted, data.pad_id)
             Noiseless(self.params.public).train(
                 model, public, self.public_loss, device,
-                lambda r: on_round(RoundReport(r.round, r.loss, 0.0, self.params.private.delta, r.participants)),
+                lambda r: on_round(RoundReport(r.round, r.loss, 0.0, self.params.private.delta)),
                 checkpoint, scope="selective-public")
         second = self.dpsgd.train(
             model, data, loss_fn, device,
-            lambda r: on_round(RoundReport(offset + r.round, r.loss, r.epsilon, r.delta, r.participants)),
+            lambda r: on_round(RoundReport(offset + r.round, r.loss, r.epsilon, r.delta)),
             checkpoint, scope="selective-private")
         return PrivacyStatement(
             mechanism=self.name, unit=self.unit, epsilon=second.epsilon, delta=second.delta,
             accountant=second.accountant, noise_multiplier=second.noise_multiplier,
             sampling_probability=second.sampling_probability, rounds=offset + second.rounds,
             notes=second.notes, extra={**second.extra, "public_steps": float(offset)},
+            randomness=second.randomness, public=second.public, caveats=(*second.caveats, MISSED_TOKENS_CAVEAT),
         )

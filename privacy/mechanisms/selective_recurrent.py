@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import dp_accounting
@@ -38,9 +38,14 @@ from models.batching import IGNORE, collate
 from models.device import autocast
 from models.lstm import LstmLanguageModel
 from privacy.accounting import Adjacency
-from privacy.mechanisms.base import LossFn, TrainData
+from privacy.mechanisms.base import LossFn, PrivacyStatement, TrainData
 from privacy.mechanisms.dpsgd import DpSgd, DpSgdParams, sum_clipped_grad_samples
+from privacy.population import Population
 from privacy.primitives import gaussian_noise
+from privacy.randomness import Randomness
+
+MISSED_TOKENS_CAVEAT = ("only tokens the detector found are protected as tokens: the hidden state after a missed "
+                        "name is released without noise, and its loss trains the regular (noiseless) gradient")
 
 
 @dataclass
@@ -64,11 +69,16 @@ class SelectiveRecurrent(DpSgd):
     unit = "one sensitive token's value (Selective-DPSGD, replace-one; spans the detector missed are not covered)"
     loss_reduction = "sum"  # the private loss is a sum of per-sequence losses
 
-    def __init__(self, params: SelectiveRecurrentParams, n_examples: int):
+    def __init__(self, params: SelectiveRecurrentParams, n_examples: int, randomness: Randomness | None = None):
         if params.accountant != "pld" or params.adjacency != "replace":
             raise ValueError("selective is accounted under replace-one adjacency, which only the pld accountant supports")
         self.params: SelectiveRecurrentParams = params
-        super().__init__(params, n_examples)
+        # F-neighbours change a token's value, never the number of sequences: the count is public.
+        super().__init__(params, Population.public_by_adjacency(n_examples), randomness)
+
+    def train(self, *args, **kwargs) -> PrivacyStatement:  # type: ignore[no-untyped-def, override]
+        statement = super().train(*args, **kwargs)
+        return replace(statement, caveats=(*statement.caveats, MISSED_TOKENS_CAVEAT))
 
     def round_event(self, noise_multiplier: float) -> dp_accounting.DpEvent:
         return step_event(self.sample_rate, noise_multiplier)

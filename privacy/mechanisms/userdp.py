@@ -1,17 +1,20 @@
 """``userdp``: user-level DP by DP-FedAvg (McMahan et al. 2018), as PRIVACY.md specifies.
 
-Per round: Poisson-sample users with probability ``q_user``; each sampled user starts from the global
-weights, takes ``local_steps`` SGD steps on its own sentences and returns its model delta; the delta
-(not the gradients) is clipped to ``clip`` in L2 over all trainable parameters, weighted by
-``w_u = min(n_u / weight_cap, 1)`` and summed; Gaussian noise with standard deviation
-``sigma = z * clip * 1`` is added once to the sum; the server divides by the fixed ``q_user * W``
-(``W`` = total weight) and applies the server learning rate (post-processing).
+Per round: Poisson-sample users with probability ``q_user`` (each user by its own coin); each sampled
+user starts from the global weights, takes ``local_steps`` SGD steps on its own sentences (batches in
+the order of its own stream) and returns its model delta; the delta (not the gradients) is clipped to
+``clip`` in L2 over all trainable parameters, weighted by ``w_u = min(n_u / weight_cap, 1)`` (the user's
+own data only) and summed; Gaussian noise with standard deviation ``sigma = z * clip * 1`` is added
+once to the sum; the server divides by the fixed ``q_user * N`` and applies the server learning rate
+(post-processing). N is a public or DP count of users (:mod:`privacy.population`), never the exact one.
 
 Sensitivity: adding or removing one user moves the weighted sum by at most ``max(w) * clip``; the
 weight ceiling 1 is used as ``max(w)``, not the largest weight in this dataset, because the added user
-may be the one that reaches it. Accounting: ``rounds``-fold ``PoissonSampled(q_user, Gaussian(z))``.
+may be the one that reaches it. Accounting: the DP count (if any), then ``rounds``-fold
+``PoissonSampled(q_user, Gaussian(z))``.
 
-The local updates are :class:`privacy.mechanisms.fedavg.LocalTrainer`'s.
+Randomness: sampling, noise and every user's batch order come from the run's
+:class:`privacy.randomness.Randomness` (secret OS randomness unless the run is seeded).
 """
 
 from __future__ import annotations
@@ -25,7 +28,10 @@ from privacy.accounting import AccountantKind, RoundAccountant, check_delta, poi
 from privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
 from privacy.mechanisms.fedavg import WEIGHT_CEILING, LocalTrainer, user_weights
 from privacy.mechanisms.vectorized import VectorizedLocalTrainer
-from privacy.primitives import assign_flat_, flatten, gaussian_noise, make_generator, poisson_sample
+from privacy.population import Population
+from privacy.primitives import assign_flat_, flatten, gaussian_noise
+from privacy.randomness import Randomness
+
 
 @dataclass
 class UserDpParams:
@@ -42,36 +48,49 @@ class UserDpParams:
     delta: float = 1e-5
     accountant: AccountantKind = "pld"
     max_epsilon: float | None = None  # budget: stop before a round would exceed it
-    seed: int = 0
-    secure_noise: bool = False
     vectorize_users: bool = False  # local updates of a round's users at once (torch.func.vmap)
+
+
+def randomness_statement(randomness: Randomness) -> tuple[str, ...]:
+    """The caveat a seeded run's statement carries (none for secure runs)."""
+    if randomness.mode == "seeded":
+        return ("seeded randomness: sampling and noise follow from the configured seed, so the guarantee does "
+                "not hold against anyone who knows it (for tests and demos only)",)
+    return ()
 
 
 class UserDp:
     name = "userdp"
     unit = "one user (all of their sentences)"
 
-    def __init__(self, params: UserDpParams):
+    def __init__(self, params: UserDpParams, population: Population, randomness: Randomness | None = None):
         self.params = params
+        self.population = population
+        self.randomness = randomness or Randomness.secure()
         self.noise_multiplier = resolve_noise_multiplier(
             self.name, params.noise_multiplier, params.target_epsilon, lambda z: poisson_gaussian_round(params.q_user, z),
-            params.rounds, params.delta, params.accountant)
+            params.rounds, params.delta, params.accountant, initial=population.event())
+
+    @property
+    def denominator(self) -> float:
+        """``q_user * N``: the expected number of sampled users, fixed before training."""
+        return self.params.q_user * self.population.value
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
               on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> PrivacyStatement:
-        p, z = self.params, self.noise_multiplier
-        check_delta(p.delta, data.n_users)
-        accountant = RoundAccountant(poisson_gaussian_round(p.q_user, z), p.delta, p.accountant)
-        noise_gen = make_generator(p.seed, p.secure_noise, device)
-        sample_gen = make_generator(p.seed + 1, p.secure_noise)
+        p, z, rng = self.params, self.noise_multiplier, self.randomness
+        check_delta(p.delta, round(self.population.value))
+        accountant = RoundAccountant(poisson_gaussian_round(p.q_user, z), p.delta, p.accountant,
+                                     initial=self.population.event())
         trainer = self.local_trainer(model, loss_fn, device, data.pad_id)
         weights = user_weights(data, p.weight_cap)
-        denominator = p.q_user * float(weights.sum())
         sigma = z * p.clip * WEIGHT_CEILING
         params = [q for q in model.parameters() if q.requires_grad]
+        user_ids = list(data.by_user)
         user_sequences = list(data.by_user.values())
-        state = {"model": model, "accountant": accountant, "noise": noise_gen, "sampling": sample_gen,
-                 "local": trainer.generator}
+        # No generator is saved: every round's randomness is derived from (root, round), and a resumed
+        # secure run continues with a fresh root.
+        state = {"model": model, "accountant": accountant}
         done = (checkpoint.restore(self.name, state) or {"round": 0})["round"]
         model.train()
         stopped = ""
@@ -79,19 +98,22 @@ class UserDp:
             if p.max_epsilon is not None and accountant.peek() > p.max_epsilon:
                 stopped = f"stopped before round {round_index}: epsilon would exceed the budget {p.max_epsilon:g}"
                 break
-            sampled = poisson_sample(len(user_sequences), p.q_user, sample_gen)
+            sampled = rng.poisson_sample("sample-users", round_index, user_ids, p.q_user)
+            streams = [rng.generator("local-batches", round_index, user_ids[i]) for i in sampled]
             theta = flatten(params)
-            total = trainer.clipped_sum(theta, [user_sequences[i] for i in sampled], weights[sampled].tolist())
-            noisy = total + gaussian_noise(theta.shape, sigma, noise_gen, theta.dtype)
-            assign_flat_(params, theta + p.server_lr * noisy / denominator)
+            total = trainer.clipped_sum(theta, [user_sequences[i] for i in sampled], weights[sampled].tolist(), streams)
+            noise = gaussian_noise(theta.shape, sigma, rng.generator("noise", round_index, device=device), theta.dtype)
+            assign_flat_(params, theta + p.server_lr * (total + noise) / self.denominator)
             epsilon = accountant.step()
-            # The local losses are a function of private data the guarantee does not cover: not released.
-            on_round(RoundReport(round_index, math.nan, epsilon, p.delta, len(sampled)))
+            # Neither the local losses nor the number of sampled users is released.
+            on_round(RoundReport(round_index, math.nan, epsilon, p.delta))
             checkpoint.maybe_save(self.name, round_index, state)
         return PrivacyStatement(
             mechanism=self.name, unit=self.unit, epsilon=accountant.epsilon, delta=p.delta, accountant=p.accountant,
             noise_multiplier=z, sampling_probability=p.q_user, rounds=accountant.rounds, notes=stopped,
-            extra={"noise_std": sigma, "sensitivity": p.clip * WEIGHT_CEILING},
+            extra={"noise_std": sigma, "sensitivity": p.clip * WEIGHT_CEILING, "population_used": self.population.value,
+                   "denominator": self.denominator},
+            randomness=rng.mode, public=(self.population.describe(),), caveats=randomness_statement(rng),
         )
 
     def local_trainer(self, model: torch.nn.Module, loss_fn: LossFn, device: torch.device, pad_id: int) -> LocalTrainer:
@@ -102,5 +124,4 @@ def make_local_trainer(p: UserDpParams, model: torch.nn.Module, loss_fn: LossFn,
                        pad_id: int) -> LocalTrainer:
     """The local-update engine of userdp and uedp: sequential or vectorized over users (same results)."""
     cls = VectorizedLocalTrainer if p.vectorize_users else LocalTrainer
-    return cls(model, loss_fn, device, pad_id, p.clip, p.local_steps, p.local_batch_size, p.local_lr,
-               torch.Generator().manual_seed(p.seed + 2))
+    return cls(model, loss_fn, device, pad_id, p.clip, p.local_steps, p.local_batch_size, p.local_lr)

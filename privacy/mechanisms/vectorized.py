@@ -38,20 +38,22 @@ class VectorizedLocalTrainer(LocalTrainer):
         embedding = self.worker.get_input_embeddings().weight
         self.embedding_name = next(n for n, p in self.worker.named_parameters() if p is embedding)
 
-    def local_clipped_sum(self, theta: torch.Tensor, users: list[list[torch.Tensor]],
-                          weights: list[float]) -> torch.Tensor:
+    def local_clipped_sum(self, theta: torch.Tensor, users: list[list[torch.Tensor]], weights: list[float],
+                          streams: list[torch.Generator]) -> torch.Tensor:
         total = torch.zeros_like(theta)
-        active = [(sequences, weight) for sequences, weight in zip(users, weights) if sequences]
+        active = [(sequences, weight, stream) for sequences, weight, stream in zip(users, weights, streams) if sequences]
         for start in range(0, len(active), self.group_size):
             group = active[start:start + self.group_size]
-            deltas = self._group_deltas(theta, [sequences for sequences, _ in group])
-            for delta, (_, weight) in zip(deltas, group):
+            deltas = self._group_deltas(theta, [sequences for sequences, _, _ in group], [s for _, _, s in group])
+            for delta, (_, weight, _) in zip(deltas, group):
                 total += weight * clip_l2(delta, self.clip)
         return total
 
-    def _group_deltas(self, theta: torch.Tensor, users: list[list[torch.Tensor]]) -> torch.Tensor:
-        # The same batches, drawn in the same order, as the sequential trainer.
-        steps = [list(itertools.islice(self._cycle(sequences), self.local_steps)) for sequences in users]
+    def _group_deltas(self, theta: torch.Tensor, users: list[list[torch.Tensor]],
+                      streams: list[torch.Generator]) -> torch.Tensor:
+        # The same batches, drawn in the same order from each user's own stream, as the sequential trainer.
+        steps = [list(itertools.islice(self._cycle(sequences, stream), self.local_steps))
+                 for sequences, stream in zip(users, streams)]
         params = self._unflatten(theta, len(users))
         step_grad = vmap(grad(self._loss))
         for k in range(self.local_steps):

@@ -1,6 +1,6 @@
 """The samplers: CusText (exponential mechanism over a token's customized output set, scores
 min-max normalised to [0, 1], ``Delta_u = 1``) and SanText (exponential mechanism over the whole
-vocabulary with Euclidean distance, the baseline), and the three privatization strategies.
+vocabulary with Euclidean distance, the baseline), drawn independently for every token occurrence.
 
 What each epsilon means (PRIVACY.md, local DP):
 - CusText: each released token is ``epsilon``-LDP with respect to replacing the input by any other
@@ -9,8 +9,13 @@ What each epsilon means (PRIVACY.md, local DP):
 - SanText: ``Pr[y|x] ~ exp(-eps d(x, y) / 2)`` is metric DP: the ratio is at most
   ``exp(eps * d(x, x'))``. As pure LDP over the whole vocabulary that is ``eps * diameter``, which
   :attr:`SanText.per_token_epsilon` reports (the headline figure, not the metric-DP ``eps``).
-- A record composes over its releases (basic composition, exact for pure DP): every sanitized
-  position under the token strategy, every distinct sanitized token under record and dataset.
+- A record composes over its releases (basic composition, exact for pure DP): one per sanitized
+  position.
+
+The thesis also describes ``record`` and ``dataset`` strategies, where repeats of a token share one
+draw. They are withdrawn: for "x y x" the two outputs are always equal, for "x' y x" equal with
+probability about 1/K, so the ratio between neighbouring records is unbounded and no per-token (or
+per-record) epsilon holds; ``dataset`` also needs one trusted draw for all users, which is not local DP.
 """
 
 from __future__ import annotations
@@ -24,7 +29,23 @@ import torch
 from privacy.sanitization.embeddings import Embeddings
 from privacy.sanitization.mapping import Mapping, Metric, pairwise_distance
 
-Strategy = Literal["token", "record", "dataset"]
+Strategy = Literal["token"]
+WITHDRAWN_STRATEGIES = {
+    "record": "repeats of a token in a record share one draw, so 'x y x' and 'x' y x' give outputs whose "
+              "probability ratio is unbounded: no per-token epsilon holds",
+    "dataset": "repeats of a token anywhere share one draw: no per-token epsilon holds, and one trusted draw for "
+               "all users is not local DP",
+}
+
+
+def check_strategy(name: str) -> str:
+    """``token`` (one independent draw per occurrence), or an error saying why another was withdrawn."""
+    if name == "token":
+        return name
+    why = WITHDRAWN_STRATEGIES.get(name)
+    if why is None:
+        raise ValueError(f"unknown sanitization strategy {name!r}; valid: token")
+    raise ValueError(f"sanitization strategy {name!r} was withdrawn: {why}; use 'token' (docs/PRIVACY.md)")
 KEEP = -1  # a position that is not sanitized (a kept stopword or non-entity token)
 UNKNOWN = -2  # a sanitized position whose token has no embedding: always released as the unknown marker
 
@@ -129,29 +150,18 @@ def sample(sampler: Sampler, tokens: np.ndarray, generator: torch.Generator, chu
     return out
 
 
-def privatize(records: list[np.ndarray], sampler: Sampler, strategy: Strategy,
-              generator: torch.Generator) -> list[np.ndarray]:
-    """Sanitize every position >= 0 of every record (``KEEP`` and ``UNKNOWN`` pass through): one draw per
-    position (token), per distinct token of a record (record), or per distinct token overall (dataset)."""
+def privatize(records: list[np.ndarray], sampler: Sampler, generator: torch.Generator) -> list[np.ndarray]:
+    """Sanitize every position >= 0 of every record (``KEEP`` and ``UNKNOWN`` pass through), with one
+    independent draw per position."""
     lengths = [len(r) for r in records]
     flat = np.concatenate(records) if records else np.empty(0, dtype=np.int64)
-    owner = np.repeat(np.arange(len(records)), lengths)
     todo = np.flatnonzero(flat >= 0)
     result = flat.copy()
     if len(todo):
-        if strategy == "token":
-            result[todo] = sample(sampler, flat[todo], generator)
-        else:
-            unit = flat[todo] if strategy == "dataset" else owner[todo] * (int(flat.max()) + 1) + flat[todo]
-            _, first, inverse = np.unique(unit, return_index=True, return_inverse=True)
-            result[todo] = sample(sampler, flat[todo][first], generator)[inverse]
+        result[todo] = sample(sampler, flat[todo], generator)
     return np.split(result, np.cumsum(lengths)[:-1]) if records else []
 
 
-def releases_per_record(records: list[np.ndarray], strategy: Strategy) -> np.ndarray:
-    """How many epsilon-LDP releases each record's guarantee composes over."""
-    counts = []
-    for record in records:
-        sanitized = record[record >= 0]
-        counts.append(len(sanitized) if strategy == "token" else len(np.unique(sanitized)))
-    return np.asarray(counts, dtype=np.int64)
+def releases_per_record(records: list[np.ndarray]) -> np.ndarray:
+    """How many epsilon-LDP releases each record's guarantee composes over: its sanitized positions."""
+    return np.asarray([int((record >= 0).sum()) for record in records], dtype=np.int64)

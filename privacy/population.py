@@ -1,0 +1,81 @@
+"""How many privacy units a run may assume it has, without releasing the exact count (PRIVACY.md, rule 4).
+
+Every central mechanism needs a count of its units: userdp and uedp divide the noised sum by the
+expected number of sampled users ``q_user * N``, DP-SGD samples with ``q = B / N``, and uedp's bound M
+on sampled users needs an upper bound on N. Under add/remove adjacency N itself is private (one
+added user moves it by one), and a denominator or rate computed from it is released with the model:
+the update's scale would tell D from D'. So the count comes from one of three places, and the
+privacy statement names which:
+
+* ``public-by-adjacency``: under replace-one adjacency (selective) neighbours have the same number of
+  units, so the exact count reveals nothing about the protected value;
+* ``declared``: the user declares a count public (e.g. a corpus whose size is published); the
+  statement lists it as public, and nothing about it is protected;
+* ``dp-count`` (the default): ``N + N(0, s^2)`` with the run's secret randomness, released once and
+  composed into the reported epsilon as a Gaussian mechanism of sensitivity 1 (one unit added or
+  removed moves the count by one). An upper bound ``N_hat + s * Phi^-1(1 - delta_bound)`` holds except
+  with probability ``delta_bound``, which the mechanism that needs it charges to delta.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import dp_accounting
+import torch
+from scipy.stats import norm
+
+from privacy.randomness import Randomness
+
+PopulationSource = Literal["public-by-adjacency", "declared", "dp-count"]
+DEFAULT_COUNT_NOISE_STD = 10.0
+
+
+@dataclass(frozen=True)
+class Population:
+    """The count of privacy units a run uses, with where it came from."""
+
+    value: float  # what denominators and sampling rates use (>= 1)
+    source: PopulationSource
+    noise_std: float = 0.0  # dp-count: standard deviation of the Gaussian added to the exact count
+
+    @classmethod
+    def public_by_adjacency(cls, count: int) -> "Population":
+        return cls(float(count), "public-by-adjacency")
+
+    @classmethod
+    def declared(cls, count: int) -> "Population":
+        if count < 1:
+            raise ValueError(f"a declared public count must be at least 1, got {count}")
+        return cls(float(count), "declared")
+
+    @classmethod
+    def dp_count(cls, count: int, noise_std: float, randomness: Randomness) -> "Population":
+        """``count + N(0, noise_std^2)`` drawn from the run's randomness (floored at 1 for use as a divisor)."""
+        if not noise_std > 0:
+            raise ValueError(f"the count's noise standard deviation must be positive, got {noise_std}")
+        noise = torch.randn((), generator=randomness.generator("population-count"), dtype=torch.float64)
+        return cls(max(1.0, count + float(noise) * noise_std), "dp-count", noise_std)
+
+    def event(self) -> dp_accounting.DpEvent | None:
+        """The release to compose into epsilon: a Gaussian of sensitivity 1 for a DP count, else none."""
+        return dp_accounting.GaussianDpEvent(self.noise_std) if self.source == "dp-count" else None
+
+    def upper_bound(self, delta_bound: float) -> int:
+        """A bound on the true count that fails with probability at most ``delta_bound`` (exact otherwise)."""
+        if self.source != "dp-count":
+            return int(round(self.value))
+        if not 0 < delta_bound < 1:
+            raise ValueError(f"the count bound's failure probability must be in (0, 1), got {delta_bound}")
+        return int(math.ceil(self.value + self.noise_std * norm.isf(delta_bound)))
+
+    def describe(self) -> str:
+        """One line for the privacy statement."""
+        if self.source == "dp-count":
+            return (f"number of units: a DP count {self.value:.1f} (Gaussian noise std {self.noise_std:g}, "
+                    "composed into epsilon); the exact count is not released")
+        if self.source == "declared":
+            return f"number of units: {self.value:.0f}, declared public by you (not protected)"
+        return f"number of units: {self.value:.0f}, public under replace-one adjacency (neighbours have as many)"
