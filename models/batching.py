@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Iterator, Sequence, Union
 
+import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
@@ -55,11 +56,16 @@ def collate(examples: Sequence[Example], pad_id: int) -> dict[str, torch.Tensor]
 
 
 def batches(
-    sequences: Sequence[Example], batch_size: int, pad_id: int, generator: torch.Generator | None = None
+    sequences: Sequence[Example], batch_size: int, pad_id: int,
+    generator: torch.Generator | np.random.Generator | None = None,
 ) -> Iterator[dict[str, torch.Tensor]]:
-    """Batches in order, or shuffled with ``generator``."""
-    order = torch.randperm(len(sequences), generator=generator).tolist() if generator else range(len(sequences))
-    order = list(order)
+    """Batches in order, or shuffled with ``generator`` (a torch or a numpy generator)."""
+    if generator is None:
+        order = list(range(len(sequences)))
+    elif isinstance(generator, np.random.Generator):
+        order = generator.permutation(len(sequences)).tolist()
+    else:
+        order = torch.randperm(len(sequences), generator=generator).tolist()
     for start in range(0, len(order), batch_size):
         yield collate([sequences[i] for i in order[start : start + batch_size]], pad_id)
 

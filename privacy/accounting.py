@@ -269,8 +269,8 @@ class UeDpAccounting:
     is the T-fold ``PoissonSampled(p, Gaussian(.))``, bounding every shift by the case's worst one
     (conservative), after the one-time DP count of users when the count is not public.
 
-    M comes from ``n_users_bound``, a public count or a DP upper bound on the number of users (never the
-    exact count under add/remove). Delta is split three ways: the accountant's share, the truncation
+    M comes from ``n_users_bound + 1``: a public count or a DP upper bound on the number of users (never
+    the exact count under add/remove), plus the one user the larger neighbour adds. Delta is split three ways: the accountant's share, the truncation
     share (some round draws more than M users) and ``delta_bound`` (the DP upper bound on N fails).
     """
 
@@ -288,7 +288,8 @@ class UeDpAccounting:
         self.delta_bound = delta_bound
         self.delta_accountant = delta - self.delta_trunc - delta_bound
         self.n_users_bound = n_users_bound
-        self.max_users = max_sampled_users(n_users_bound, q_user, rounds, self.delta_trunc)
+        # The larger of two neighbours has one user more than the count bounds.
+        self.max_users = max_sampled_users(n_users_bound + 1, q_user, rounds, self.delta_trunc)
 
     @property
     def sensitivity_factor(self) -> int:

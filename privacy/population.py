@@ -56,8 +56,8 @@ class Population:
         """``count + N(0, noise_std^2)`` drawn from the run's randomness (floored at 1 for use as a divisor)."""
         if not noise_std > 0:
             raise ValueError(f"the count's noise standard deviation must be positive, got {noise_std}")
-        noise = torch.randn((), generator=randomness.generator("population-count"), dtype=torch.float64)
-        return cls(max(1.0, count + float(noise) * noise_std), "dp-count", noise_std)
+        noise = float(randomness.stream("population-count").standard_normal())
+        return cls(max(1.0, count + noise * noise_std), "dp-count", noise_std)
 
     def event(self) -> dp_accounting.DpEvent | None:
         """The release to compose into epsilon: a Gaussian of sensitivity 1 for a DP count, else none."""

@@ -4,6 +4,7 @@ drawn from live in :mod:`privacy.randomness`."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -43,9 +44,16 @@ def clip_l2(vector: torch.Tensor, bound: float) -> torch.Tensor:
     return vector * scale
 
 
-def gaussian_noise(shape: torch.Size | tuple[int, ...], std: float, generator: torch.Generator,
-                   dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """N(0, std^2 I) on the generator's device; ``std`` is the standard deviation, not the variance."""
+def gaussian_noise(shape: torch.Size | tuple[int, ...], std: float, source: np.random.Generator | torch.Generator,
+                   dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> torch.Tensor:
+    """N(0, std^2 I); ``std`` is the standard deviation, not the variance.
+
+    ``source`` is a secret stream (:meth:`privacy.randomness.Randomness.stream`, drawn on the CPU and
+    moved to ``device``) or, in tests, a torch generator (drawn on its own device).
+    """
     if std < 0:
         raise ValueError(f"noise standard deviation must be >= 0, got {std}")
-    return torch.randn(shape, generator=generator, device=generator.device, dtype=dtype) * std
+    if isinstance(source, torch.Generator):
+        return torch.randn(shape, generator=source, device=source.device, dtype=dtype) * std
+    draw = source.standard_normal(tuple(shape), dtype=np.float64 if dtype == torch.float64 else np.float32)
+    return (torch.from_numpy(draw).to(dtype) * std).to(device or "cpu")

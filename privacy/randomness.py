@@ -6,7 +6,10 @@ recompute the noise, so such a run's statement says its guarantee does not hold 
 root is never logged, returned or written to a checkpoint; a resumed secure run draws a new one.
 
 Every stream is derived from the root by a keyed hash (BLAKE2b with the root as key) of a *path*:
-its purpose, the round and, for per-unit choices, the unit's stable identifier. So
+its purpose, the round and, for per-unit choices, the unit's stable identifier. A stream is a numpy
+``PCG64DXSM`` generator seeded with the full 256-bit digest (128 bits of state), never a torch CPU
+generator: those keep only the low 32 bits of a seed, so anyone could try every seed and subtract
+the noise. So
 
 * streams are independent per (round, unit): adding a user, an entity or a sentence changes no
   other unit's sampling coin, batch order or truncation priority (a shared sequential stream would
@@ -29,7 +32,8 @@ import torch
 
 RandomnessMode = Literal["secure", "seeded"]
 ROOT_BYTES = 32
-_SEED_MASK = (1 << 63) - 1
+# What mechanisms draw from: a stream of this module, or (tests) a seeded torch generator.
+RandomSource = np.random.Generator | torch.Generator
 
 
 @dataclass(frozen=True)
@@ -76,15 +80,13 @@ class Randomness:
         hasher.update(_encode((purpose, *path)))
         return hasher
 
-    def seed(self, purpose: str, *path: object) -> int:
-        """A 63-bit seed for the stream named by ``purpose`` and ``path`` (e.g. ``"noise", round``)."""
-        return int.from_bytes(self._hasher(purpose, path).digest(), "big") & _SEED_MASK
-
-    def generator(self, purpose: str, *path: object, device: torch.device | str = "cpu") -> torch.Generator:
-        """A torch generator for one stream; the same (root, purpose, path) always gives the same one."""
-        generator = torch.Generator(device=device)
-        generator.manual_seed(self.seed(purpose, *path))
-        return generator
+    def stream(self, purpose: str, *path: object) -> np.random.Generator:
+        """The generator of one stream (e.g. ``"noise", round``); the same (root, purpose, path) always
+        gives the same one. Seeded with a 256-bit keyed digest: not enumerable."""
+        hasher = hashlib.blake2b(key=self._root, digest_size=32)
+        hasher.update(_encode((purpose, *path)))
+        entropy = int.from_bytes(hasher.digest(), "big")
+        return np.random.Generator(np.random.PCG64DXSM(np.random.SeedSequence(entropy)))
 
     def uniforms(self, purpose: str, round_index: int, units: Iterable[object]) -> np.ndarray:
         """One uniform number in [0, 1) per unit, each a function of (root, purpose, round, unit) only."""

@@ -61,6 +61,11 @@ class Catalog:
             "SELECT sentence_id, user_id, text FROM sentences WHERE split = ? ORDER BY sentence_id", [split]
         ).fetchall()
 
+    def roster_size(self, split: str) -> int:
+        """Writers on the users table with at least one sentence in ``split`` (the roster, not the text)."""
+        column = {"train": "n_train", "valid": "n_valid", "test": "n_test"}[split]
+        return int(self.con.execute(f"SELECT count(*) FROM users WHERE {column} > 0").fetchone()[0])
+
     def labels(self, split: str) -> dict[int, str]:
         """``sentence_id -> class`` of a classification corpus' split (sentences without a class left out)."""
         return dict(self.con.execute(

@@ -200,7 +200,7 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
                                  for start, end, index in spans], dtype=np.int64))
     # A secure release's root comes from the OS and is never stored: the release is reused, never redrawn.
     randomness = Randomness.for_mode(config.randomness, config.seed)
-    released = privatize(records, sampler, randomness.generator("sanitize"))
+    released = privatize(records, sampler, randomness.stream("sanitize"))
     new_texts = list(texts)
     for row, spans, record, out in zip(rows, segmented, records, released):
         new_texts[row] = _rebuild(texts[row], spans, record, out, segmenter)

@@ -127,18 +127,29 @@ def planned_population(config: TrainConfig) -> Population | None:
     return Population(1.0, "dp-count", config.count_noise)
 
 
-def unit_population(config: TrainConfig, data: PreparedData, randomness: Randomness,
-                    checkpoint: Checkpointer) -> Population | None:
-    """The count of privacy units the mechanism may use (PRIVACY.md rule 4): declared public, or the exact
-    count plus Gaussian noise, drawn once per run (a resumed run reuses what it released)."""
+def unit_population(config: TrainConfig, exact: int, randomness: Randomness, checkpoint: Checkpointer,
+                    dataset_id: str) -> Population | None:
+    """The count of privacy units the mechanism may use (PRIVACY.md rule 4): declared public, or ``exact``
+    plus Gaussian noise, drawn once per run (a resumed run on the same data reuses what it released)."""
     if config.mechanism not in COUNTED:
         return None
     if config.public_count is not None:
         return Population.declared(config.public_count)
-    exact = len(data.train.sequences) if config.mechanism == "dpsgd" else data.train.n_users
-    value = checkpoint.released("dp_count_of_units",
+    value = checkpoint.released(f"dp_count_of_units/{dataset_id}",
                                 lambda: Population.dp_count(exact, config.count_noise, randomness).value)
     return Population(value, "dp-count", config.count_noise)
+
+
+def exact_unit_count(config: TrainConfig, catalog: Catalog, data: PreparedData) -> int:
+    """What the DP count counts, chosen so one unit moves it by at most one: sequences (dpsgd); users with
+    training examples (userdp); for uedp the writers on the roster, which removing an entity's sentences
+    does not change (a writer whose every sentence holds the entity stays, with no sentences), whereas
+    counting users with sentences left would move by one per such writer."""
+    if config.mechanism == "dpsgd":
+        return len(data.train.sequences)
+    if config.mechanism in ("uedp", "uedp-naive"):
+        return catalog.roster_size("train")
+    return data.train.n_users
 
 
 def evaluate(model: torch.nn.Module, examples: Sequence[Example], config: TrainConfig, pad_id: int,
@@ -215,13 +226,15 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
     with Catalog(home, release.dataset if release else config.dataset) as catalog:
         data = prepare_data(catalog, config, tokenizer)
         caveats = coverage_caveats(catalog, config)
+        exact_units = exact_unit_count(config, catalog, data) if config.mechanism in COUNTED else 0
     model = build_model(config.model, config.model_size, tokenizer,
                         len(data.classes) if data.classes else None).to(device)
     checkpoint = Checkpointer(home.checkpoint_dir(config.dataset, config.fingerprint()), config.checkpoint_every,
                               config.fingerprint(), writes=ranks.is_main)
     # One secret root per run; under torchrun rank 0 draws it and every rank uses it.
     randomness = Randomness.for_mode(config.randomness, config.seed).shared_across_ranks()
-    population = unit_population(config, data, randomness, checkpoint)
+    dataset_id = home.keyed_id(str((read_manifest(home.table_dir(config.dataset, "sentences")) or {}).get("key", "")))
+    population = unit_population(config, exact_units, randomness, checkpoint, dataset_id)
     mechanism = build_mechanism(config, population, len(data.train.sequences), randomness)
     return Setup(device, tokenizer, data, model, mechanism, checkpoint, release, caveats)
 

@@ -49,7 +49,7 @@ def _std_within_chi_square(samples: torch.Tensor, sigma: float, alpha: float = 1
 
 def test_noise_standard_deviation_is_sigma_not_sigma_squared() -> None:
     for sigma in (0.5, 2.0, 7.0):
-        noise = gaussian_noise((200_000,), sigma, Randomness.secure().generator("noise", 1))
+        noise = gaussian_noise((200_000,), sigma, Randomness.secure().stream("noise", 1))
         assert _std_within_chi_square(noise, sigma)
         assert not _std_within_chi_square(noise, sigma**2)
 
@@ -66,10 +66,10 @@ def test_poisson_sampling_rate_within_binomial_bounds_and_sizes_vary() -> None:
 
 
 def test_secure_mode_seeds_from_the_os_and_seeded_mode_reproduces() -> None:
-    a = gaussian_noise((8,), 1.0, Randomness.seeded(3).generator("noise", 1))
-    b = gaussian_noise((8,), 1.0, Randomness.seeded(3).generator("noise", 1))
+    a = gaussian_noise((8,), 1.0, Randomness.seeded(3).stream("noise", 1))
+    b = gaussian_noise((8,), 1.0, Randomness.seeded(3).stream("noise", 1))
     assert torch.equal(a, b)
-    c = gaussian_noise((8,), 1.0, Randomness.secure().generator("noise", 1))
-    d = gaussian_noise((8,), 1.0, Randomness.secure().generator("noise", 1))
+    c = gaussian_noise((8,), 1.0, Randomness.secure().stream("noise", 1))
+    d = gaussian_noise((8,), 1.0, Randomness.secure().stream("noise", 1))
     assert not torch.equal(c, d)
     assert "root" not in repr(Randomness.secure()) and "_root" not in repr(Randomness.secure())

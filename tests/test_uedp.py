@@ -99,7 +99,7 @@ def test_adding_an_entity_spread_over_users_moves_the_sum_beyond_the_papers_boun
         for user, seqs in data.by_user.items():
             extended = set(range(sum(1 for s in data.entities[user] if not s)))  # all S sentences sampled
             groups.append([seqs[i] for i in usable_sequences(data.entities[user], sampled_entities, extended, False)])
-        streams = [root.generator("local-batches", 1, user) for user in data.by_user]  # as training derives them
+        streams = [root.stream("local-batches", 1, user) for user in data.by_user]  # as training derives them
         return trainer.clipped_sum(theta, groups, [1.0] * len(groups), streams)
 
     without = clipped_sum(_entity_user_data(n, with_entity=False), set())

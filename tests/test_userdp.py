@@ -42,9 +42,9 @@ def _train(params: UserDpParams, model: torch.nn.Module | None = None, data: Tra
     return model, reports, statement
 
 
-def _streams(randomness: Randomness, users: list[str], round_index: int = 1) -> list[torch.Generator]:
+def _streams(randomness: Randomness, users: list[str], round_index: int = 1) -> list:
     """Each user's own local-batch stream, derived as training derives it."""
-    return [randomness.generator("local-batches", round_index, user) for user in users]
+    return [randomness.stream("local-batches", round_index, user) for user in users]
 
 
 def test_added_noise_has_standard_deviation_z_times_clip() -> None:

@@ -31,7 +31,7 @@ from privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound
 from privacy.mechanisms.userdp import randomness_statement
 from privacy.population import Population
 from privacy.primitives import gaussian_noise
-from privacy.randomness import Randomness
+from privacy.randomness import Randomness, RandomSource
 
 
 @dataclass
@@ -95,7 +95,7 @@ class DpSgd:
                     stopped = f"stopped before step {step}: epsilon would exceed the budget {p.max_epsilon:g}"
                     break
                 batch = [examples[i] for i in rng.poisson_sample("sample-examples", step, example_ids, q)]
-                noise_gen = rng.generator("noise", step, device=device)
+                noise_gen = rng.stream("noise", step)
                 gradients = self.step_gradient(private, model, params, batch, loss_fn, device, data.pad_id, noise_gen)
                 for param, grad in zip(params, gradients):
                     param.grad = grad
@@ -122,12 +122,12 @@ class DpSgd:
 
     def step_gradient(self, private: GradSampleModule, model: torch.nn.Module, params: list[torch.Tensor],
                       batch: list[Any], loss_fn: LossFn, device: torch.device, pad_id: int,
-                      noise_gen: torch.Generator) -> list[torch.Tensor]:
+                      noise_gen: RandomSource) -> list[torch.Tensor]:
         return self.noisy_gradient(private, params, batch, loss_fn, device, pad_id, noise_gen)
 
     def noisy_gradient(self, private: GradSampleModule, params: list[torch.Tensor], batch: list[torch.Tensor],
                        loss_fn: LossFn, device: torch.device, pad_id: int,
-                       noise_gen: torch.Generator) -> list[torch.Tensor]:
+                       noise_gen: RandomSource) -> list[torch.Tensor]:
         """``(sum_i clip(g_i) + N(0, (z clip)^2 I)) / expected_batch_size``, per parameter.
 
         Under torchrun each process sums its share of the batch; the shares are added before the
@@ -135,7 +135,7 @@ class DpSgd:
         sigma = self.noise_multiplier * self.params.clip
         ranks = Ranks.current()
         summed = ranks.sum_(self.clipped_gradient_sum(private, params, ranks.mine(batch), loss_fn, device, pad_id))
-        return [(total + gaussian_noise(total.shape, sigma, noise_gen, total.dtype)) / self.params.expected_batch_size
+        return [(total + gaussian_noise(total.shape, sigma, noise_gen, total.dtype, total.device)) / self.params.expected_batch_size
                 for total in summed]
 
     def clipped_gradient_sum(self, private: GradSampleModule, params: list[torch.Tensor],

@@ -25,6 +25,7 @@ from models.batching import batches
 from models.parallel import Ranks
 from models.training import LossFn, optimizer_step
 from privacy.mechanisms.base import TrainData
+from privacy.randomness import RandomSource
 from privacy.primitives import assign_flat_, clip_l2, flatten
 
 # Any user's weight is at most 1, so max(w) * clip bounds one user's contribution even for a user who
@@ -50,7 +51,7 @@ class LocalTrainer:
         self.ranks = Ranks.current()
 
     def clipped_sum(self, theta: torch.Tensor, users: list[list[torch.Tensor]], weights: list[float],
-                    streams: list[torch.Generator]) -> torch.Tensor:
+                    streams: list[RandomSource]) -> torch.Tensor:
         """``sum_u w_u clip(Delta_u, clip)``: the quantity whose sensitivity the mechanisms bound.
 
         ``streams[i]`` orders user i's local batches (its own stream). A user with no usable sequence
@@ -64,7 +65,7 @@ class LocalTrainer:
         return self.ranks.sum_([total])[0]
 
     def local_clipped_sum(self, theta: torch.Tensor, users: list[list[torch.Tensor]], weights: list[float],
-                          streams: list[torch.Generator]) -> torch.Tensor:
+                          streams: list[RandomSource]) -> torch.Tensor:
         """The clipped sum over the users this process trains."""
         total = torch.zeros_like(theta)
         for sequences, weight, stream in zip(users, weights, streams):
@@ -72,7 +73,7 @@ class LocalTrainer:
                 total += weight * clip_l2(self.local_delta(theta, sequences, stream), self.clip)
         return total
 
-    def local_delta(self, theta: torch.Tensor, sequences: list[torch.Tensor], stream: torch.Generator) -> torch.Tensor:
+    def local_delta(self, theta: torch.Tensor, sequences: list[torch.Tensor], stream: RandomSource) -> torch.Tensor:
         """K local SGD steps from ``theta``, batches in the order ``stream`` draws; returns ``theta_u - theta``."""
         assign_flat_(self.params, theta)
         optimizer = torch.optim.SGD(self.params, lr=self.local_lr)
@@ -80,6 +81,6 @@ class LocalTrainer:
             optimizer_step(self.worker, optimizer, batch, self.loss_fn, self.device)
         return flatten(self.params) - theta
 
-    def _cycle(self, sequences: list[torch.Tensor], stream: torch.Generator) -> Iterator[dict[str, torch.Tensor]]:
+    def _cycle(self, sequences: list[torch.Tensor], stream: RandomSource) -> Iterator[dict[str, torch.Tensor]]:
         while True:
             yield from batches(sequences, self.local_batch_size, self.pad_id, stream)

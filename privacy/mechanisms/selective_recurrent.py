@@ -42,7 +42,7 @@ from privacy.mechanisms.base import LossFn, PrivacyStatement, TrainData
 from privacy.mechanisms.dpsgd import DpSgd, DpSgdParams, sum_clipped_grad_samples
 from privacy.population import Population
 from privacy.primitives import gaussian_noise
-from privacy.randomness import Randomness
+from privacy.randomness import Randomness, RandomSource
 
 MISSED_TOKENS_CAVEAT = ("only tokens the detector found are protected as tokens: the hidden state after a missed "
                         "name is released without noise, and its loss trains the regular (noiseless) gradient")
@@ -97,17 +97,17 @@ class SelectiveRecurrent(DpSgd):
 
     def step_gradient(self, private: GradSampleModule, model: torch.nn.Module, params: list[torch.Tensor],
                       batch: list[Any], loss_fn: LossFn, device: torch.device, pad_id: int,
-                      noise_gen: torch.Generator) -> list[torch.Tensor]:
+                      noise_gen: RandomSource) -> list[torch.Tensor]:
         assert isinstance(model, LstmLanguageModel)
         return self.step_gradients(private, model, params, [s for s, _ in batch], [m for _, m in batch], pad_id,
                                    device, noise_gen)
 
     def step_gradients(self, private: GradSampleModule, model: LstmLanguageModel, params: list[torch.Tensor],
                        batch: list[torch.Tensor], masks: list[torch.Tensor], pad_id: int, device: torch.device,
-                       noise_gen: torch.Generator) -> list[torch.Tensor]:
+                       noise_gen: RandomSource) -> list[torch.Tensor]:
         """Regular gradient of the public losses plus the noised, clipped private gradient, per parameter."""
         p, z = self.params, self.noise_multiplier
-        private_noise = [gaussian_noise(t.shape, z * p.clip, noise_gen, t.dtype) for t in params]
+        private_noise = [gaussian_noise(t.shape, z * p.clip, noise_gen, t.dtype, t.device) for t in params]
         if not batch:
             return [noise / p.expected_batch_size for noise in private_noise]
         inputs = {k: v.to(device) for k, v in collate(batch, pad_id).items()}

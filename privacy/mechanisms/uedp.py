@@ -146,10 +146,10 @@ class UeDp:
             for u in sampled_users:
                 used = usable_sequences(entity_sets[u], sampled_entities, extended_by_user.get(u, set()), p.naive)
                 groups.append([sequences[u][i] for i in used])
-            streams = [rng.generator("local-batches", round_index, users[u]) for u in sampled_users]
+            streams = [rng.stream("local-batches", round_index, users[u]) for u in sampled_users]
             theta = flatten(params)
             total = trainer.clipped_sum(theta, groups, [WEIGHT_CEILING] * len(groups), streams)
-            noise = gaussian_noise(theta.shape, sigma, rng.generator("noise", round_index, device=device), theta.dtype)
+            noise = gaussian_noise(theta.shape, sigma, rng.stream("noise", round_index), theta.dtype, theta.device)
             assign_flat_(params, theta + p.server_lr * (total + noise) / self.denominator)
             epsilon, rounds_run = max(a.step() for a in cases.values()), round_index
             on_round(RoundReport(round_index, math.nan, epsilon, p.delta))

@@ -99,10 +99,10 @@ class UserDp:
                 stopped = f"stopped before round {round_index}: epsilon would exceed the budget {p.max_epsilon:g}"
                 break
             sampled = rng.poisson_sample("sample-users", round_index, user_ids, p.q_user)
-            streams = [rng.generator("local-batches", round_index, user_ids[i]) for i in sampled]
+            streams = [rng.stream("local-batches", round_index, user_ids[i]) for i in sampled]
             theta = flatten(params)
             total = trainer.clipped_sum(theta, [user_sequences[i] for i in sampled], weights[sampled].tolist(), streams)
-            noise = gaussian_noise(theta.shape, sigma, rng.generator("noise", round_index, device=device), theta.dtype)
+            noise = gaussian_noise(theta.shape, sigma, rng.stream("noise", round_index), theta.dtype, theta.device)
             assign_flat_(params, theta + p.server_lr * (total + noise) / self.denominator)
             epsilon = accountant.step()
             # Neither the local losses nor the number of sampled users is released.

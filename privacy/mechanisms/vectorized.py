@@ -22,6 +22,7 @@ from torch.func import functional_call, grad, vmap
 
 from models.batching import IGNORE
 from privacy.mechanisms.fedavg import LocalTrainer
+from privacy.randomness import RandomSource
 from privacy.primitives import clip_l2
 
 
@@ -39,7 +40,7 @@ class VectorizedLocalTrainer(LocalTrainer):
         self.embedding_name = next(n for n, p in self.worker.named_parameters() if p is embedding)
 
     def local_clipped_sum(self, theta: torch.Tensor, users: list[list[torch.Tensor]], weights: list[float],
-                          streams: list[torch.Generator]) -> torch.Tensor:
+                          streams: list[RandomSource]) -> torch.Tensor:
         total = torch.zeros_like(theta)
         active = [(sequences, weight, stream) for sequences, weight, stream in zip(users, weights, streams) if sequences]
         for start in range(0, len(active), self.group_size):
@@ -50,7 +51,7 @@ class VectorizedLocalTrainer(LocalTrainer):
         return total
 
     def _group_deltas(self, theta: torch.Tensor, users: list[list[torch.Tensor]],
-                      streams: list[torch.Generator]) -> torch.Tensor:
+                      streams: list[RandomSource]) -> torch.Tensor:
         # The same batches, drawn in the same order from each user's own stream, as the sequential trainer.
         steps = [list(itertools.islice(self._cycle(sequences, stream), self.local_steps))
                  for sequences, stream in zip(users, streams)]

@@ -127,7 +127,7 @@ def _diameter(vectors: torch.Tensor, exact_up_to: int = 20_000, chunk: int = 204
     return float(max(torch.cdist(vectors[s:s + chunk], vectors).max() for s in range(0, vectors.shape[0], chunk)))
 
 
-def sample(sampler: Sampler, tokens: np.ndarray, generator: torch.Generator, chunk: int = 1024) -> np.ndarray:
+def sample(sampler: Sampler, tokens: np.ndarray, generator: torch.Generator | np.random.Generator, chunk: int = 1024) -> np.ndarray:
     """One independent draw per input token. Distributions are computed once per distinct token (text
     repeats tokens: Zipf), in chunks (SanText's rows span the vocabulary), and each occurrence draws by
     inverting that token's CDF at its own uniform number."""
@@ -137,7 +137,8 @@ def sample(sampler: Sampler, tokens: np.ndarray, generator: torch.Generator, chu
     unique, inverse = np.unique(tokens, return_inverse=True)
     order = np.argsort(inverse, kind="stable")
     bounds = np.concatenate([[0], np.cumsum(np.bincount(inverse, minlength=len(unique)))])
-    uniforms = torch.rand(len(tokens), generator=generator, dtype=torch.float64)
+    uniforms = (torch.rand(len(tokens), generator=generator, dtype=torch.float64) if isinstance(generator, torch.Generator)
+                else torch.from_numpy(generator.random(len(tokens))))
     for first in range(0, len(unique), chunk):
         candidates, probs = sampler.distribution(unique[first:first + chunk])
         cdf = torch.from_numpy(np.cumsum(probs, axis=1))
@@ -150,7 +151,7 @@ def sample(sampler: Sampler, tokens: np.ndarray, generator: torch.Generator, chu
     return out
 
 
-def privatize(records: list[np.ndarray], sampler: Sampler, generator: torch.Generator) -> list[np.ndarray]:
+def privatize(records: list[np.ndarray], sampler: Sampler, generator: torch.Generator | np.random.Generator) -> list[np.ndarray]:
     """Sanitize every position >= 0 of every record (``KEEP`` and ``UNKNOWN`` pass through), with one
     independent draw per position."""
     lengths = [len(r) for r in records]
