@@ -11,10 +11,13 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from typing import Callable, Literal
+from typing import TYPE_CHECKING, Callable, Literal
 
 import dp_accounting
 from dp_accounting import pld, rdp
+
+if TYPE_CHECKING:
+    from privacy.population import Population
 
 AccountantKind = Literal["pld", "rdp"]
 ACCOUNTANTS: tuple[str, ...] = ("pld", "rdp")
@@ -232,6 +235,7 @@ def _gaussian_pld(event: dp_accounting.DpEvent, adjacency: Adjacency) -> object 
 
 
 PLD_DISCRETIZATION = 1e-4  # dp_accounting's PLDAccountant default
+COUNT_BOUND_SHARE = 0.1  # uedp: share of delta charged to "the DP upper bound on the number of users fails"
 
 
 # --- UeDP (PRIVACY.md, "UeDP-Alg, made sound") ------------------------------------------------------
@@ -290,6 +294,17 @@ class UeDpAccounting:
         self.n_users_bound = n_users_bound
         # The larger of two neighbours has one user more than the count bounds.
         self.max_users = max_sampled_users(n_users_bound + 1, q_user, rounds, self.delta_trunc)
+
+    @classmethod
+    def for_population(cls, population: "Population", q_user: float, q_entity: float, q_extended: float,
+                       rounds: int, delta: float, naive: bool = False, truncation_share: float = 0.1,
+                       kind: AccountantKind = "pld", count_bound_share: float = COUNT_BOUND_SHARE) -> "UeDpAccounting":
+        """The accounting of a run whose user count is ``population``: a declared count bounds N itself; a
+        DP count is composed in, and its upper bound fails with probability ``count_bound_share * delta``,
+        charged to delta. Training and the ``uedp epsilon`` planner both build it here."""
+        delta_bound = count_bound_share * delta if population.source == "dp-count" else 0.0
+        return cls(population.upper_bound(delta_bound), q_user, q_entity, q_extended, rounds, delta, naive,
+                   truncation_share, kind, initial=population.event(), delta_bound=delta_bound)
 
     @property
     def sensitivity_factor(self) -> int:

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import dp_accounting
-import torch
 from scipy.stats import norm
 
 from privacy.randomness import Randomness

@@ -61,6 +61,14 @@ class Randomness:
             return cls.seeded(seed)
         raise ValueError(f"unknown randomness mode {mode!r}; valid: secure, seeded")
 
+    @property
+    def caveats(self) -> tuple[str, ...]:
+        """What a statement must say about this randomness: nothing when secure."""
+        if self.mode == "seeded":
+            return ("seeded randomness: sampling and noise follow from the configured seed, so the guarantee does "
+                    "not hold against anyone who knows it (for tests and demos only)",)
+        return ()
+
     def shared_across_ranks(self) -> "Randomness":
         """Under ``torch.distributed``: rank 0's root, broadcast to every rank (identity in one process)."""
         import torch.distributed as dist

@@ -130,10 +130,17 @@ def planned_population(config: TrainConfig) -> Population | None:
 def unit_population(config: TrainConfig, exact: int, randomness: Randomness, checkpoint: Checkpointer,
                     dataset_id: str) -> Population | None:
     """The count of privacy units the mechanism may use (PRIVACY.md rule 4): declared public, or ``exact``
-    plus Gaussian noise, drawn once per run (a resumed run on the same data reuses what it released)."""
+    plus Gaussian noise, drawn once per run (a resumed run on the same data reuses what it released).
+
+    A declared count must be at least the true one: uedp bounds its sampled users from it, and a bound
+    below the truth would undercount epsilon. The error does not print the true count."""
     if config.mechanism not in COUNTED:
         return None
     if config.public_count is not None:
+        if config.public_count < exact:
+            raise UedpError(f"--public-count {config.public_count} is below the number of privacy units of "
+                            f"{config.dataset!r} ({'sequences' if config.mechanism == 'dpsgd' else 'users'}); "
+                            "declare the true count or an upper bound, or leave it out for a DP count")
         return Population.declared(config.public_count)
     value = checkpoint.released(f"dp_count_of_units/{dataset_id}",
                                 lambda: Population.dp_count(exact, config.count_noise, randomness).value)
@@ -162,16 +169,18 @@ def evaluate(model: torch.nn.Module, examples: Sequence[Example], config: TrainC
     return perplexity(model, examples, pad_id, device)
 
 
+def keyed_table_id(home: DataHome, dataset: str, table: str) -> str:
+    """A table's content key, keyed with the data home's secret: released as-is, a content key hashes the
+    corpus itself and would let anyone who can guess D or D' tell them apart."""
+    return home.keyed_id(str((read_manifest(home.table_dir(dataset, table)) or {}).get("key", "")))
+
+
 def _tags(home: DataHome, config: TrainConfig, device: torch.device, flow_run_id: str | None,
           parent_run_id: str | None) -> dict[str, str]:
-    # The tables' content keys hash the corpus itself: released as-is they would let anyone who can guess
-    # D or D' tell them apart. The tags hold them keyed with the data home's secret instead.
-    def keyed(table: str) -> str:
-        return home.keyed_id(str((read_manifest(home.table_dir(config.dataset, table)) or {}).get("key", "")))
-
     tags = {
         "uedp.dataset": config.dataset, "uedp.mechanism": config.mechanism, "uedp.model": config.model,
-        "uedp.dataset_id": keyed("sentences"), "uedp.entities_id": keyed("entities"),
+        "uedp.dataset_id": keyed_table_id(home, config.dataset, "sentences"),
+        "uedp.entities_id": keyed_table_id(home, config.dataset, "entities"),
         "uedp.device": str(device), "uedp.config_fingerprint": config.fingerprint(),
         "uedp.randomness": config.randomness if config.is_private else "none",
     }
@@ -233,8 +242,8 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
                               config.fingerprint(), writes=ranks.is_main)
     # One secret root per run; under torchrun rank 0 draws it and every rank uses it.
     randomness = Randomness.for_mode(config.randomness, config.seed).shared_across_ranks()
-    dataset_id = home.keyed_id(str((read_manifest(home.table_dir(config.dataset, "sentences")) or {}).get("key", "")))
-    population = unit_population(config, exact_units, randomness, checkpoint, dataset_id)
+    population = unit_population(config, exact_units, randomness, checkpoint,
+                                 keyed_table_id(home, config.dataset, "sentences"))
     mechanism = build_mechanism(config, population, len(data.train.sequences), randomness)
     return Setup(device, tokenizer, data, model, mechanism, checkpoint, release, caveats)
 
@@ -248,7 +257,7 @@ def coverage_caveats(catalog: Catalog, config: TrainConfig) -> tuple[str, ...]:
     """What a private run's epsilon leaves out: held-out evaluation, and for entity-level mechanisms the
     entities the detector missed, with its measured recall when gold tags exist to measure it on the
     held-out splits (measured there, the figure says nothing about the training users)."""
-    if not config.is_private or config.mechanism in LOCAL_DP:
+    if not config.is_private:
         return ()
     caveats = [EVALUATION_CAVEAT]
     if config.mechanism in ENTITY_MECHANISMS:

@@ -150,13 +150,23 @@ def test_an_mlflow_run_read_back_holds_no_exact_count_of_private_data(home, demo
         train = catalog.sentences("train")
         totals = catalog.totals(list(config.categories))
         counts = {c.entities for c in catalog.category_counts(list(config.categories))}
-    exact = {len(train), len({u for _, u, _ in train}), *totals.values(), *counts} - {0, 1, 2}
+    planted = config.canaries * config.canary_repeats  # canaries are training sequences too
+    exact = {len(train), len(train) + planted, len({u for _, u, _ in train}), *totals.values(), *counts} - {0, 1, 2}
     names = {*run.data.params, *run.data.metrics, *run.data.tags}
     assert not names & set(FORBIDDEN) and not any(n.startswith(("entities_", "users_with_")) for n in names)
-    config_fields = set(TrainConfig.model_fields)
-    for key, value in {**run.data.params, **{k: str(v) for k, v in run.data.metrics.items()}}.items():
-        if key in config_fields or key in ("model_parameters", "processes", "rounds_run", "resumed_from_round"):
-            continue  # set by the user or by the model, not by the data
+    with tempfile.TemporaryDirectory() as tmp:  # the statement artifact, numbers included
+        resolved = json.loads(Path(client.download_artifacts(run.info.run_id, "resolved_config.json", tmp)).read_text())
+    released = {**run.data.params, **{k: str(v) for k, v in run.data.metrics.items()},
+                **{f"artifact:{k}": str(v) for k, v in resolved["privacy"].items() if not isinstance(v, (dict, list))},
+                **{f"artifact:extra.{k}": str(v) for k, v in resolved["privacy"]["extra"].items()}}
+    allowed = set(TrainConfig.model_fields) | {"model_parameters", "processes", "rounds_run", "resumed_from_round",
+                                               "artifact:rounds"}
+    if mechanism == "selective":  # replace-one neighbours have as many sequences: their count is public
+        assert "public under replace-one" in run.data.params["privacy_public"]
+        allowed |= {"privacy_population_used", "artifact:extra.population_used"}
+    for key, value in released.items():
+        if key in allowed:
+            continue  # set by the user or the model, or public by the adjacency
         try:
             number = float(value)
         except ValueError:
@@ -173,6 +183,23 @@ def test_an_mlflow_run_read_back_holds_no_exact_count_of_private_data(home, demo
         canaries = json.loads(Path(client.download_artifacts(run.info.run_id, "canaries.json", tmp)).read_text())
     raw_users = {u for _, u, _ in train}
     assert canaries and all(c["user"].startswith("user-") and c["user"] not in raw_users for c in canaries)
+
+
+def test_a_declared_count_below_the_true_one_is_refused_before_anything_is_logged(home, demo: str) -> None:
+    """uedp bounds its sampled users from a declared count: one below the truth would undercount epsilon."""
+    from uedp.errors import UedpError
+
+    config = TrainConfig(dataset=demo, mechanism="uedp", steps=1, q_user=0.5, local_steps=1, checkpoint_every=0,
+                         public_count=3)
+    with pytest.raises(UedpError, match="--public-count 3 is below the number of privacy units"):
+        train_configuration(home, config, progress=False)
+    client = MlflowClient(tracking_uri=home.mlflow_tracking_uri)
+    assert client.get_experiment_by_name(demo) is None or not client.search_runs(
+        [client.get_experiment_by_name(demo).experiment_id])  # no half-made run
+    with Catalog(home, demo) as catalog:
+        roster = catalog.roster_size("train")
+    ok = train_configuration(home, config.model_copy(update={"public_count": roster}), progress=False)
+    assert ok.privacy_extra["population_used"] == roster and any("declared public" in p for p in ok.public)
 
 
 # 4. One independent local stream per (round, unit) ----------------------------------------------------

@@ -308,6 +308,8 @@ def test_custext_trains_through_the_same_task_and_logs_its_local_guarantee(home,
     run = MlflowClient(tracking_uri=home.mlflow_tracking_uri).get_run(result.run_id)
     assert run.info.experiment_id == MlflowClient(tracking_uri=home.mlflow_tracking_uri).get_experiment_by_name(demo).experiment_id
     assert run.data.params["privacy_unit"] == "one sanitized token (local DP)"
+    assert "held-out users' text" in run.data.params["privacy_caveats"]  # local DP too: evaluation is not covered
+    assert "compare the release with the raw text" in run.data.params["privacy_caveats"]
     assert 0 < run.data.metrics["kept_token_share"] < 0.5 and run.data.metrics["epsilon_record_max"] >= 2.0
     assert read_manifest(home.table_dir("demo-custext-e2-k10-token", "sentences")) is not None
     from tasks.report import markdown, summarise

@@ -395,7 +395,6 @@ def epsilon(
     """
     from privacy.accounting import (UeDpAccounting, check_delta, epsilon_after, poisson_gaussian_round,
                                     resolve_noise_multiplier)
-    from privacy.mechanisms.uedp import UeDpParams
     from privacy.population import Population
 
     if mechanism not in ("userdp", "uedp", "uedp-naive"):
@@ -422,11 +421,8 @@ def epsilon(
             typer.echo(f"userdp: epsilon = {epsilon_after(event(z), steps, delta, accountant, initial=initial):.4g} "  # type: ignore[arg-type]
                        f"at delta = {delta:g} after {steps} rounds{counted}, z = {z:.4g} ({accountant}; unit: one user)")
         else:
-            share = UeDpParams.count_bound_share
-            delta_bound = 0.0 if count_public else share * delta
-            plan = UeDpAccounting(population.upper_bound(delta_bound) if delta_bound else users, q_user, q_entity,
-                                  q_extended, steps, delta, mechanism == "uedp-naive", kind=accountant,  # type: ignore[arg-type]
-                                  initial=initial, delta_bound=delta_bound)
+            plan = UeDpAccounting.for_population(population, q_user, q_entity, q_extended, steps, delta,
+                                                 mechanism == "uedp-naive", kind=accountant)  # type: ignore[arg-type]
             z = noise_multiplier or plan.calibrate(target_epsilon)  # type: ignore[arg-type]
             cases = plan.epsilons(z)
             typer.echo(f"{mechanism}: epsilon = {max(cases.values()):.4g} at delta = {delta:g} after {steps} rounds"

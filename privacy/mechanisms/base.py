@@ -79,10 +79,6 @@ class PrivacyStatement:
     public: tuple[str, ...] = ()  # what the guarantee treats as public (PRIVACY.md rule 4)
     caveats: tuple[str, ...] = ()  # what the epsilon does not cover
 
-    @property
-    def seeded(self) -> bool:
-        return self.randomness == "seeded"
-
 
 OnRound = Callable[[RoundReport], None]
 

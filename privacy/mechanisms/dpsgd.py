@@ -28,7 +28,6 @@ from models.parallel import Ranks
 from privacy.accounting import (AccountantKind, Adjacency, RoundAccountant, check_delta, poisson_gaussian_round,
                                 resolve_noise_multiplier)
 from privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
-from privacy.mechanisms.userdp import randomness_statement
 from privacy.population import Population
 from privacy.primitives import gaussian_noise
 from privacy.randomness import Randomness, RandomSource
@@ -110,7 +109,7 @@ class DpSgd:
             noise_multiplier=z, sampling_probability=q, rounds=accountant.rounds, notes=stopped,
             extra={"noise_std": z * p.clip, "sensitivity": p.clip, "population_used": self.population.value,
                    **self.statement_extra()},
-            randomness=rng.mode, public=(self.population.describe(),), caveats=randomness_statement(rng),
+            randomness=rng.mode, public=(self.population.describe(),), caveats=(*rng.caveats, *self.statement_caveats()),
         )
 
     def examples(self, model: torch.nn.Module, data: TrainData) -> list[Any]:
@@ -119,6 +118,10 @@ class DpSgd:
 
     def statement_extra(self) -> dict[str, float]:
         return {}
+
+    def statement_caveats(self) -> tuple[str, ...]:
+        """What this mechanism's epsilon does not cover, beyond what every run says."""
+        return ()
 
     def step_gradient(self, private: GradSampleModule, model: torch.nn.Module, params: list[torch.Tensor],
                       batch: list[Any], loss_fn: LossFn, device: torch.device, pad_id: int,

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import dp_accounting
@@ -38,7 +38,7 @@ from models.batching import IGNORE, collate
 from models.device import autocast
 from models.lstm import LstmLanguageModel
 from privacy.accounting import Adjacency
-from privacy.mechanisms.base import LossFn, PrivacyStatement, TrainData
+from privacy.mechanisms.base import LossFn, TrainData
 from privacy.mechanisms.dpsgd import DpSgd, DpSgdParams, sum_clipped_grad_samples
 from privacy.population import Population
 from privacy.primitives import gaussian_noise
@@ -76,10 +76,6 @@ class SelectiveRecurrent(DpSgd):
         # F-neighbours change a token's value, never the number of sequences: the count is public.
         super().__init__(params, Population.public_by_adjacency(n_examples), randomness)
 
-    def train(self, *args, **kwargs) -> PrivacyStatement:  # type: ignore[no-untyped-def, override]
-        statement = super().train(*args, **kwargs)
-        return replace(statement, caveats=(*statement.caveats, MISSED_TOKENS_CAVEAT))
-
     def round_event(self, noise_multiplier: float) -> dp_accounting.DpEvent:
         return step_event(self.sample_rate, noise_multiplier)
 
@@ -91,6 +87,9 @@ class SelectiveRecurrent(DpSgd):
             raise ValueError("recurrent selective needs each sequence's private-token mask (TrainData.private_masks)")
         masks = [m for user_masks in data.private_masks.values() for m in user_masks]
         return list(zip(data.sequences, masks))
+
+    def statement_caveats(self) -> tuple[str, ...]:
+        return (MISSED_TOKENS_CAVEAT,)
 
     def statement_extra(self) -> dict[str, float]:
         return {"hidden_noise_std": self.noise_multiplier * self.params.hidden_clip, "releases_per_step": 2.0}

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 import torch
 
-from privacy.accounting import UeDpAccounting, check_delta
+from privacy.accounting import COUNT_BOUND_SHARE, UeDpAccounting, check_delta
 from privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
 from privacy.mechanisms.fedavg import WEIGHT_CEILING
-from privacy.mechanisms.userdp import UserDpParams, make_local_trainer, randomness_statement
+from privacy.mechanisms.userdp import UserDpParams, make_local_trainer
 from privacy.population import Population
 from privacy.primitives import assign_flat_, flatten, gaussian_noise
 from privacy.randomness import Randomness
@@ -45,7 +45,7 @@ class UeDpParams(UserDpParams):
     q_entity: float = 0.5
     q_extended: float = 0.5
     truncation_share: float = 0.1  # share of delta charged to "more than M users sampled in some round"
-    count_bound_share: float = 0.1  # share of delta charged to "the DP upper bound on the number of users fails"
+    count_bound_share: float = COUNT_BOUND_SHARE  # share of delta charged to a failed DP upper bound on the users
     naive: bool = False
 
 
@@ -79,11 +79,9 @@ class UeDp:
         self.population = population
         self.randomness = randomness or Randomness.secure()
         self.name = "uedp-naive" if params.naive else "uedp"
-        delta_bound = params.count_bound_share * params.delta if population.source == "dp-count" else 0.0
-        self.accounting = UeDpAccounting(population.upper_bound(delta_bound) if delta_bound else round(population.value),
-                                         params.q_user, params.q_entity, params.q_extended, params.rounds,
-                                         params.delta, params.naive, params.truncation_share, params.accountant,
-                                         initial=population.event(), delta_bound=delta_bound)
+        self.accounting = UeDpAccounting.for_population(
+            population, params.q_user, params.q_entity, params.q_extended, params.rounds, params.delta, params.naive,
+            params.truncation_share, params.accountant, params.count_bound_share)
         if params.target_epsilon is not None:
             self.noise_multiplier = self.accounting.calibrate(params.target_epsilon)
         elif params.noise_multiplier and params.noise_multiplier > 0:
@@ -162,5 +160,5 @@ class UeDp:
                    "denominator": self.denominator, "delta_truncation": self.accounting.delta_trunc,
                    "delta_count_bound": self.accounting.delta_bound,
                    **{f"epsilon_case_{case}": a.epsilon for case, a in cases.items() if rounds_run}},
-            randomness=rng.mode, public=(self.population.describe(),), caveats=randomness_statement(rng),
+            randomness=rng.mode, public=(self.population.describe(),), caveats=rng.caveats,
         )

@@ -51,14 +51,6 @@ class UserDpParams:
     vectorize_users: bool = False  # local updates of a round's users at once (torch.func.vmap)
 
 
-def randomness_statement(randomness: Randomness) -> tuple[str, ...]:
-    """The caveat a seeded run's statement carries (none for secure runs)."""
-    if randomness.mode == "seeded":
-        return ("seeded randomness: sampling and noise follow from the configured seed, so the guarantee does "
-                "not hold against anyone who knows it (for tests and demos only)",)
-    return ()
-
-
 class UserDp:
     name = "userdp"
     unit = "one user (all of their sentences)"
@@ -113,7 +105,7 @@ class UserDp:
             noise_multiplier=z, sampling_probability=p.q_user, rounds=accountant.rounds, notes=stopped,
             extra={"noise_std": sigma, "sensitivity": p.clip * WEIGHT_CEILING, "population_used": self.population.value,
                    "denominator": self.denominator},
-            randomness=rng.mode, public=(self.population.describe(),), caveats=randomness_statement(rng),
+            randomness=rng.mode, public=(self.population.describe(),), caveats=rng.caveats,
         )
 
     def local_trainer(self, model: torch.nn.Module, loss_fn: LossFn, device: torch.device, pad_id: int) -> LocalTrainer:
