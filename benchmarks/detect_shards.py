@@ -33,11 +33,11 @@ def main() -> None:
     from detect_throughput import CONLL, train_conll_ner
     from prefect.testing.utilities import prefect_test_harness
 
-    from detection.pipeline import DetectorConfig
-    from flows.detect import ScaleOut, detect_flow
-    from storage.home import DataHome
-    from storage.ingest import IngestOptions, ingest
-    from storage.tables import read_table
+    from uedp.detection.pipeline import DetectorConfig
+    from uedp.flows.detect import ScaleOut, detect_flow
+    from uedp.storage.home import DataHome
+    from uedp.storage.ingest import IngestOptions, ingest
+    from uedp.storage.tables import read_table
 
     model = args.spacy_model or str(train_conll_ner(4_000, 3))
     config = DetectorConfig(detectors=["spacy", "presidio"], spacy_model=model)

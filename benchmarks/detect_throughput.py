@@ -34,7 +34,7 @@ def train_conll_ner(train_sentences: int, epochs: int, seed: int = 0) -> Path:
     import spacy
     from spacy.training import Example
 
-    from storage.formats.conll import read_conll
+    from uedp.storage.formats.conll import read_conll
 
     key = hashlib.sha256(f"{train_sentences}:{epochs}:{seed}:{spacy.__version__}".encode()).hexdigest()[:12]
     out = CACHE / f"conll-ner-{key}"
@@ -72,14 +72,14 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
 
-    from detection.categories import taxonomy
-    from detection.pipeline import DetectorConfig, detect
-    from detection.presidio_engine import build_analyzer
-    from detection.spacy_pipeline import load_pipeline
-    from storage.catalog import Catalog
-    from storage.home import DataHome
-    from storage.ingest import IngestOptions, ingest
-    from storage.tables import read_table
+    from uedp.detection.categories import taxonomy
+    from uedp.detection.pipeline import DetectorConfig, detect
+    from uedp.detection.presidio_engine import build_analyzer
+    from uedp.detection.spacy_pipeline import load_pipeline
+    from uedp.storage.catalog import Catalog
+    from uedp.storage.home import DataHome
+    from uedp.storage.ingest import IngestOptions, ingest
+    from uedp.storage.tables import read_table
 
     model = args.spacy_model or str(train_conll_ner(args.train_sentences, args.epochs))
     tax = taxonomy()
@@ -123,8 +123,8 @@ def main() -> None:
         # Coverage of each automatic detector against gold, on all of eng.testb.
         detect_config = DetectorConfig(detectors=["gold", "spacy", "presidio"], spacy_model=model,
                                        workers=args.workers)
-        from storage.schemas import ENTITIES
-        from storage.tables import TableWriter
+        from uedp.storage.schemas import ENTITIES
+        from uedp.storage.tables import TableWriter
 
         parquet_batches = read_table(home.table_dir("testb", "sentences")).to_batches(max_chunksize=2000)
         with TableWriter(home.table_dir("testb", "entities"), ENTITIES, "bench") as writer:

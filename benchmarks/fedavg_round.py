@@ -21,14 +21,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from models.batching import encode  # noqa: E402
-from models.device import resolve_device  # noqa: E402
-from models.gpt2 import build_gpt2  # noqa: E402
-from models.metrics import causal_lm_loss  # noqa: E402
-from models.tokenization import byte_level_tokenizer  # noqa: E402
-from privacy.mechanisms.fedavg import LocalTrainer  # noqa: E402
-from privacy.mechanisms.vectorized import VectorizedLocalTrainer  # noqa: E402
-from privacy.primitives import flatten  # noqa: E402
+from uedp.models.batching import encode  # noqa: E402
+from uedp.models.device import resolve_device  # noqa: E402
+from uedp.models.gpt2 import build_gpt2  # noqa: E402
+from uedp.models.metrics import causal_lm_loss  # noqa: E402
+from uedp.models.tokenization import byte_level_tokenizer  # noqa: E402
+from uedp.privacy.mechanisms.fedavg import LocalTrainer  # noqa: E402
+from uedp.privacy.mechanisms.vectorized import VectorizedLocalTrainer  # noqa: E402
+from uedp.privacy.primitives import flatten  # noqa: E402
 
 
 class DeepCopyPerUser(LocalTrainer):

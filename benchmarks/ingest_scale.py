@@ -29,9 +29,9 @@ def _rss_mib() -> float:
 
 def measure(conll: Path, sentences: int, workdir: Path) -> dict[str, float]:
     """Build the repeated file, ingest it in this process, return figures."""
-    from storage.formats.conll import read_conll
-    from storage.home import DataHome
-    from storage.ingest import IngestOptions, ingest
+    from uedp.storage.formats.conll import read_conll
+    from uedp.storage.home import DataHome
+    from uedp.storage.ingest import IngestOptions, ingest
 
     per_copy = sum(1 for _ in read_conll(conll))
     copies = -(-sentences // per_copy)

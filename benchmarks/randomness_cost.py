@@ -23,8 +23,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from privacy.primitives import gaussian_noise  # noqa: E402
-from privacy.randomness import Randomness  # noqa: E402
+from uedp.privacy.primitives import gaussian_noise  # noqa: E402
+from uedp.privacy.randomness import Randomness  # noqa: E402
 
 
 def median_seconds(work: Callable[[], object], repeats: int) -> float:

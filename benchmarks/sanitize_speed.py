@@ -17,9 +17,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from privacy.sanitization.embeddings import Embeddings  # noqa: E402
-from privacy.sanitization.mapping import build_mapping, nearest  # noqa: E402
-from privacy.sanitization.mechanisms import CusText, SanText, privatize  # noqa: E402
+from uedp.privacy.sanitization.embeddings import Embeddings  # noqa: E402
+from uedp.privacy.sanitization.mapping import build_mapping, nearest  # noqa: E402
+from uedp.privacy.sanitization.mechanisms import CusText, SanText, privatize  # noqa: E402
 
 
 def timed(label: str, fn):  # noqa: ANN001, ANN201

@@ -37,20 +37,20 @@ def main() -> None:
 
     import torch
 
-    from detection.pipeline import DetectorConfig
-    from flows.demo import DEMO_CORPUS
-    from models.device import resolve_device
-    from models.factory import build_model
-    from models.tokenization import load_tokenizer
-    from storage.catalog import Catalog
-    from storage.home import DataHome
-    from storage.ingest import IngestOptions, ingest
-    from tasks.config import FEDERATED, TrainConfig
-    from tasks.detect import detect_entities
-    from privacy.population import Population
-    from privacy.randomness import Randomness
-    from tasks.train import build_mechanism, loss_function
-    from tasks.training_data import prepare_data
+    from uedp.detection.pipeline import DetectorConfig
+    from uedp.flows.demo import DEMO_CORPUS
+    from uedp.models.device import resolve_device
+    from uedp.models.factory import build_model
+    from uedp.models.tokenization import load_tokenizer
+    from uedp.storage.catalog import Catalog
+    from uedp.storage.home import DataHome
+    from uedp.storage.ingest import IngestOptions, ingest
+    from uedp.tasks.config import FEDERATED, TrainConfig
+    from uedp.tasks.detect import detect_entities
+    from uedp.privacy.population import Population
+    from uedp.privacy.randomness import Randomness
+    from uedp.tasks.train import build_mechanism, loss_function
+    from uedp.tasks.training_data import prepare_data
 
     device = resolve_device(args.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"

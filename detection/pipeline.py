@@ -19,11 +19,11 @@ from typing import Any, Iterable, Iterator, Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from detection.categories import Taxonomy
-from detection.identity import entity_key
-from detection.presidio_engine import (HAS_DIGIT, LANGUAGE, PreloadedSpacyNlpEngine, build_analyzer,
+from uedp.detection.categories import Taxonomy
+from uedp.detection.identity import entity_key
+from uedp.detection.presidio_engine import (HAS_DIGIT, LANGUAGE, PreloadedSpacyNlpEngine, build_analyzer,
                                        without_digit_only_recognizers)
-from detection.spacy_pipeline import load_pipeline, pipeline_identity
+from uedp.detection.spacy_pipeline import load_pipeline, pipeline_identity
 from uedp.errors import UedpError
 
 DetectorName = Literal["gold", "spacy", "presidio"]
@@ -182,7 +182,7 @@ _WORKER: _Detector | None = None
 
 def _init_worker(config_json: str, taxonomy_source: str) -> None:
     global _WORKER
-    from detection.categories import load_taxonomy
+    from uedp.detection.categories import load_taxonomy
 
     config = DetectorConfig.model_validate_json(config_json).model_copy(update={"workers": 1})
     _WORKER = _Detector(config, load_taxonomy(Path(taxonomy_source)))

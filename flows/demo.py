@@ -10,14 +10,14 @@ from typing import Literal
 from prefect import flow, runtime
 from pydantic import BaseModel, ConfigDict, Field
 
-from detection.categories import Categories
-from detection.pipeline import DetectorConfig
-from storage.home import DataHome
-from storage.ingest import IngestResult
-from tasks.config import FEDERATED, RANDOMNESS_HELP, MechanismName, TrainConfig
-from tasks.detect import DetectResult, detect_task
-from tasks.ingest import conll_options, ingest_task
-from tasks.train import TrainResult, train_task
+from uedp.detection.categories import Categories
+from uedp.detection.pipeline import DetectorConfig
+from uedp.storage.home import DataHome
+from uedp.storage.ingest import IngestResult
+from uedp.tasks.config import FEDERATED, RANDOMNESS_HELP, MechanismName, TrainConfig
+from uedp.tasks.detect import DetectResult, detect_task
+from uedp.tasks.ingest import conll_options, ingest_task
+from uedp.tasks.train import TrainResult, train_task
 
 DEMO_CORPUS = Path(str(files("uedp") / "data" / "demo.conll"))
 

@@ -15,9 +15,9 @@ from prefect import flow, unmapped
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict, Field
 
-from detection.pipeline import DetectorConfig
-from storage.home import DataHome
-from tasks.detect import (DetectResult, Shard, detect_shard_task, detect_task, merge_shards_task, plan_detection,
+from uedp.detection.pipeline import DetectorConfig
+from uedp.storage.home import DataHome
+from uedp.tasks.detect import (DetectResult, Shard, detect_shard_task, detect_task, merge_shards_task, plan_detection,
                           plan_shards)
 
 
@@ -66,7 +66,7 @@ def detect_flow(home: str, dataset: str, detector: DetectorConfig, progress: boo
     if scale_out.rows_per_shard is None:
         return detect_task(data_home, dataset, detector, progress, scale_out.store)
     if scale_out.store:
-        from storage.remote import TableStore
+        from uedp.storage.remote import TableStore
 
         table_store = TableStore(scale_out.store)
         table_store.pull_required(data_home, dataset, ("sentences",))

@@ -10,9 +10,9 @@ from pathlib import Path
 from prefect import flow
 from pydantic import BaseModel, ConfigDict, Field
 
-from storage.home import DataHome
-from storage.ingest import FORMATS, IngestOptions, IngestResult, SplitByUser
-from tasks.ingest import ingest_task
+from uedp.storage.home import DataHome
+from uedp.storage.ingest import FORMATS, IngestOptions, IngestResult, SplitByUser
+from uedp.tasks.ingest import ingest_task
 
 
 class IngestConfig(BaseModel):

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from prefect import flow
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from detection.pipeline import DetectorConfig
-from flows.detect import ScaleOut, detect_flow
-from flows.ingest import IngestConfig, ingest_flow
-from flows.sweep import SweepConfig, SweepOutcome, sweep_flow
-from storage.ingest import IngestResult
-from tasks.detect import DetectResult
+from uedp.detection.pipeline import DetectorConfig
+from uedp.flows.detect import ScaleOut, detect_flow
+from uedp.flows.ingest import IngestConfig, ingest_flow
+from uedp.flows.sweep import SweepConfig, SweepOutcome, sweep_flow
+from uedp.storage.ingest import IngestResult
+from uedp.tasks.detect import DetectResult
 
 
 class PipelineConfig(BaseModel):

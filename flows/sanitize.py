@@ -7,8 +7,8 @@ from pathlib import Path
 
 from prefect import flow
 
-from storage.home import DataHome
-from tasks.sanitize import SanitizeConfig, SanitizeResult, sanitize_task
+from uedp.storage.home import DataHome
+from uedp.tasks.sanitize import SanitizeConfig, SanitizeResult, sanitize_task
 
 
 @flow(name="uedp-sanitize", flow_run_name="sanitize-{config.dataset}")

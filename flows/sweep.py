@@ -18,13 +18,13 @@ from typing import Literal
 from prefect import flow, get_run_logger, runtime
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from detection.categories import Categories
-from models.factory import ModelKind
-from storage.home import DataHome
-from tasks.config import FEDERATED, LOCAL_DP, RANDOMNESS_HELP, LocalDpSettings, MechanismName, TrainConfig
-from tasks.report import report_task
-from tasks.tracking import RunTracker
-from tasks.train import TrainResult, train_task
+from uedp.detection.categories import Categories
+from uedp.models.factory import ModelKind
+from uedp.storage.home import DataHome
+from uedp.tasks.config import FEDERATED, LOCAL_DP, RANDOMNESS_HELP, LocalDpSettings, MechanismName, TrainConfig
+from uedp.tasks.report import report_task
+from uedp.tasks.tracking import RunTracker
+from uedp.tasks.train import TrainResult, train_task
 from uedp.errors import UedpError
 
 

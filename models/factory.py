@@ -9,9 +9,9 @@ from typing import Literal
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from models.classifier import BERT_PRESETS, build_bert_classifier, load_classifier
-from models.gpt2 import PRESETS, build_gpt2, load_gpt2
-from models.lstm import LSTM_PRESETS, build_lstm, load_lstm
+from uedp.models.classifier import BERT_PRESETS, build_bert_classifier, load_classifier
+from uedp.models.gpt2 import PRESETS, build_gpt2, load_gpt2
+from uedp.models.lstm import LSTM_PRESETS, build_lstm, load_lstm
 
 ModelKind = Literal["gpt2", "lstm", "bert"]
 Task = Literal["lm", "classification"]

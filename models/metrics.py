@@ -11,7 +11,7 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from models.batching import IGNORE, Example, batches
+from uedp.models.batching import IGNORE, Example, batches
 
 
 def causal_lm_nll(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:

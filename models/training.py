@@ -6,9 +6,9 @@ from typing import Callable
 
 import torch
 
-from models.batching import Example, collate
-from models.device import autocast
-from models.parallel import Ranks
+from uedp.models.batching import Example, collate
+from uedp.models.device import autocast
+from uedp.models.parallel import Ranks
 
 LossFn = Callable[[torch.nn.Module, dict[str, torch.Tensor]], torch.Tensor]
 

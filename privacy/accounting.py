@@ -17,7 +17,7 @@ import dp_accounting
 from dp_accounting import pld, rdp
 
 if TYPE_CHECKING:
-    from privacy.population import Population
+    from uedp.privacy.population import Population
 
 AccountantKind = Literal["pld", "rdp"]
 ACCOUNTANTS: tuple[str, ...] = ("pld", "rdp")

@@ -26,7 +26,7 @@ from typing import Literal
 import dp_accounting
 from scipy.stats import norm
 
-from privacy.randomness import Randomness
+from uedp.privacy.randomness import Randomness
 
 PopulationSource = Literal["public-by-adjacency", "declared", "dp-count"]
 DEFAULT_COUNT_NOISE_STD = 10.0

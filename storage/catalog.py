@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import duckdb
 
-from storage.home import DataHome
-from storage.tables import DATA_FILE
+from uedp.storage.home import DataHome
+from uedp.storage.tables import DATA_FILE
 from uedp.errors import UedpError
 
 TABLES = ("sentences", "users", "entities")

@@ -18,15 +18,15 @@ from typing import Callable, Iterator, Literal
 
 from tqdm.auto import tqdm
 
-from storage.formats import FormatError, SourceRecord
-from storage.formats.agnews import agnews_csv_records, agnews_jsonl_records
-from storage.formats.conll import conll_records
-from storage.formats.sec import edgar_corpus_records, edgar_submission_records
-from storage.formats.tabular import csv_records, jsonl_records
-from storage.formats.wikitext import wikitext_records
-from storage.home import DataHome
-from storage.schemas import SCHEMA_VERSION, SENTENCES, SPLITS, USERS
-from storage.tables import TableWriter, hash_config, hash_files, is_current, read_manifest
+from uedp.storage.formats import FormatError, SourceRecord
+from uedp.storage.formats.agnews import agnews_csv_records, agnews_jsonl_records
+from uedp.storage.formats.conll import conll_records
+from uedp.storage.formats.sec import edgar_corpus_records, edgar_submission_records
+from uedp.storage.formats.tabular import csv_records, jsonl_records
+from uedp.storage.formats.wikitext import wikitext_records
+from uedp.storage.home import DataHome
+from uedp.storage.schemas import SCHEMA_VERSION, SENTENCES, SPLITS, USERS
+from uedp.storage.tables import TableWriter, hash_config, hash_files, is_current, read_manifest
 from uedp.errors import UedpError
 
 FORMATS: tuple[str, ...] = ("conll2003", "ag_news", "sec", "wikitext", "jsonl", "csv")

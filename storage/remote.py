@@ -24,8 +24,8 @@ from pathlib import Path
 import fsspec
 from fsspec.core import url_to_fs
 
-from storage.home import DataHome, validate_dataset_name
-from storage.tables import DATA_FILE, MANIFEST_FILE, read_manifest, swap_in
+from uedp.storage.home import DataHome, validate_dataset_name
+from uedp.storage.tables import DATA_FILE, MANIFEST_FILE, read_manifest, swap_in
 from uedp.errors import UedpError
 
 

@@ -21,7 +21,7 @@ from typing import Any, Iterable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.schemas import SCHEMA_VERSION
+from uedp.storage.schemas import SCHEMA_VERSION
 
 DATA_FILE = "data.parquet"
 MANIFEST_FILE = "manifest.json"

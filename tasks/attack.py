@@ -15,19 +15,19 @@ from typing import Literal
 
 import numpy as np
 import torch
-from models.device import resolve_device
-from models.gpt2 import load_gpt2
-from models.lstm import load_lstm
-from models.metrics import sequence_nll
-from models.batching import encode
-from models.tokenization import load_tokenizer
-from privacy.attacks.canaries import Canary, exposure, model_log_perplexity
-from privacy.attacks.extraction import Occurrence, extraction_rates
-from privacy.attacks.membership import grouped_scores, membership_attack, sentence_scores
-from storage.catalog import Catalog
-from storage.home import DataHome
-from tasks.config import TrainConfig
-from tasks.tracking import RunTracker
+from uedp.models.device import resolve_device
+from uedp.models.gpt2 import load_gpt2
+from uedp.models.lstm import load_lstm
+from uedp.models.metrics import sequence_nll
+from uedp.models.batching import encode
+from uedp.models.tokenization import load_tokenizer
+from uedp.privacy.attacks.canaries import Canary, exposure, model_log_perplexity
+from uedp.privacy.attacks.extraction import Occurrence, extraction_rates
+from uedp.privacy.attacks.membership import grouped_scores, membership_attack, sentence_scores
+from uedp.storage.catalog import Catalog
+from uedp.storage.home import DataHome
+from uedp.tasks.config import TrainConfig
+from uedp.tasks.tracking import RunTracker
 from uedp.errors import UedpError
 
 AttackKind = Literal["canary", "mia", "extraction"]

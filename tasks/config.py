@@ -6,12 +6,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from detection.categories import Categories
-from models.factory import SIZE_PRESETS, ModelKind, Task, task_of
-from privacy.attacks.canaries import canary_format
-from privacy.mechanisms import MECHANISMS
-from privacy.population import DEFAULT_COUNT_NOISE_STD
-from privacy.sanitization.mechanisms import check_strategy
+from uedp.detection.categories import Categories
+from uedp.models.factory import SIZE_PRESETS, ModelKind, Task, task_of
+from uedp.privacy.attacks.canaries import canary_format
+from uedp.privacy.mechanisms import MECHANISMS
+from uedp.privacy.population import DEFAULT_COUNT_NOISE_STD
+from uedp.privacy.sanitization.mechanisms import check_strategy
 
 MechanismName = Literal["noiseless", "deid", "dpsgd", "selective", "userdp", "uedp", "uedp-naive", "custext", "santext"]
 FEDERATED = ("userdp", "uedp", "uedp-naive")

@@ -23,13 +23,13 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from tqdm.auto import tqdm
 
-from detection.categories import taxonomy
-from detection.pipeline import DetectorConfig, detect
-from storage.home import DataHome
-from storage.remote import TableStore, open_store
-from storage.schemas import ENTITIES
-from storage.tables import DATA_FILE, TableWriter, hash_config, is_current, read_manifest
-from tasks.retry import RETRIES, transient_only
+from uedp.detection.categories import taxonomy
+from uedp.detection.pipeline import DetectorConfig, detect
+from uedp.storage.home import DataHome
+from uedp.storage.remote import TableStore, open_store
+from uedp.storage.schemas import ENTITIES
+from uedp.storage.tables import DATA_FILE, TableWriter, hash_config, is_current, read_manifest
+from uedp.tasks.retry import RETRIES, transient_only
 from uedp.errors import UedpError
 
 COLUMNS = ["sentence_id", "user_id", "text", "gold_spans"]

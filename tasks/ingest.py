@@ -7,10 +7,10 @@ from pathlib import Path
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from storage.home import DataHome
-from storage.ingest import IngestOptions, IngestResult, conll_options, ingest
-from storage.remote import fetch_inputs, open_store
-from tasks.retry import RETRIES, transient_only
+from uedp.storage.home import DataHome
+from uedp.storage.ingest import IngestOptions, IngestResult, conll_options, ingest
+from uedp.storage.remote import fetch_inputs, open_store
+from uedp.tasks.retry import RETRIES, transient_only
 
 __all__ = ["conll_options", "ingest_task"]
 

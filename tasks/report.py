@@ -20,9 +20,9 @@ from matplotlib.ticker import ScalarFormatter  # noqa: E402
 from prefect import task  # noqa: E402
 from prefect.cache_policies import NO_CACHE  # noqa: E402
 
-from storage.home import DataHome  # noqa: E402
-from tasks.tracking import RunTracker  # noqa: E402
-from tasks.train import TrainResult  # noqa: E402
+from uedp.storage.home import DataHome  # noqa: E402
+from uedp.tasks.tracking import RunTracker  # noqa: E402
+from uedp.tasks.train import TrainResult  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -22,17 +22,17 @@ from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from tqdm.auto import tqdm
 
-from detection.categories import Categories
-from privacy.randomness import Randomness
-from privacy.sanitization.embeddings import Embeddings, from_model, load_vectors
-from privacy.sanitization.mapping import MappingMode, Metric, build_mapping
-from privacy.sanitization.mechanisms import (KEEP, UNKNOWN, CusText, SanText, Sampler, check_strategy, privatize,
+from uedp.detection.categories import Categories
+from uedp.privacy.randomness import Randomness
+from uedp.privacy.sanitization.embeddings import Embeddings, from_model, load_vectors
+from uedp.privacy.sanitization.mapping import MappingMode, Metric, build_mapping
+from uedp.privacy.sanitization.mechanisms import (KEEP, UNKNOWN, CusText, SanText, Sampler, check_strategy, privatize,
                                              releases_per_record)
-from storage.catalog import Catalog
-from storage.home import DataHome, validate_dataset_name
-from storage.schemas import ENTITIES, SENTENCES, USERS
-from storage.tables import TableWriter, hash_config, is_current, read_manifest, read_table
-from tasks.retry import RETRIES, transient_only
+from uedp.storage.catalog import Catalog
+from uedp.storage.home import DataHome, validate_dataset_name
+from uedp.storage.schemas import ENTITIES, SENTENCES, USERS
+from uedp.storage.tables import TableWriter, hash_config, is_current, read_manifest, read_table
+from uedp.tasks.retry import RETRIES, transient_only
 from uedp.errors import UedpError
 
 UNKNOWN_TEXT = "<unk>"
@@ -257,8 +257,8 @@ def _mask_inference(config: SanitizeConfig, texts: list[str], segmented: list[li
     """The thesis' mask-token inference attack on a seeded sample of the sanitized train sentences."""
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    from models.device import resolve_device
-    from privacy.attacks.mask_inference import inference_success, masked_lm_predictor
+    from uedp.models.device import resolve_device
+    from uedp.privacy.attacks.mask_inference import inference_success, masked_lm_predictor
 
     folder = Path(config.attack_model or "")
     if not folder.is_dir():

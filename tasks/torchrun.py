@@ -1,7 +1,7 @@
 """One training configuration on several GPUs: the train task starts ``torchrun`` and waits for it.
 
 ``train_with_torchrun`` (called inside the Prefect task) writes the request to a file and runs
-``python -m torch.distributed.run --standalone --nproc-per-node N -m tasks.torchrun REQUEST RESULT``.
+``python -m torch.distributed.run --standalone --nproc-per-node N -m uedp.tasks.torchrun REQUEST RESULT``.
 Every process builds the same model and data; each trains its share of every round's users or
 examples (``models.parallel``). The main process logs to MLflow, evaluates, writes checkpoints and the
 result file; the task reads the result back. A crashed process fails the task, whose retry resumes
@@ -22,11 +22,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from storage.home import DataHome
-from tasks.config import TrainConfig
-from tasks.train import TrainResult, train_configuration, train_replica
-
-REPO = Path(__file__).resolve().parents[1]
+from uedp.storage.home import DataHome
+from uedp.tasks.config import TrainConfig
+from uedp.tasks.train import TrainResult, train_configuration, train_replica
 
 
 class TorchrunFailed(RuntimeError):
@@ -41,10 +39,9 @@ def train_with_torchrun(home: DataHome, config: TrainConfig, flow_run_id: str | 
         request.write_text(json.dumps({"home": str(home.root), "config": config.model_dump(),
                                        "flow_run_id": flow_run_id, "parent_run_id": parent_run_id}), encoding="utf-8")
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                   f"--nproc-per-node={config.processes}", "-m", "tasks.torchrun", str(request), str(result)]
+                   f"--nproc-per-node={config.processes}", "-m", "uedp.tasks.torchrun", str(request), str(result)]
         tail: deque[str] = deque(maxlen=40)
-        env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-        with subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True) as process:
             assert process.stdout is not None
             for line in process.stdout:

@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from mlflow.entities import Metric, Param  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-from storage.home import DataHome  # noqa: E402
+from uedp.storage.home import DataHome  # noqa: E402
 from uedp.errors import UedpError  # noqa: E402
 
 

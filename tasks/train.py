@@ -17,30 +17,30 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from tqdm.auto import tqdm
 
-from models.batching import Example
-from models.device import resolve_device
-from models.factory import build_model
-from models.parallel import Ranks
-from models.metrics import causal_lm_loss, classification_error, classification_loss, per_sequence_lm_loss, perplexity
-from models.tokenization import load_tokenizer
-from privacy.mechanisms.base import Checkpointer, LossFn, Mechanism, PrivacyStatement, RoundReport
-from privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
-from privacy.mechanisms.noiseless import Noiseless, NoiselessParams
-from privacy.mechanisms.selective import SelectiveParams, SelectiveTwoPhase
-from privacy.mechanisms.selective_recurrent import SelectiveRecurrent, SelectiveRecurrentParams
-from privacy.mechanisms.uedp import UeDp, UeDpParams
-from privacy.mechanisms.userdp import UserDp, UserDpParams
-from privacy.population import Population
-from privacy.randomness import Randomness
-from storage.catalog import Catalog
-from storage.home import DataHome
-from storage.remote import open_store
-from storage.tables import read_manifest
-from tasks.config import COUNTED, LOCAL_DP, TrainConfig
-from tasks.tracking import RunTracker
-from tasks.sanitize import SanitizeConfig, SanitizeResult, sanitize_dataset
-from tasks.training_data import PreparedData, prepare_data
-from tasks.retry import RETRIES, transient_only
+from uedp.models.batching import Example
+from uedp.models.device import resolve_device
+from uedp.models.factory import build_model
+from uedp.models.parallel import Ranks
+from uedp.models.metrics import causal_lm_loss, classification_error, classification_loss, per_sequence_lm_loss, perplexity
+from uedp.models.tokenization import load_tokenizer
+from uedp.privacy.mechanisms.base import Checkpointer, LossFn, Mechanism, PrivacyStatement, RoundReport
+from uedp.privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
+from uedp.privacy.mechanisms.noiseless import Noiseless, NoiselessParams
+from uedp.privacy.mechanisms.selective import SelectiveParams, SelectiveTwoPhase
+from uedp.privacy.mechanisms.selective_recurrent import SelectiveRecurrent, SelectiveRecurrentParams
+from uedp.privacy.mechanisms.uedp import UeDp, UeDpParams
+from uedp.privacy.mechanisms.userdp import UserDp, UserDpParams
+from uedp.privacy.population import Population
+from uedp.privacy.randomness import Randomness
+from uedp.storage.catalog import Catalog
+from uedp.storage.home import DataHome
+from uedp.storage.remote import open_store
+from uedp.storage.tables import read_manifest
+from uedp.tasks.config import COUNTED, LOCAL_DP, TrainConfig
+from uedp.tasks.tracking import RunTracker
+from uedp.tasks.sanitize import SanitizeConfig, SanitizeResult, sanitize_dataset
+from uedp.tasks.training_data import PreparedData, prepare_data
+from uedp.tasks.retry import RETRIES, transient_only
 from uedp.errors import UedpError
 
 RUN_FILE = "mlflow_run.json"
@@ -268,7 +268,7 @@ def coverage_caveats(catalog: Catalog, config: TrainConfig) -> tuple[str, ...]:
         if "gold" in detectors and len(detectors) == 1:
             caveats.append(f"{missed}; here the protected entities are exactly the corpus' gold tags")
         elif "gold" in detectors:
-            from detection.categories import taxonomy
+            from uedp.detection.categories import taxonomy
 
             rows = [row for name in detectors if name != "gold"
                     for row in catalog.coverage(name, taxonomy().coarse, splits=("valid", "test"))]
@@ -407,7 +407,7 @@ def run_training(home: DataHome, config: TrainConfig, flow_run_id: str | None = 
         store.pull_required(home, config.dataset, ("sentences", "users"))
         store.pull(home, config.dataset, "entities")
     if config.processes > 1:
-        from tasks.torchrun import train_with_torchrun  # it imports this module
+        from uedp.tasks.torchrun import train_with_torchrun  # it imports this module
 
         if config.mechanism in LOCAL_DP:
             sanitize_for(home, config)  # once, here: every rank then reuses this one release

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 
 from transformers import PreTrainedTokenizerBase
 
-from models.batching import Example, encode, encode_with_private_mask
-from privacy.attacks.canaries import Canary, plant_canaries
-from privacy.deid import redact
-from privacy.mechanisms.base import TrainData
-from storage.catalog import Catalog
-from tasks.config import TrainConfig
+from uedp.models.batching import Example, encode, encode_with_private_mask
+from uedp.privacy.attacks.canaries import Canary, plant_canaries
+from uedp.privacy.deid import redact
+from uedp.privacy.mechanisms.base import TrainData
+from uedp.storage.catalog import Catalog
+from uedp.tasks.config import TrainConfig
 from uedp.errors import UedpError
 
 

@@ -17,7 +17,7 @@ SHARED_CONLL = REPO.parent / "shared" / "data" / "conll2003"
 
 @pytest.fixture
 def home(tmp_path: Path):
-    from storage.home import DataHome
+    from uedp.storage.home import DataHome
 
     return DataHome.from_env(tmp_path / "home")
 

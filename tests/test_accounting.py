@@ -6,7 +6,7 @@ import dp_accounting
 import pytest
 from dp_accounting import pld, rdp
 
-from privacy.accounting import (
+from uedp.privacy.accounting import (
     RoundAccountant,
     calibrate_noise_multiplier,
     check_delta,

@@ -10,20 +10,20 @@ import pytest
 import torch
 from torch.nn.utils import parameters_to_vector
 
-from models.batching import encode, encode_with_private_mask
-from models.lstm import build_lstm
-from models.metrics import causal_lm_loss, per_sequence_lm_loss
-from privacy.accounting import RoundAccountant, epsilon_after, poisson_gaussian_round
-from privacy.mechanisms.base import Mechanism, RoundReport, TrainData
-from privacy.mechanisms.checkpoint import CheckpointMismatch, Checkpointer
-from privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
-from privacy.mechanisms.noiseless import Noiseless, NoiselessParams
-from privacy.mechanisms.selective import SelectiveParams, SelectiveTwoPhase
-from privacy.mechanisms.selective_recurrent import SelectiveRecurrent, SelectiveRecurrentParams
-from privacy.mechanisms.uedp import UeDp, UeDpParams
-from privacy.mechanisms.userdp import UserDp, UserDpParams
-from privacy.population import Population
-from privacy.randomness import Randomness
+from uedp.models.batching import encode, encode_with_private_mask
+from uedp.models.lstm import build_lstm
+from uedp.models.metrics import causal_lm_loss, per_sequence_lm_loss
+from uedp.privacy.accounting import RoundAccountant, epsilon_after, poisson_gaussian_round
+from uedp.privacy.mechanisms.base import Mechanism, RoundReport, TrainData
+from uedp.privacy.mechanisms.checkpoint import CheckpointMismatch, Checkpointer
+from uedp.privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
+from uedp.privacy.mechanisms.noiseless import Noiseless, NoiselessParams
+from uedp.privacy.mechanisms.selective import SelectiveParams, SelectiveTwoPhase
+from uedp.privacy.mechanisms.selective_recurrent import SelectiveRecurrent, SelectiveRecurrentParams
+from uedp.privacy.mechanisms.uedp import UeDp, UeDpParams
+from uedp.privacy.mechanisms.userdp import UserDp, UserDpParams
+from uedp.privacy.population import Population
+from uedp.privacy.randomness import Randomness
 from test_userdp import TOKENIZER, _model
 
 ROUNDS = 6

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED_CONLL, write
-from storage.formats import FormatError
-from storage.formats.conll import read_conll
+from uedp.storage.formats import FormatError
+from uedp.storage.formats.conll import read_conll
 
 IOB1 = """-DOCSTART- -X- -X- O
 

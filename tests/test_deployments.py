@@ -12,8 +12,8 @@ from prefect.flows import load_flow_from_entrypoint
 from prefect.utilities.callables import parameter_schema
 from prefect.utilities.schema_tools import validate
 
-from detection.categories import taxonomy
-from tasks.config import MechanismName
+from uedp.detection.categories import taxonomy
+from uedp.tasks.config import MechanismName
 
 SPEC = yaml.safe_load((Path(__file__).parents[1] / "deployments" / "prefect.yaml").read_text())
 
@@ -43,7 +43,7 @@ def test_entrypoints_load_and_default_parameters_validate(deployment: dict) -> N
 
 
 def test_the_ui_form_offers_mechanisms_and_categories_as_choices() -> None:
-    from flows.sweep import sweep_flow
+    from uedp.flows.sweep import sweep_flow
 
     schema = parameter_schema(sweep_flow).model_dump()
     sweep = schema["definitions"]["SweepConfig"]["properties"]

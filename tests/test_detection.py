@@ -12,14 +12,14 @@ from pydantic import ValidationError
 from spacy.language import Language
 
 from conftest import write
-from detection.categories import DEFAULT_TAXONOMY, taxonomy
-from detection.pipeline import DetectorConfig
-from detection.spacy_pipeline import load_pipeline
-from flows.demo import DEMO_CORPUS
-from storage.catalog import Catalog
-from storage.ingest import IngestOptions, ingest
-from storage.tables import read_manifest, read_table
-from tasks.detect import detect_entities
+from uedp.detection.categories import DEFAULT_TAXONOMY, taxonomy
+from uedp.detection.pipeline import DetectorConfig
+from uedp.detection.spacy_pipeline import load_pipeline
+from uedp.flows.demo import DEMO_CORPUS
+from uedp.storage.catalog import Catalog
+from uedp.storage.ingest import IngestOptions, ingest
+from uedp.storage.tables import read_manifest, read_table
+from uedp.tasks.detect import detect_entities
 from uedp.errors import UedpError
 
 SENTENCES = [
@@ -162,7 +162,7 @@ def test_worker_processes_give_identical_entities(home, tmp_path: Path, ruler_pi
 
 def test_batched_presidio_equals_plain_analyze_per_sentence(home, ruler_pipeline: Path, tmp_path: Path) -> None:
     """uedp skips the phone recognizer on digit-free texts; results must still equal Presidio's own."""
-    from detection.presidio_engine import build_analyzer
+    from uedp.detection.presidio_engine import build_analyzer
 
     extra = ["Ring ２１２-５５５-０１９９ (full-width digits) after Anna Berg leaves.", "No digits: call Imelda Okafor."]
     texts = [s["text"] for s in SENTENCES] + extra

@@ -13,13 +13,13 @@ from opacus.accountants import RDPAccountant
 from scipy import stats
 from torch.nn.utils import parameters_to_vector
 
-from models.batching import collate, encode
-from models.metrics import per_sequence_lm_loss, perplexity
-from privacy.accounting import epsilon_after, poisson_gaussian_round
-from privacy.mechanisms.base import TrainData
-from privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
-from privacy.population import Population
-from privacy.randomness import Randomness
+from uedp.models.batching import collate, encode
+from uedp.models.metrics import per_sequence_lm_loss, perplexity
+from uedp.privacy.accounting import epsilon_after, poisson_gaussian_round
+from uedp.privacy.mechanisms.base import TrainData
+from uedp.privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
+from uedp.privacy.population import Population
+from uedp.privacy.randomness import Randomness
 from test_userdp import TOKENIZER, _model
 
 TEXTS = ["hello world", "Anna Berg lives in Leeds", "x", "call +44 7700 900123 today please"]

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from conftest import write
-from storage.formats import FormatError, split_from_filename
-from storage.formats.agnews import agnews_csv_records, agnews_jsonl_records
-from storage.formats.sec import edgar_corpus_records, edgar_submission_records
-from storage.formats.tabular import csv_records, jsonl_records
-from storage.formats.wikitext import wikitext_records
+from uedp.storage.formats import FormatError, split_from_filename
+from uedp.storage.formats.agnews import agnews_csv_records, agnews_jsonl_records
+from uedp.storage.formats.sec import edgar_corpus_records, edgar_submission_records
+from uedp.storage.formats.tabular import csv_records, jsonl_records
+from uedp.storage.formats.wikitext import wikitext_records
 
 # The original ag_news_csv layout: no header, every field quoted, backslashes where line breaks were,
 # bare '#39;' entities, a doubled quote, and a quoted field spanning two physical lines.

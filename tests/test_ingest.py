@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED_CONLL, write
-from storage.catalog import Catalog
-from storage.formats import FormatError
-from storage.ingest import IngestOptions, SplitByUser, ingest
-from storage.tables import read_manifest
+from uedp.storage.catalog import Catalog
+from uedp.storage.formats import FormatError
+from uedp.storage.ingest import IngestOptions, SplitByUser, ingest
+from uedp.storage.tables import read_manifest
 from test_formats import AG_CSV, WIKI
 from uedp.errors import UedpError
 

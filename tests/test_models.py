@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from models.batching import collate, encode
-from models.gpt2 import build_gpt2, load_gpt2
-from models.metrics import perplexity
-from models.tokenization import byte_level_tokenizer, load_tokenizer
-from privacy.deid import redact
+from uedp.models.batching import collate, encode
+from uedp.models.gpt2 import build_gpt2, load_gpt2
+from uedp.models.metrics import perplexity
+from uedp.models.tokenization import byte_level_tokenizer, load_tokenizer
+from uedp.privacy.deid import redact
 from uedp.errors import UedpError
 
 

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from privacy.primitives import clip_l2, gaussian_noise
-from privacy.randomness import Randomness
+from uedp.privacy.primitives import clip_l2, gaussian_noise
+from uedp.privacy.randomness import Randomness
 
 
 @settings(max_examples=200, deadline=None)

@@ -19,22 +19,22 @@ from mlflow.tracking import MlflowClient
 from scipy import stats
 from torch.nn.utils import parameters_to_vector
 
-from detection.pipeline import DetectorConfig
-from flows.demo import DEMO_CORPUS
-from models.batching import encode
-from models.metrics import causal_lm_loss
-from privacy.accounting import epsilon_after, poisson_gaussian_round
-from privacy.mechanisms.base import TrainData
-from privacy.mechanisms.fedavg import LocalTrainer
-from privacy.mechanisms.uedp import UeDp, UeDpParams, usable_sequences
-from privacy.mechanisms.userdp import UserDp, UserDpParams
-from privacy.population import Population
-from privacy.randomness import Randomness
-from storage.catalog import Catalog
-from storage.ingest import IngestOptions, ingest
-from tasks.config import TrainConfig
-from tasks.detect import detect_entities
-from tasks.train import train_configuration
+from uedp.detection.pipeline import DetectorConfig
+from uedp.flows.demo import DEMO_CORPUS
+from uedp.models.batching import encode
+from uedp.models.metrics import causal_lm_loss
+from uedp.privacy.accounting import epsilon_after, poisson_gaussian_round
+from uedp.privacy.mechanisms.base import TrainData
+from uedp.privacy.mechanisms.fedavg import LocalTrainer
+from uedp.privacy.mechanisms.uedp import UeDp, UeDpParams, usable_sequences
+from uedp.privacy.mechanisms.userdp import UserDp, UserDpParams
+from uedp.privacy.population import Population
+from uedp.privacy.randomness import Randomness
+from uedp.storage.catalog import Catalog
+from uedp.storage.ingest import IngestOptions, ingest
+from uedp.tasks.config import TrainConfig
+from uedp.tasks.detect import detect_entities
+from uedp.tasks.train import train_configuration
 from test_userdp import TOKENIZER, _data, _model
 
 CPU = torch.device("cpu")
@@ -293,7 +293,7 @@ def test_the_cli_prints_what_epsilon_does_not_cover(home, demo: str) -> None:
 
 def test_a_resumed_secure_run_reuses_its_dp_count_and_composes_it_once(home, demo: str,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from tasks.tracking import RunTracker
+    from uedp.tasks.tracking import RunTracker
 
     config = TrainConfig(dataset=demo, mechanism="userdp", steps=4, checkpoint_every=2, q_user=0.5, local_steps=1,
                          accountant="rdp")

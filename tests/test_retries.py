@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from prefect import flow, task
 
-from tasks.retry import RETRIES, transient_only
-from tasks.train import train_task
+from uedp.tasks.retry import RETRIES, transient_only
+from uedp.tasks.train import train_task
 from uedp.errors import UedpError
 
 CALLS: list[str] = []
@@ -35,8 +35,8 @@ def test_transient_failures_retry_and_input_errors_do_not(prefect_server: None) 
 
 
 def test_the_pipeline_tasks_use_that_policy() -> None:
-    from tasks.detect import detect_task
-    from tasks.ingest import ingest_task
+    from uedp.tasks.detect import detect_task
+    from uedp.tasks.ingest import ingest_task
 
     for t in (ingest_task, detect_task, train_task):
         assert t.retries == RETRIES["retries"] and t.retry_condition_fn is transient_only

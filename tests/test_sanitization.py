@@ -13,9 +13,9 @@ import torch
 from scipy.stats import chisquare
 
 from conftest import write
-from privacy.sanitization.embeddings import Embeddings, load_vectors
-from privacy.sanitization.mapping import build_mapping, nearest
-from privacy.sanitization.mechanisms import CusText, SanText, privatize, releases_per_record, sample
+from uedp.privacy.sanitization.embeddings import Embeddings, load_vectors
+from uedp.privacy.sanitization.mapping import build_mapping, nearest
+from uedp.privacy.sanitization.mechanisms import CusText, SanText, privatize, releases_per_record, sample
 from uedp.errors import UedpError
 
 
@@ -161,12 +161,12 @@ import re  # noqa: E402
 
 from typer.testing import CliRunner  # noqa: E402
 
-from detection.pipeline import DetectorConfig  # noqa: E402
-from flows.demo import DEMO_CORPUS  # noqa: E402
-from storage.ingest import IngestOptions, ingest  # noqa: E402
-from storage.tables import read_manifest, read_table  # noqa: E402
-from tasks.detect import detect_entities  # noqa: E402
-from tasks.sanitize import SanitizeConfig, sanitize_dataset  # noqa: E402
+from uedp.detection.pipeline import DetectorConfig  # noqa: E402
+from uedp.flows.demo import DEMO_CORPUS  # noqa: E402
+from uedp.storage.ingest import IngestOptions, ingest  # noqa: E402
+from uedp.storage.tables import read_manifest, read_table  # noqa: E402
+from uedp.tasks.detect import detect_entities  # noqa: E402
+from uedp.tasks.sanitize import SanitizeConfig, sanitize_dataset  # noqa: E402
 
 
 @pytest.fixture
@@ -298,8 +298,8 @@ def test_mask_token_inference_attack_recovers_less_from_sanitized_text(home, dem
 def test_custext_trains_through_the_same_task_and_logs_its_local_guarantee(home, demo: str, vectors: Path) -> None:
     from mlflow.tracking import MlflowClient
 
-    from tasks.config import LocalDpSettings, TrainConfig
-    from tasks.train import train_configuration
+    from uedp.tasks.config import LocalDpSettings, TrainConfig
+    from uedp.tasks.train import train_configuration
 
     config = TrainConfig(dataset=demo, mechanism="custext", target_epsilon=2.0, steps=5, checkpoint_every=0,
                          local_dp=LocalDpSettings(embeddings=str(vectors), k=10))
@@ -312,7 +312,7 @@ def test_custext_trains_through_the_same_task_and_logs_its_local_guarantee(home,
     assert "compare the release with the raw text" in run.data.params["privacy_caveats"]
     assert 0 < run.data.metrics["kept_token_share"] < 0.5 and run.data.metrics["epsilon_record_max"] >= 2.0
     assert read_manifest(home.table_dir("demo-custext-e2-k10-token", "sentences")) is not None
-    from tasks.report import markdown, summarise
+    from uedp.tasks.report import markdown, summarise
 
     report = markdown(summarise([(result, 2.0)]), "t")
     kept = run.data.metrics["kept_token_share"]
@@ -322,8 +322,8 @@ def test_custext_trains_through_the_same_task_and_logs_its_local_guarantee(home,
 
 
 def test_sweep_runs_local_dp_once_per_epsilon_unless_it_sanitizes_entities(vectors: Path) -> None:
-    from flows.sweep import SweepConfig
-    from tasks.config import LocalDpSettings
+    from uedp.flows.sweep import SweepConfig
+    from uedp.tasks.config import LocalDpSettings
 
     sweep = SweepConfig(home="h", dataset="d", mechanisms=["custext", "santext"], category_sets=[["PERSON"], ["LOC"]],
                         target_epsilons=[1.0, 4.0], local_dp=LocalDpSettings(embeddings=str(vectors)))
@@ -337,8 +337,8 @@ def test_sweep_runs_local_dp_once_per_epsilon_unless_it_sanitizes_entities(vecto
 def test_embeddings_can_come_from_the_model_being_trained(home, demo: str, tmp_path: Path) -> None:
     """model:<folder>: the model's input embedding matrix and its own tokenizer's tokens (a real tiny
     GPT-2 with the project's byte-level tokenizer, saved with save_pretrained)."""
-    from models.factory import build_model
-    from models.tokenization import load_tokenizer
+    from uedp.models.factory import build_model
+    from uedp.models.tokenization import load_tokenizer
 
     tokenizer = load_tokenizer("byte")
     model = build_model("gpt2", "tiny", tokenizer, None)

@@ -13,18 +13,18 @@ import spacy
 from mlflow.tracking import MlflowClient
 
 from conftest import write
-from detection.pipeline import DetectorConfig
-from flows.demo import DEMO_CORPUS
-from flows.detect import ScaleOut, detect_flow
-from flows.ingest import IngestConfig, ingest_flow
-from storage.home import DataHome
-from storage.ingest import IngestOptions, ingest
-from storage.remote import TableStore
-from storage.tables import read_manifest, read_table
-from tasks.config import TrainConfig
-from tasks.detect import STAGING_PREFIX, detect_entities, plan_detection, plan_shards
-from tasks.torchrun import train_with_torchrun
-from tasks.train import train_configuration
+from uedp.detection.pipeline import DetectorConfig
+from uedp.flows.demo import DEMO_CORPUS
+from uedp.flows.detect import ScaleOut, detect_flow
+from uedp.flows.ingest import IngestConfig, ingest_flow
+from uedp.storage.home import DataHome
+from uedp.storage.ingest import IngestOptions, ingest
+from uedp.storage.remote import TableStore
+from uedp.storage.tables import read_manifest, read_table
+from uedp.tasks.config import TrainConfig
+from uedp.tasks.detect import STAGING_PREFIX, detect_entities, plan_detection, plan_shards
+from uedp.tasks.torchrun import train_with_torchrun
+from uedp.tasks.train import train_configuration
 from uedp.errors import UedpError
 
 
@@ -175,8 +175,8 @@ def test_cli_detects_in_shards_and_publishes_to_the_store(home: DataHome, demo: 
 
 @pytest.mark.slow
 def test_torchrun_ranks_train_on_the_one_local_dp_release(home: DataHome, demo: str, tmp_path: Path) -> None:
-    from tasks.config import LocalDpSettings
-    from tasks.train import run_training
+    from uedp.tasks.config import LocalDpSettings
+    from uedp.tasks.train import run_training
 
     vectors = write(tmp_path / "v.txt", "\n".join(f"{w} {i % 7} {i % 5} {i % 3}" for i, w in enumerate(
         sorted(set(DEMO_CORPUS.read_text().split())))) + "\n")

@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.batching import encode
-from models.metrics import causal_lm_loss, per_sequence_lm_loss
-from privacy.accounting import epsilon_after, poisson_gaussian_round
-from privacy.deid import redact
-from privacy.mechanisms.base import RoundReport, TrainData
-from privacy.mechanisms.dpsgd import DpSgdParams
-from privacy.mechanisms.noiseless import NoiselessParams
-from privacy.mechanisms.selective import SelectiveParams, SelectiveTwoPhase
+from uedp.models.batching import encode
+from uedp.models.metrics import causal_lm_loss, per_sequence_lm_loss
+from uedp.privacy.accounting import epsilon_after, poisson_gaussian_round
+from uedp.privacy.deid import redact
+from uedp.privacy.mechanisms.base import RoundReport, TrainData
+from uedp.privacy.mechanisms.dpsgd import DpSgdParams
+from uedp.privacy.mechanisms.noiseless import NoiselessParams
+from uedp.privacy.mechanisms.selective import SelectiveParams, SelectiveTwoPhase
 from test_userdp import TOKENIZER, _model
 
 ORIGINAL = [("Imelda Okafor called from Leeds", [(0, 13, "PERSON"), (26, 31, "GPE")]),
@@ -65,12 +65,12 @@ def test_selective_without_a_redacted_corpus_is_an_error() -> None:
 
 
 def test_training_task_builds_the_redacted_corpus_from_the_entities_table(home) -> None:
-    from flows.demo import DEMO_CORPUS
-    from storage.catalog import Catalog
-    from storage.ingest import IngestOptions, ingest
-    from tasks.config import TrainConfig
-    from tasks.detect import detect_entities
-    from tasks.training_data import load_training_texts
+    from uedp.flows.demo import DEMO_CORPUS
+    from uedp.storage.catalog import Catalog
+    from uedp.storage.ingest import IngestOptions, ingest
+    from uedp.tasks.config import TrainConfig
+    from uedp.tasks.detect import detect_entities
+    from uedp.tasks.training_data import load_training_texts
 
     ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
     detect_entities(home, "demo")

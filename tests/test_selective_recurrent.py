@@ -10,13 +10,13 @@ import pytest
 import torch
 from opacus import GradSampleModule
 
-from models.batching import encode_with_private_mask
-from models.lstm import build_lstm
-from models.metrics import causal_lm_loss
-from models.tokenization import byte_level_tokenizer
-from privacy.accounting import epsilon_after
-from privacy.mechanisms.base import RoundReport, TrainData
-from privacy.mechanisms.selective_recurrent import SelectiveRecurrent, SelectiveRecurrentParams, step_event
+from uedp.models.batching import encode_with_private_mask
+from uedp.models.lstm import build_lstm
+from uedp.models.metrics import causal_lm_loss
+from uedp.models.tokenization import byte_level_tokenizer
+from uedp.privacy.accounting import epsilon_after
+from uedp.privacy.mechanisms.base import RoundReport, TrainData
+from uedp.privacy.mechanisms.selective_recurrent import SelectiveRecurrent, SelectiveRecurrentParams, step_event
 
 TOKENIZER = byte_level_tokenizer()
 CPU = torch.device("cpu")
@@ -69,7 +69,7 @@ def test_private_gradient_is_the_sum_of_single_sequence_gradients() -> None:
         return h.detach(), c.detach()
 
     def losses(rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        from models.batching import IGNORE, collate
+        from uedp.models.batching import IGNORE, collate
 
         inputs = collate([ids[r] for r in rows], TOKENIZER.pad_token_id)
         private = torch.zeros_like(inputs["input_ids"], dtype=torch.bool)
@@ -106,7 +106,7 @@ def test_trains_and_reports_replace_one_epsilon_of_two_releases_per_step() -> No
 
 
 def test_needs_the_lstm_and_the_private_masks() -> None:
-    from models.gpt2 import build_gpt2
+    from uedp.models.gpt2 import build_gpt2
 
     ids, _ = _encoded(TEXTS)
     mechanism = SelectiveRecurrent(SelectiveRecurrentParams(steps=1), 3)
@@ -118,14 +118,14 @@ def test_needs_the_lstm_and_the_private_masks() -> None:
 
 
 def test_training_task_marks_the_entity_tokens_of_the_chosen_categories(home) -> None:  # type: ignore[no-untyped-def]
-    from detection.pipeline import DetectorConfig
-    from flows.demo import DEMO_CORPUS
-    from storage.catalog import Catalog
-    from storage.ingest import IngestOptions, ingest
-    from tasks.config import TrainConfig
-    from tasks.detect import detect_entities
-    from tasks.train import train_configuration
-    from tasks.training_data import prepare_data
+    from uedp.detection.pipeline import DetectorConfig
+    from uedp.flows.demo import DEMO_CORPUS
+    from uedp.storage.catalog import Catalog
+    from uedp.storage.ingest import IngestOptions, ingest
+    from uedp.tasks.config import TrainConfig
+    from uedp.tasks.detect import detect_entities
+    from uedp.tasks.train import train_configuration
+    from uedp.tasks.training_data import prepare_data
 
     ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
     detect_entities(home, "demo", DetectorConfig(detectors=["gold"]))

@@ -22,7 +22,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from prefect.client.orchestration import SyncPrefectClient
 
-from storage.home import DataHome
+from uedp.storage.home import DataHome
 from uedp.stack import LocalStack, free_port
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

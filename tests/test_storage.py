@@ -9,13 +9,13 @@ import pyarrow as pa
 import pytest
 
 from conftest import write
-from flows.demo import DEMO_CORPUS
-from storage.catalog import Catalog
-from storage.formats import FormatError
-from storage.ingest import conll_options, ingest
-from storage.schemas import USERS
-from storage.tables import TableWriter, read_manifest, read_table
-from tasks.detect import detect_entities
+from uedp.flows.demo import DEMO_CORPUS
+from uedp.storage.catalog import Catalog
+from uedp.storage.formats import FormatError
+from uedp.storage.ingest import conll_options, ingest
+from uedp.storage.schemas import USERS
+from uedp.storage.tables import TableWriter, read_manifest, read_table
+from uedp.tasks.detect import detect_entities
 
 
 def _leftovers(folder: Path) -> list[str]:

@@ -14,22 +14,22 @@ from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
 from conftest import write
-from flows.demo import DEMO_CORPUS
-from models.batching import collate, encode
-from models.classifier import build_bert_classifier, load_classifier
-from models.factory import build_model
-from models.lstm import build_lstm, load_lstm
-from models.metrics import classification_loss, per_sequence_lm_loss
-from models.tokenization import byte_level_tokenizer
-from privacy.mechanisms.base import TrainData
-from privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
-from privacy.population import Population
-from storage.ingest import IngestOptions, ingest
-from tasks.config import TrainConfig
-from tasks.detect import detect_entities
-from tasks.tracking import RunTracker
-from tasks.train import train_configuration
-from detection.pipeline import DetectorConfig
+from uedp.flows.demo import DEMO_CORPUS
+from uedp.models.batching import collate, encode
+from uedp.models.classifier import build_bert_classifier, load_classifier
+from uedp.models.factory import build_model
+from uedp.models.lstm import build_lstm, load_lstm
+from uedp.models.metrics import classification_loss, per_sequence_lm_loss
+from uedp.models.tokenization import byte_level_tokenizer
+from uedp.privacy.mechanisms.base import TrainData
+from uedp.privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
+from uedp.privacy.population import Population
+from uedp.storage.ingest import IngestOptions, ingest
+from uedp.tasks.config import TrainConfig
+from uedp.tasks.detect import detect_entities
+from uedp.tasks.tracking import RunTracker
+from uedp.tasks.train import train_configuration
+from uedp.detection.pipeline import DetectorConfig
 from uedp.cli import app
 
 runner = CliRunner()

@@ -11,14 +11,14 @@ from scipy import stats
 from torch.nn.utils import parameters_to_vector
 from typer.testing import CliRunner
 
-from models.batching import encode
-from models.metrics import causal_lm_loss
-from privacy.accounting import UeDpAccounting, epsilon_after, max_sampled_users, poisson_gaussian_round
-from privacy.mechanisms.base import TrainData
-from privacy.mechanisms.fedavg import LocalTrainer
-from privacy.mechanisms.uedp import UeDp, UeDpParams, usable_sequences
-from privacy.population import Population
-from privacy.randomness import Randomness
+from uedp.models.batching import encode
+from uedp.models.metrics import causal_lm_loss
+from uedp.privacy.accounting import UeDpAccounting, epsilon_after, max_sampled_users, poisson_gaussian_round
+from uedp.privacy.mechanisms.base import TrainData
+from uedp.privacy.mechanisms.fedavg import LocalTrainer
+from uedp.privacy.mechanisms.uedp import UeDp, UeDpParams, usable_sequences
+from uedp.privacy.population import Population
+from uedp.privacy.randomness import Randomness
 from test_userdp import TOKENIZER, _model
 from uedp.cli import app
 

@@ -9,15 +9,15 @@ import torch
 from scipy import stats
 from torch.nn.utils import parameters_to_vector
 
-from models.batching import encode
-from models.gpt2 import build_gpt2
-from models.metrics import causal_lm_loss
-from models.tokenization import byte_level_tokenizer
-from privacy.accounting import epsilon_after, poisson_gaussian_round
-from privacy.mechanisms.base import RoundReport, TrainData
-from privacy.mechanisms.userdp import UserDp, UserDpParams
-from privacy.population import Population
-from privacy.randomness import Randomness
+from uedp.models.batching import encode
+from uedp.models.gpt2 import build_gpt2
+from uedp.models.metrics import causal_lm_loss
+from uedp.models.tokenization import byte_level_tokenizer
+from uedp.privacy.accounting import epsilon_after, poisson_gaussian_round
+from uedp.privacy.mechanisms.base import RoundReport, TrainData
+from uedp.privacy.mechanisms.userdp import UserDp, UserDpParams
+from uedp.privacy.population import Population
+from uedp.privacy.randomness import Randomness
 
 TOKENIZER = byte_level_tokenizer()
 

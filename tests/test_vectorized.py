@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 from torch.nn.utils import parameters_to_vector
 
-from models.batching import encode
-from models.metrics import causal_lm_loss
-from privacy.mechanisms.fedavg import LocalTrainer
-from privacy.mechanisms.vectorized import VectorizedLocalTrainer
+from uedp.models.batching import encode
+from uedp.models.metrics import causal_lm_loss
+from uedp.privacy.mechanisms.fedavg import LocalTrainer
+from uedp.privacy.mechanisms.vectorized import VectorizedLocalTrainer
 from test_userdp import TOKENIZER, _model
 
 
@@ -31,9 +31,9 @@ def test_vectorized_clipped_sum_equals_the_sequential_one() -> None:
 
 
 def test_userdp_with_vectorized_users_trains_the_same_model() -> None:
-    from privacy.mechanisms.userdp import UserDp, UserDpParams
-    from privacy.population import Population
-    from privacy.randomness import Randomness
+    from uedp.privacy.mechanisms.userdp import UserDp, UserDpParams
+    from uedp.privacy.population import Population
+    from uedp.privacy.randomness import Randomness
     from test_userdp import _data
 
     models = []

@@ -55,7 +55,7 @@ def _local_dp(embeddings: str | None, k: int, strategy: str, keep: str, attack_m
     """custext/santext settings from the CLI options, or None without --embeddings."""
     if embeddings is None:
         return None
-    from tasks.config import LocalDpSettings
+    from uedp.tasks.config import LocalDpSettings
 
     return LocalDpSettings(embeddings=embeddings, k=k, strategy=strategy, keep=keep,  # type: ignore[arg-type]
                            attack_model=str(attack_model) if attack_model else None)
@@ -90,7 +90,7 @@ def user_errors(command: F) -> F:
 
 def _prepare_runtime(home_override: Optional[Path]):  # type: ignore[no-untyped-def]
     """Resolve the data home and point Prefect at it (no server needed) before Prefect is imported."""
-    from storage.home import DataHome
+    from uedp.storage.home import DataHome
 
     home = DataHome.from_env(home_override)
     if "PREFECT_API_URL" not in os.environ:
@@ -153,8 +153,8 @@ def demo(
     the seed (the runs are tagged so); use --secure for real randomness.
     """
     data_home = _prepare_runtime(home)
-    from flows.demo import DemoConfig, demo_flow
-    from tasks.tracking import ui_command
+    from uedp.flows.demo import DemoConfig, demo_flow
+    from uedp.tasks.tracking import ui_command
 
     config = DemoConfig(
         home=str(data_home.root), mechanisms=_csv(mechanisms),
@@ -206,8 +206,8 @@ def ingest(
     is reported as FILE:LINE and leaves no partial table.
     """
     data_home = _prepare_runtime(home)
-    from flows.ingest import IngestConfig, ingest_flow
-    from storage.home import validate_dataset_name
+    from uedp.flows.ingest import IngestConfig, ingest_flow
+    from uedp.storage.home import validate_dataset_name
 
     config = IngestConfig(
         home=str(data_home.root), dataset=validate_dataset_name(name), format=format, files=list(paths),
@@ -251,8 +251,8 @@ def detect(
     (`uedp entities`, `uedp demo --categories`) is a query and never re-runs it.
     """
     data_home = _prepare_runtime(home)
-    from detection.pipeline import DetectorConfig
-    from flows.detect import ScaleOut, detect_flow
+    from uedp.detection.pipeline import DetectorConfig
+    from uedp.flows.detect import ScaleOut, detect_flow
 
     config = DetectorConfig(
         detectors=_csv(detector), spacy_model=spacy_model, presidio_entities=_csv(presidio_entities) or None,
@@ -297,8 +297,8 @@ def sanitize(
     valid and test stay original. Train it like any dataset (noiselessly: the text itself is private) and
     compare it in MLflow with the other mechanisms. Prints the per-token and per-record epsilon."""
     data_home = _prepare_runtime(home)
-    from flows.sanitize import sanitize_flow
-    from tasks.sanitize import SanitizeConfig
+    from uedp.flows.sanitize import sanitize_flow
+    from uedp.tasks.sanitize import SanitizeConfig
 
     config = SanitizeConfig(
         dataset=dataset, mechanism=mechanism, epsilon=epsilon, k=k, mapping=mapping, metric=metric,  # type: ignore[arg-type]
@@ -343,8 +343,8 @@ def entities(
     from rich.console import Console
     from rich.table import Table
 
-    from detection.categories import taxonomy
-    from storage.catalog import Catalog
+    from uedp.detection.categories import taxonomy
+    from uedp.storage.catalog import Catalog
 
     chosen = taxonomy().resolve(categories)
     console = Console(width=120)
@@ -393,9 +393,9 @@ def epsilon(
 
     Example: uedp epsilon --mechanism uedp --users 946 --q-user 0.05 --q-entity 0.05 --steps 500 --noise-multiplier 2
     """
-    from privacy.accounting import (UeDpAccounting, check_delta, epsilon_after, poisson_gaussian_round,
+    from uedp.privacy.accounting import (UeDpAccounting, check_delta, epsilon_after, poisson_gaussian_round,
                                     resolve_noise_multiplier)
-    from privacy.population import Population
+    from uedp.privacy.population import Population
 
     if mechanism not in ("userdp", "uedp", "uedp-naive"):
         raise UedpError(f"unknown mechanism {mechanism!r} for planning; valid: userdp, uedp, uedp-naive")
@@ -497,9 +497,9 @@ def train(
     generators and accountant), continuing the same MLflow run.
     """
     data_home = _prepare_runtime(home)
-    from tasks.config import TrainConfig
-    from tasks.tracking import ui_command
-    from tasks.train import run_training
+    from uedp.tasks.config import TrainConfig
+    from uedp.tasks.tracking import ui_command
+    from uedp.tasks.train import run_training
 
     if noise_multiplier is not None and target_epsilon is not None:
         raise UedpError("give at most one of --noise-multiplier and --target-epsilon")
@@ -563,8 +563,8 @@ def sweep(
     """Train every mechanism x category set x epsilon x seed as a Prefect flow; nested MLflow runs under one
     parent, and a privacy-utility report (PNG plots + Markdown) on the parent run and under the data home."""
     data_home = _prepare_runtime(home)
-    from flows.sweep import SweepConfig, sweep_flow
-    from tasks.tracking import ui_command
+    from uedp.flows.sweep import SweepConfig, sweep_flow
+    from uedp.tasks.tracking import ui_command
 
     try:
         targets = [float(e) for e in _csv(epsilons)]
@@ -579,7 +579,7 @@ def sweep(
         store=store, local_dp=_local_dp(embeddings, k, sanitize_strategy, keep, attack_model),
         randomness="seeded" if seeded else "secure", public_count=public_count,
     )
-    from models.device import resolve_device
+    from uedp.models.device import resolve_device
 
     resolve_device(device)
     typer.echo(f"uedp sweep: {len(config.train_configs())} configurations on {dataset!r}")
@@ -607,8 +607,8 @@ def attack(
     (sentence, user and entity level; ROC AUC, TPR at 1% and 0.1% FPR, balanced accuracy), entity
     extraction, and the empirical lower bound on epsilon they imply, next to the accounted epsilon."""
     data_home = _prepare_runtime(home)
-    from tasks.attack import ATTACKS, attack_run
-    from tasks.tracking import ui_command
+    from uedp.tasks.attack import ATTACKS, attack_run
+    from uedp.tasks.tracking import ui_command
 
     kinds = list(ATTACKS) if kind == "all" else _csv(kind)
     metrics = attack_run(data_home, run_id, kinds, limit=limit, top_k=top_k, extraction_limit=extraction_limit,
@@ -654,7 +654,7 @@ def serve(
 def datasets(home: Optional[Path] = HOME_OPTION) -> None:
     """List the datasets in the data home with their tables and row counts."""
     data_home = _prepare_runtime(home)
-    from storage.tables import read_manifest
+    from uedp.storage.tables import read_manifest
 
     root = data_home.root / "datasets"
     names = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []
@@ -673,8 +673,8 @@ def datasets(home: Optional[Path] = HOME_OPTION) -> None:
 def _check_before_running(config: Any) -> None:
     """Fail on bad settings before any work starts: the device, and the calibration of a target epsilon
     for userdp (uedp's depends on the number of users, known after ingest)."""
-    from models.device import resolve_device
-    from tasks.train import build_mechanism, planned_population
+    from uedp.models.device import resolve_device
+    from uedp.tasks.train import build_mechanism, planned_population
 
     resolve_device(config.device)
     for train_config in config.train_configs():

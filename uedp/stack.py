@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from storage.home import DataHome
+from uedp.deployments import PREFECT_YAML as DEPLOYMENTS
 from uedp.errors import UedpError
+from uedp.storage.home import DataHome
 
-REPO = Path(__file__).resolve().parents[1]
-DEPLOYMENTS = REPO / "deployments" / "prefect.yaml"
 POOLS = ("cpu", "gpu")
 
 
@@ -39,6 +38,9 @@ class LocalStack:
     prefect_port: int = 4200
     mlflow_port: int = 5000
     startup_timeout: float = 180.0
+    # Where the workers run flows (relative paths in deployment parameters resolve against it): the
+    # directory `uedp serve` was started in. The code itself comes from the installed package.
+    workdir: Path = field(default_factory=Path.cwd)
     _processes: list[tuple[str, subprocess.Popen[bytes], IO[bytes]]] = field(default_factory=list)
 
     @property
@@ -68,7 +70,7 @@ class LocalStack:
             "PREFECT_API_URL": self.prefect_api, "PREFECT_HOME": str(self.home.prefect_home),
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "INFO",
             "PREFECT_WORKER_QUERY_SECONDS": "2", "MLFLOW_TRACKING_URI": self.mlflow_url,
-            "UEDP_HOME": str(self.home.root), "UEDP_REPO": str(REPO), "TOKENIZERS_PARALLELISM": "false",
+            "UEDP_HOME": str(self.home.root), "UEDP_WORKDIR": str(self.workdir), "TOKENIZERS_PARALLELISM": "false",
             "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
             "PREFECT_RESULTS_PERSIST_BY_DEFAULT": "true",
             "PREFECT_LOCAL_STORAGE_PATH": str(self.results),
@@ -116,12 +118,12 @@ class LocalStack:
 
     def _spawn(self, name: str, command: list[str]) -> None:
         log = (self.logs / f"{name}.log").open("wb")
-        process = subprocess.Popen(command, cwd=REPO, env=self.env(), stdout=log, stderr=subprocess.STDOUT,
+        process = subprocess.Popen(command, cwd=self.workdir, env=self.env(), stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
         self._processes.append((name, process, log))
 
     def _run(self, command: list[str]) -> None:
-        done = subprocess.run(command, cwd=REPO, env=self.env(), capture_output=True, text=True, timeout=300)
+        done = subprocess.run(command, cwd=self.workdir, env=self.env(), capture_output=True, text=True, timeout=300)
         if done.returncode:
             raise UedpError(f"`{' '.join(command[2:])}` failed: {(done.stderr or done.stdout).strip()[-500:]}")
 

@@ -152,8 +152,8 @@ def exposure(canary: Canary, log_perplexity: LogPerplexity, exact_limit: int = 2
 
 def model_log_perplexity(model: torch.nn.Module, tokenizer, device: torch.device, max_len: int = 96) -> LogPerplexity:  # type: ignore[no-untyped-def]
     """Summed next-token NLL of each text under a causal LM, encoded as in training."""
-    from models.batching import encode
-    from models.metrics import sequence_nll
+    from uedp.models.batching import encode
+    from uedp.models.metrics import sequence_nll
 
     def score(texts: list[str]) -> np.ndarray:
         if not texts:

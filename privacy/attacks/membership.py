@@ -16,7 +16,7 @@ from typing import Callable, Literal, Sequence
 
 import numpy as np
 
-from privacy.attacks.metrics import AttackFigures, EpsilonLowerBound, attack_figures, epsilon_lower_bound
+from uedp.privacy.attacks.metrics import AttackFigures, EpsilonLowerBound, attack_figures, epsilon_lower_bound
 
 Calibration = Literal["none", "zlib", "reference"]
 SentenceScorer = Callable[[list[str]], np.ndarray]  # texts -> (n, 2): summed NLL, predicted tokens

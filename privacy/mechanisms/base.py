@@ -9,9 +9,9 @@ from typing import Callable, Protocol
 
 import torch
 
-from models.batching import Example
-from models.training import LossFn  # loss_fn(model, batch) -> mean loss; mechanisms stay model-agnostic
-from privacy.mechanisms.checkpoint import NO_CHECKPOINT, Checkpointer
+from uedp.models.batching import Example
+from uedp.models.training import LossFn  # loss_fn(model, batch) -> mean loss; mechanisms stay model-agnostic
+from uedp.privacy.mechanisms.checkpoint import NO_CHECKPOINT, Checkpointer
 
 __all__ = ["NO_CHECKPOINT", "Checkpointer", "LossFn", "Mechanism", "OnRound", "PrivacyStatement", "RoundReport",
            "TrainData"]

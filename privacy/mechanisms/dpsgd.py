@@ -22,15 +22,15 @@ import dp_accounting
 import torch
 from opacus import GradSampleModule
 
-from models.batching import collate
-from models.device import autocast
-from models.parallel import Ranks
-from privacy.accounting import (AccountantKind, Adjacency, RoundAccountant, check_delta, poisson_gaussian_round,
+from uedp.models.batching import collate
+from uedp.models.device import autocast
+from uedp.models.parallel import Ranks
+from uedp.privacy.accounting import (AccountantKind, Adjacency, RoundAccountant, check_delta, poisson_gaussian_round,
                                 resolve_noise_multiplier)
-from privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
-from privacy.population import Population
-from privacy.primitives import gaussian_noise
-from privacy.randomness import Randomness, RandomSource
+from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
+from uedp.privacy.population import Population
+from uedp.privacy.primitives import gaussian_noise
+from uedp.privacy.randomness import Randomness, RandomSource
 
 
 @dataclass

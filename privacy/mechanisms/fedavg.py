@@ -21,12 +21,12 @@ from typing import Iterator
 
 import torch
 
-from models.batching import batches
-from models.parallel import Ranks
-from models.training import LossFn, optimizer_step
-from privacy.mechanisms.base import TrainData
-from privacy.randomness import RandomSource
-from privacy.primitives import assign_flat_, clip_l2, flatten
+from uedp.models.batching import batches
+from uedp.models.parallel import Ranks
+from uedp.models.training import LossFn, optimizer_step
+from uedp.privacy.mechanisms.base import TrainData
+from uedp.privacy.randomness import RandomSource
+from uedp.privacy.primitives import assign_flat_, clip_l2, flatten
 
 # Any user's weight is at most 1, so max(w) * clip bounds one user's contribution even for a user who
 # is added (the largest weight in this dataset would not be a bound).

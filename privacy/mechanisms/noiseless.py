@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import torch
 
-from models.batching import ShuffledBatches, collate
-from models.parallel import Ranks
-from models.training import data_parallel_step, optimizer_step
-from privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
+from uedp.models.batching import ShuffledBatches, collate
+from uedp.models.parallel import Ranks
+from uedp.models.training import data_parallel_step, optimizer_step
+from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
 
 
 @dataclass

@@ -22,12 +22,12 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from models.metrics import causal_lm_loss
-from privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
-from privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
-from privacy.mechanisms.noiseless import Noiseless, NoiselessParams
-from privacy.population import Population
-from privacy.randomness import Randomness
+from uedp.models.metrics import causal_lm_loss
+from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
+from uedp.privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
+from uedp.privacy.mechanisms.noiseless import Noiseless, NoiselessParams
+from uedp.privacy.population import Population
+from uedp.privacy.randomness import Randomness
 
 # What the selective epsilon does not cover (PRIVACY.md): shown next to it everywhere.
 MISSED_TOKENS_CAVEAT = ("only tokens the detector found are protected as tokens: a missed name reaches the noiseless "

@@ -34,15 +34,15 @@ import torch
 import torch.nn.functional as F
 from opacus import GradSampleModule
 
-from models.batching import IGNORE, collate
-from models.device import autocast
-from models.lstm import LstmLanguageModel
-from privacy.accounting import Adjacency
-from privacy.mechanisms.base import LossFn, TrainData
-from privacy.mechanisms.dpsgd import DpSgd, DpSgdParams, sum_clipped_grad_samples
-from privacy.population import Population
-from privacy.primitives import gaussian_noise
-from privacy.randomness import Randomness, RandomSource
+from uedp.models.batching import IGNORE, collate
+from uedp.models.device import autocast
+from uedp.models.lstm import LstmLanguageModel
+from uedp.privacy.accounting import Adjacency
+from uedp.privacy.mechanisms.base import LossFn, TrainData
+from uedp.privacy.mechanisms.dpsgd import DpSgd, DpSgdParams, sum_clipped_grad_samples
+from uedp.privacy.population import Population
+from uedp.privacy.primitives import gaussian_noise
+from uedp.privacy.randomness import Randomness, RandomSource
 
 MISSED_TOKENS_CAVEAT = ("only tokens the detector found are protected as tokens: the hidden state after a missed "
                         "name is released without noise, and its loss trains the regular (noiseless) gradient")

@@ -29,13 +29,13 @@ from dataclasses import dataclass
 
 import torch
 
-from privacy.accounting import COUNT_BOUND_SHARE, UeDpAccounting, check_delta
-from privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
-from privacy.mechanisms.fedavg import WEIGHT_CEILING
-from privacy.mechanisms.userdp import UserDpParams, make_local_trainer
-from privacy.population import Population
-from privacy.primitives import assign_flat_, flatten, gaussian_noise
-from privacy.randomness import Randomness
+from uedp.privacy.accounting import COUNT_BOUND_SHARE, UeDpAccounting, check_delta
+from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
+from uedp.privacy.mechanisms.fedavg import WEIGHT_CEILING
+from uedp.privacy.mechanisms.userdp import UserDpParams, make_local_trainer
+from uedp.privacy.population import Population
+from uedp.privacy.primitives import assign_flat_, flatten, gaussian_noise
+from uedp.privacy.randomness import Randomness
 
 
 @dataclass

@@ -24,13 +24,13 @@ from dataclasses import dataclass
 
 import torch
 
-from privacy.accounting import AccountantKind, RoundAccountant, check_delta, poisson_gaussian_round, resolve_noise_multiplier
-from privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
-from privacy.mechanisms.fedavg import WEIGHT_CEILING, LocalTrainer, user_weights
-from privacy.mechanisms.vectorized import VectorizedLocalTrainer
-from privacy.population import Population
-from privacy.primitives import assign_flat_, flatten, gaussian_noise
-from privacy.randomness import Randomness
+from uedp.privacy.accounting import AccountantKind, RoundAccountant, check_delta, poisson_gaussian_round, resolve_noise_multiplier
+from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
+from uedp.privacy.mechanisms.fedavg import WEIGHT_CEILING, LocalTrainer, user_weights
+from uedp.privacy.mechanisms.vectorized import VectorizedLocalTrainer
+from uedp.privacy.population import Population
+from uedp.privacy.primitives import assign_flat_, flatten, gaussian_noise
+from uedp.privacy.randomness import Randomness
 
 
 @dataclass

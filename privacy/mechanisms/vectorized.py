@@ -20,10 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
-from models.batching import IGNORE
-from privacy.mechanisms.fedavg import LocalTrainer
-from privacy.randomness import RandomSource
-from privacy.primitives import clip_l2
+from uedp.models.batching import IGNORE
+from uedp.privacy.mechanisms.fedavg import LocalTrainer
+from uedp.privacy.randomness import RandomSource
+from uedp.privacy.primitives import clip_l2
 
 
 class VectorizedLocalTrainer(LocalTrainer):

@@ -30,7 +30,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from privacy.sanitization.embeddings import Embeddings
+from uedp.privacy.sanitization.embeddings import Embeddings
 
 Metric = Literal["euclidean", "cosine"]
 MappingMode = Literal["aggressive", "balanced", "conservative"]

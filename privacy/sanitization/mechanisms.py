@@ -26,8 +26,8 @@ from typing import Literal, Protocol
 import numpy as np
 import torch
 
-from privacy.sanitization.embeddings import Embeddings
-from privacy.sanitization.mapping import Mapping, Metric, pairwise_distance
+from uedp.privacy.sanitization.embeddings import Embeddings
+from uedp.privacy.sanitization.mapping import Mapping, Metric, pairwise_distance
 
 Strategy = Literal["token"]
 WITHDRAWN_STRATEGIES = {

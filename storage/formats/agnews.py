@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Iterator
 
-from storage.formats import FormatError, SourceRecord, read_csv_rows, read_json_objects, split_from_filename
+from uedp.storage.formats import FormatError, SourceRecord, read_csv_rows, read_json_objects, split_from_filename
 
 _BACKSLASHES = re.compile(r"\\+")
 _NUMERIC_ENTITY = re.compile(r"(?<![&\w])#(\d{2,4});")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from storage.formats import FormatError, SourceRecord, read_lines, split_from_filename
+from uedp.storage.formats import FormatError, SourceRecord, read_lines, split_from_filename
 
 _TAG = re.compile(r"^(?:O|[BIES]-[A-Za-z][A-Za-z0-9_]*)$")
 

@@ -19,8 +19,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Iterator
 
-from storage.formats import FormatError, SourceRecord, read_json_objects, read_lines, split_from_filename
-from storage.formats.sentences import split_sentences
+from uedp.storage.formats import FormatError, SourceRecord, read_json_objects, read_lines, split_from_filename
+from uedp.storage.formats.sentences import split_sentences
 
 _SECTION = re.compile(r"^section_\w+$")
 _HEADER_FIELD = re.compile(r"^\s*([A-Z][A-Z /-]+):\s*(.*?)\s*$")

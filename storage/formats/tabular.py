@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator
 
-from storage.formats import FormatError, SourceRecord, read_csv_rows, read_json_objects, split_from_filename
+from uedp.storage.formats import FormatError, SourceRecord, read_csv_rows, read_json_objects, split_from_filename
 
 SPLIT_VALUES = {"train": "train", "valid": "valid", "validation": "valid", "dev": "valid", "test": "test"}
 

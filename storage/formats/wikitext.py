@@ -13,8 +13,8 @@ from collections import deque
 from pathlib import Path
 from typing import Iterator
 
-from storage.formats import FormatError, SourceRecord, read_lines, split_from_filename
-from storage.formats.sentences import split_sentences
+from uedp.storage.formats import FormatError, SourceRecord, read_lines, split_from_filename
+from uedp.storage.formats.sentences import split_sentences
 
 _TOP_HEADING = re.compile(r"^ ?= (?!=)(.+?) = ?$")
 _ANY_HEADING = re.compile(r"^ ?(=+) .+ \1 ?$")
