@@ -21,14 +21,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from uedp.models.batching import encode  # noqa: E402
-from uedp.models.device import resolve_device  # noqa: E402
-from uedp.models.gpt2 import build_gpt2  # noqa: E402
-from uedp.models.metrics import causal_lm_loss  # noqa: E402
-from uedp.models.tokenization import byte_level_tokenizer  # noqa: E402
-from uedp.privacy.mechanisms.fedavg import LocalTrainer  # noqa: E402
-from uedp.privacy.mechanisms.vectorized import VectorizedLocalTrainer  # noqa: E402
-from uedp.privacy.primitives import flatten  # noqa: E402
+from uedp.models.batching import encode
+from uedp.models.device import resolve_device
+from uedp.models.gpt2 import build_gpt2
+from uedp.models.metrics import causal_lm_loss
+from uedp.models.tokenization import byte_level_tokenizer
+from uedp.privacy.mechanisms.fedavg import LocalTrainer
+from uedp.privacy.mechanisms.vectorized import VectorizedLocalTrainer
+from uedp.privacy.primitives import flatten
 
 
 class DeepCopyPerUser(LocalTrainer):

@@ -16,15 +16,15 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from uedp.privacy.primitives import gaussian_noise  # noqa: E402
-from uedp.privacy.randomness import Randomness  # noqa: E402
+from uedp.privacy.primitives import gaussian_noise
+from uedp.privacy.randomness import Randomness
 
 
 def median_seconds(work: Callable[[], object], repeats: int) -> float:
@@ -45,13 +45,13 @@ def main() -> None:
     print(f"{'what':<44} {'secure (s)':>11} {'seeded torch (s)':>17} {'ratio':>7}")
     for label, n in (("Poisson coins, 946 users", 946), ("Poisson coins, 14,041 sequences", 14_041)):
         units = [f"u{i}" for i in range(n)]
-        secure = median_seconds(lambda: randomness.poisson_sample("sample", 1, units, 0.05), args.repeats)
-        seeded = median_seconds(lambda: (torch.rand(n, generator=torch.Generator().manual_seed(1)) < 0.05).nonzero(),
+        secure = median_seconds(lambda units=units: randomness.poisson_sample("sample", 1, units, 0.05), args.repeats)
+        seeded = median_seconds(lambda n=n: (torch.rand(n, generator=torch.Generator().manual_seed(1)) < 0.05).nonzero(),
                                 args.repeats)
         print(f"{label:<44} {secure:>11.4f} {seeded:>17.4f} {secure / seeded:>7.1f}")
     for label, n in (("noise, tiny GPT-2 (124,736 parameters)", 124_736), ("noise, GPT-2 small (124M parameters)", 124_000_000)):
-        secure = median_seconds(lambda: gaussian_noise((n,), 1.0, randomness.stream("noise", 1)), args.repeats)
-        seeded = median_seconds(lambda: gaussian_noise((n,), 1.0, torch.Generator().manual_seed(1)), args.repeats)
+        secure = median_seconds(lambda n=n: gaussian_noise((n,), 1.0, randomness.stream("noise", 1)), args.repeats)
+        seeded = median_seconds(lambda n=n: gaussian_noise((n,), 1.0, torch.Generator().manual_seed(1)), args.repeats)
         print(f"{label:<44} {secure:>11.4f} {seeded:>17.4f} {secure / seeded:>7.1f}")
 
 

@@ -17,12 +17,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from uedp.privacy.sanitization.embeddings import Embeddings  # noqa: E402
-from uedp.privacy.sanitization.mapping import build_mapping, nearest  # noqa: E402
-from uedp.privacy.sanitization.mechanisms import CusText, SanText, privatize  # noqa: E402
+from uedp.privacy.sanitization.embeddings import Embeddings
+from uedp.privacy.sanitization.mapping import build_mapping, nearest
+from uedp.privacy.sanitization.mechanisms import CusText, SanText, privatize
 
 
-def timed(label: str, fn):  # noqa: ANN001, ANN201
+def timed(label: str, fn):
     start = time.perf_counter()
     out = fn()
     seconds = time.perf_counter() - start

@@ -42,13 +42,13 @@ def main() -> None:
     from uedp.models.device import resolve_device
     from uedp.models.factory import build_model
     from uedp.models.tokenization import load_tokenizer
+    from uedp.privacy.population import Population
+    from uedp.privacy.randomness import Randomness
     from uedp.storage.catalog import Catalog
     from uedp.storage.home import DataHome
     from uedp.storage.ingest import IngestOptions, ingest
-    from uedp.tasks.config import FEDERATED, TrainConfig
+    from uedp.tasks.config import TrainConfig
     from uedp.tasks.detect import detect_entities
-    from uedp.privacy.population import Population
-    from uedp.privacy.randomness import Randomness
     from uedp.tasks.train import build_mechanism, loss_function
     from uedp.tasks.training_data import prepare_data
 
@@ -68,13 +68,13 @@ def main() -> None:
                 data = prepare_data(catalog, config, tokenizer)
             torch.manual_seed(0)
             model = build_model(config.model, config.model_size, tokenizer).to(device)
-            units = len(data.train.sequences) if mechanism == "dpsgd" else data.train.n_users
+            units = len(data.train.sequences) if config.spec.counts == "sequences" else data.train.n_users
             engine = build_mechanism(config, Population.declared(max(units, 1)), len(data.train.sequences),
                                      Randomness.seeded(0))
             loss = loss_function(config)
             tokens = [0]
 
-            def counting(loss):  # type: ignore[no-untyped-def]
+            def counting(loss, tokens=tokens):  # type: ignore[no-untyped-def]
                 def counted(model_, batch):  # type: ignore[no-untyped-def]
                     tokens[0] += int(batch["attention_mask"].sum())
                     return loss(model_, batch)
@@ -90,7 +90,7 @@ def main() -> None:
             if device.type == "cuda":
                 torch.cuda.synchronize()
             seconds = time.perf_counter() - start
-            unit = "rounds" if mechanism in FEDERATED else "steps"
+            unit = "rounds" if "rounds" in type(config.params).model_fields else "steps"
             if not tokens[0]:  # recurrent selective computes its own losses: expected sampled sequences x mean length
                 lengths = [len(s) for s in data.train.sequences]
                 tokens[0] = round(statement.sampling_probability * len(lengths) * statement.rounds * sum(lengths) / len(lengths))

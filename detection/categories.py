@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import yaml
 from pydantic import BeforeValidator, Field
@@ -59,21 +59,21 @@ class Taxonomy:
 def load_taxonomy(path: Path) -> Taxonomy:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        categories: dict[str, dict[str, object]] = data["categories"]
+        categories: dict[str, dict[str, Any]] = data["categories"]  # parsed YAML: values are untyped
         composites = {name.upper(): tuple(members) for name, members in (data.get("composites") or {}).items()}
     except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError) as exc:
         raise UedpError(f"cannot read the category taxonomy {path}: {exc}") from None
     aliases: dict[str, str] = {}
     for name, spec in categories.items():
-        for alias in [name, *(spec.get("aliases") or [])]:  # type: ignore[union-attr]
+        for alias in [name, *(spec.get("aliases") or [])]:
             if aliases.setdefault(str(alias).upper(), name) != name:
                 raise UedpError(f"{path}: label {alias!r} is an alias of both {aliases[str(alias).upper()]} and {name}")
     for name, members in composites.items():
         missing = [m for m in members if m not in categories]
         if missing or name in aliases:
             raise UedpError(f"{path}: composite {name} names unknown categories {missing} or shadows a category")
-    coarse = {name: spec.get("coarse") for name, spec in categories.items()}  # type: ignore[misc]
-    return Taxonomy(tuple(categories), aliases, coarse, composites, str(path))  # type: ignore[arg-type]
+    coarse: dict[str, str | None] = {name: spec.get("coarse") for name, spec in categories.items()}
+    return Taxonomy(tuple(categories), aliases, coarse, composites, str(path))
 
 
 @lru_cache(maxsize=4)
@@ -100,3 +100,10 @@ def _choices_schema(schema: dict[str, object]) -> None:
 # A pydantic field type: accepts "PERSON,LOC" or a list, validates and normalises with the taxonomy.
 Categories = Annotated[list[str], BeforeValidator(lambda raw: parse_categories(raw)),
                        Field(json_schema_extra=_choices_schema)]
+
+DEFAULT_CATEGORIES = ("PERSON", "LOC", "ORG", "PHONE_NUMBER", "EMAIL_ADDRESS")
+
+
+def default_categories() -> list[str]:
+    """The categories a configuration treats as sensitive unless told otherwise (defined once)."""
+    return list(DEFAULT_CATEGORIES)

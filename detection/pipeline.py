@@ -12,17 +12,23 @@ import hashlib
 import json
 import multiprocessing
 from collections import deque
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal
+from typing import Any, Literal
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from uedp.detection.categories import Taxonomy
 from uedp.detection.identity import entity_key
-from uedp.detection.presidio_engine import (HAS_DIGIT, LANGUAGE, PreloadedSpacyNlpEngine, build_analyzer,
-                                       without_digit_only_recognizers)
+from uedp.detection.presidio_engine import (
+    HAS_DIGIT,
+    LANGUAGE,
+    PreloadedSpacyNlpEngine,
+    build_analyzer,
+    without_digit_only_recognizers,
+)
 from uedp.detection.spacy_pipeline import load_pipeline, pipeline_identity
 from uedp.errors import UedpError
 
@@ -30,12 +36,16 @@ DetectorName = Literal["gold", "spacy", "presidio"]
 ROWS_PER_CHUNK = 10_000
 
 
+def _default_detectors() -> list[DetectorName]:
+    return ["gold"]
+
+
 class DetectorConfig(BaseModel):
     """Which detectors, with which models; everything that changes predictions is in the cache key."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    detectors: list[DetectorName] = Field(default_factory=lambda: ["gold"], min_length=1)
+    detectors: list[DetectorName] = Field(default_factory=_default_detectors, min_length=1)
     spacy_model: str | None = Field(None, description="installed package name or folder of a spaCy pipeline")
     presidio_entities: list[str] | None = Field(None, description="Presidio entity types to ask for (default all)")
     recognizers: str | None = Field(None, description="YAML file of extra recognizers, Presidio's format")
@@ -44,7 +54,7 @@ class DetectorConfig(BaseModel):
     workers: int = Field(1, ge=1, description="worker processes for the spaCy and Presidio pass")
 
     @model_validator(mode="after")
-    def _needs_model(self) -> "DetectorConfig":
+    def _needs_model(self) -> DetectorConfig:
         if {"spacy", "presidio"} & set(self.detectors) and not self.spacy_model:
             raise ValueError("the spacy and presidio detectors need a spaCy pipeline (--spacy-model NAME_OR_PATH)")
         return self
@@ -106,10 +116,10 @@ def detect(batches: Iterable[pa.RecordBatch], config: DetectorConfig, taxonomy: 
         yield from _detector(config, taxonomy).run(sentences)
 
 
-_DETECTORS: dict[tuple[str, str], "_Detector"] = {}
+_DETECTORS: dict[tuple[str, str], _Detector] = {}
 
 
-def _detector(config: DetectorConfig, taxonomy: Taxonomy) -> "_Detector":
+def _detector(config: DetectorConfig, taxonomy: Taxonomy) -> _Detector:
     """One detector per process, configuration and model content: a process that detects many shards
     (a Dask worker) loads the spaCy pipeline and builds the Presidio analyzer once, not once per shard.
     The key holds the pipeline's content hash, so a model retrained in the same folder is reloaded."""

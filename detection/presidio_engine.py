@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 
 from presidio_analyzer import AnalyzerEngine, RecognizerRegistry
-from presidio_analyzer.predefined_recognizers import PhoneRecognizer
 from presidio_analyzer.nlp_engine import NlpArtifacts, SpacyNlpEngine
+from presidio_analyzer.predefined_recognizers import PhoneRecognizer
 from spacy.language import Language
 from spacy.tokens import Doc
 
@@ -36,7 +36,7 @@ class PreloadedSpacyNlpEngine(SpacyNlpEngine):
 
     def __init__(self, nlp: Language):
         super().__init__(models=[{"lang_code": LANGUAGE, "model_name": nlp.meta.get("name", "preloaded")}])
-        self.nlp = {LANGUAGE: nlp}
+        self.nlp = {LANGUAGE: nlp}  # type: ignore[assignment]  # presidio leaves its `self.nlp = None` unannotated
 
     def load(self) -> None:  # the pipeline is already loaded
         return None

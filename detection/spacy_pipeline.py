@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any, cast
 
 import spacy
+from spacy.cli.info import info as spacy_info
 from spacy.language import Language
 
 from uedp.errors import UedpError
@@ -44,5 +46,6 @@ def pipeline_identity(name_or_path: str) -> dict[str, str]:
             digest.update(str(file.relative_to(path)).encode())
             digest.update(hashlib.sha256(file.read_bytes()).digest())
         return {"path": str(path.resolve()), "content": digest.hexdigest()}
-    meta = spacy.info(name_or_path) if spacy.util.is_package(name_or_path) else {}
+    # spaCy annotates info() as ``str | dict``; the str is only for markdown or URL output, never here.
+    meta = cast(dict[str, Any], spacy_info(name_or_path)) if spacy.util.is_package(name_or_path) else {}
     return {"package": name_or_path, "version": str(meta.get("version", "unknown"))}

@@ -5,16 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from prefect import flow, runtime
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from uedp.detection.categories import Categories
+from uedp.detection.categories import Categories, default_categories
 from uedp.detection.pipeline import DetectorConfig
 from uedp.storage.home import DataHome
 from uedp.storage.ingest import IngestResult
-from uedp.tasks.config import FEDERATED, RANDOMNESS_HELP, MechanismName, TrainConfig
+from uedp.tasks.config import RANDOMNESS_HELP, MechanismName, MechanismSettings, TrainConfig, nest_flat
 from uedp.tasks.detect import DetectResult, detect_task
 from uedp.tasks.ingest import conll_options, ingest_task
 from uedp.tasks.train import TrainResult, train_task
@@ -23,43 +23,35 @@ DEMO_CORPUS = Path(str(files("uedp") / "data" / "demo.conll"))
 
 
 class DemoConfig(BaseModel):
-    """Parameters of the demo flow; the Prefect UI renders these as a form."""
+    """Parameters of the demo flow; the Prefect UI renders these as a form. Mechanism parameters may be
+    given flat (``DemoConfig(home=..., q_user=0.2)``)."""
 
     model_config = ConfigDict(extra="forbid")
 
     home: str = Field(description="data home (datasets, MLflow store)")
     dataset: str = "demo"
-    mechanisms: list[MechanismName] = Field(default_factory=lambda: ["noiseless", "deid", "userdp", "uedp"])
-    categories: Categories = Field(default_factory=lambda: ["PERSON", "LOC", "ORG", "PHONE_NUMBER", "EMAIL_ADDRESS"],
-                                  validate_default=True)
-    steps: int = Field(300, ge=1, description="optimizer steps of noiseless, deid and dpsgd")
-    rounds: int = Field(30, ge=1, description="DP-FedAvg rounds of userdp and uedp")
-    q_user: float = Field(0.5, gt=0, le=1)
-    q_entity: float = Field(0.5, gt=0, le=1)
-    q_extended: float = Field(0.5, gt=0, le=1)
-    noise_multiplier: float | None = Field(1.0, gt=0)
-    target_epsilon: float | None = Field(None, gt=0)
-    clip: float = Field(1.0, gt=0)
+    mechanisms: list[MechanismName] = Field(default_factory=lambda: ["noiseless", "deid", "userdp", "uedp"])  # type: ignore[valid-type]
+    categories: Categories = Field(default_factory=default_categories, validate_default=True)
     seed: int = 0
     # Seeded, so the demo's table is reproducible; its runs are tagged and their statements say the
     # guarantee does not hold against anyone who knows the seed.
     randomness: Literal["secure", "seeded"] = Field("seeded", description=RANDOMNESS_HELP)
     device: str = "auto"
+    settings: MechanismSettings = Field(default_factory=MechanismSettings,  # type: ignore[valid-type]
+                                        description="mechanism parameters (each mechanism takes the ones it knows)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_form(cls, data: Any) -> Any:
+        return nest_flat(data, set(cls.model_fields), "settings") if isinstance(data, dict) else data
 
     def train_configs(self) -> list[TrainConfig]:
-        configs = []
-        for mechanism in self.mechanisms:
-            configs.append(
-                TrainConfig(
-                    dataset=self.dataset, mechanism=mechanism, categories=self.categories,
-                    steps=self.rounds if mechanism in FEDERATED else self.steps, q_user=self.q_user, q_entity=self.q_entity,
-                    q_extended=self.q_extended,
-                    noise_multiplier=None if self.target_epsilon else self.noise_multiplier,
-                    target_epsilon=self.target_epsilon, clip=self.clip, seed=self.seed, device=self.device,
-                    randomness=self.randomness,
-                )
-            )
-        return configs
+        settings = self.settings.model_dump()
+        if settings.get("target_epsilon") is not None:
+            settings["noise_multiplier"] = None
+        return [TrainConfig.for_mechanism(mechanism, **settings, dataset=self.dataset, categories=self.categories,
+                                          seed=self.seed, device=self.device, randomness=self.randomness)
+                for mechanism in self.mechanisms]
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from uedp.detection.pipeline import DetectorConfig
 from uedp.storage.home import DataHome
-from uedp.tasks.detect import (DetectResult, Shard, detect_shard_task, detect_task, merge_shards_task, plan_detection,
-                          plan_shards)
+from uedp.tasks.detect import DetectResult, Shard, detect_shard_task, detect_task, merge_shards_task, shards_to_detect
 
 
 class ScaleOut(BaseModel):
@@ -65,14 +64,8 @@ def detect_flow(home: str, dataset: str, detector: DetectorConfig, progress: boo
     scale_out = scale_out or ScaleOut()
     if scale_out.rows_per_shard is None:
         return detect_task(data_home, dataset, detector, progress, scale_out.store)
-    if scale_out.store:
-        from uedp.storage.remote import TableStore
-
-        table_store = TableStore(scale_out.store)
-        table_store.pull_required(data_home, dataset, ("sentences",))
-        table_store.pull(data_home, dataset, "entities")
-    plan = plan_detection(data_home, dataset, detector)
-    if (reused := plan.reused()) is not None:
-        return reused
+    shards = shards_to_detect(data_home, dataset, detector, scale_out.rows_per_shard, scale_out.store)
+    if isinstance(shards, DetectResult):  # same corpus and detector configuration: nothing to do
+        return shards
     sharded = detect_shards_flow.with_options(task_runner=scale_out.task_runner())
-    return sharded(home, dataset, detector, plan_shards(plan, scale_out.rows_per_shard), scale_out.store)
+    return sharded(home, dataset, detector, shards, scale_out.store)

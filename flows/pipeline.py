@@ -30,7 +30,7 @@ class PipelineConfig(BaseModel):
                                                 "every stage; empty: the data home only")
 
     @model_validator(mode="after")
-    def _same_dataset(self) -> "PipelineConfig":
+    def _same_dataset(self) -> PipelineConfig:
         if (self.ingest.home, self.ingest.dataset) != (self.sweep.home, self.sweep.dataset):
             raise ValueError("ingest and sweep must name the same home and dataset")
         return self

@@ -7,7 +7,8 @@ examples in lists and never look inside them, so every mechanism trains either k
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence, Union
+from collections.abc import Iterator, Sequence
+from typing import Union
 
 import numpy as np
 import torch

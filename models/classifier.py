@@ -5,12 +5,22 @@ a size preset for small runs and tests."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypedDict
 
 from transformers import AutoModelForSequenceClassification, BertConfig, BertForSequenceClassification, PreTrainedModel
 
 from uedp.errors import UedpError
 
-BERT_PRESETS: dict[str, dict[str, int]] = {
+
+class BertPreset(TypedDict):
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    max_position_embeddings: int
+
+
+BERT_PRESETS: dict[str, BertPreset] = {
     "tiny": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
              "max_position_embeddings": 128},
     "small": {"hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 512,
@@ -22,15 +32,20 @@ def build_bert_classifier(preset: str, vocab_size: int, num_labels: int, pad_tok
     """A freshly initialised BERT classifier of a preset size; dropout off so seeded runs replay exactly."""
     if preset not in BERT_PRESETS:
         raise UedpError(f"unknown BERT preset {preset!r}; valid: {', '.join(BERT_PRESETS)} or a checkpoint path")
-    config = BertConfig(vocab_size=vocab_size, num_labels=num_labels, pad_token_id=pad_token_id,
-                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **BERT_PRESETS[preset])
+    # num_labels reaches PreTrainedConfig through **kwargs, which transformers' dataclass __init__ does not declare
+    config = BertConfig(vocab_size=vocab_size, num_labels=num_labels,  # type: ignore[call-arg]
+                        pad_token_id=pad_token_id, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                        **BERT_PRESETS[preset])
     return BertForSequenceClassification(config)
 
 
 def load_classifier(name_or_path: str | Path, num_labels: int) -> PreTrainedModel:
     """An encoder checkpoint with a fresh classification head of ``num_labels`` classes."""
     try:
-        return AutoModelForSequenceClassification.from_pretrained(str(name_or_path), num_labels=num_labels)
+        model: PreTrainedModel = AutoModelForSequenceClassification.from_pretrained(
+            str(name_or_path), num_labels=num_labels
+        )
+        return model
     except OSError as exc:
         raise UedpError(
             f"cannot load an encoder from {name_or_path!r}: {str(exc).splitlines()[0]} "

@@ -14,9 +14,10 @@ never influences a prediction of a real one, which is why the mask is not needed
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TypedDict
 
 import torch
 from opacus.layers import DPLSTM
@@ -37,8 +38,13 @@ class LstmConfig:
     tie_weights: bool = False
 
 
+class LstmPreset(TypedDict):
+    embedding_size: int
+    hidden_size: int
+
+
 # "paper" is the Selective-DP paper's model; "tiny" is for CPU tests and demos.
-LSTM_PRESETS: dict[str, dict[str, int]] = {
+LSTM_PRESETS: dict[str, LstmPreset] = {
     "paper": {"embedding_size": 200, "hidden_size": 200},
     "tiny": {"embedding_size": 48, "hidden_size": 64},
 }
@@ -87,7 +93,8 @@ class LstmLanguageModel(nn.Module):
             if len(rows):
                 released_h, released_c = release(h[rows], c[rows], rows, t)
                 h, c = h.index_put((rows,), released_h), c.index_put((rows,), released_c)
-        return self.decoder(torch.stack(outputs, dim=1))
+        logits: torch.Tensor = self.decoder(torch.stack(outputs, dim=1))
+        return logits
 
     def save_pretrained(self, folder: str | Path) -> None:
         folder = Path(folder)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -71,16 +71,19 @@ def _classifier_logits(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -
     # defaults are broadcast buffers).
     ids = batch["input_ids"]
     inputs = {"input_ids": ids, "attention_mask": batch["attention_mask"]}
-    accepted = _forward_arguments(type(getattr(model, "_module", model)))  # Opacus' GradSampleModule wraps it
+    module: torch.nn.Module = getattr(model, "_module", model)  # Opacus' GradSampleModule wraps it
+    # A class is hashable; mypy misses that for a type[X] value (python/mypy#11470, #20409).
+    accepted = _forward_arguments(type(module))  # type: ignore[arg-type]
     if "position_ids" in accepted:
         inputs["position_ids"] = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
     if "token_type_ids" in accepted:
         inputs["token_type_ids"] = torch.zeros_like(ids)
-    return model(**inputs).logits
+    logits: torch.Tensor = model(**inputs).logits
+    return logits
 
 
 @functools.lru_cache(maxsize=32)
-def _forward_arguments(model_class: type) -> frozenset[str]:
+def _forward_arguments(model_class: type[torch.nn.Module]) -> frozenset[str]:
     """The keyword arguments a model class's ``forward`` takes (inspected once per class, not per batch)."""
     return frozenset(inspect.signature(model_class.forward).parameters)
 

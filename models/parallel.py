@@ -12,8 +12,9 @@ and every method is the identity.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence, TypeVar
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -27,7 +28,7 @@ class Ranks:
     world: int = 1
 
     @classmethod
-    def current(cls) -> "Ranks":
+    def current(cls) -> Ranks:
         if dist.is_available() and dist.is_initialized():
             return cls(dist.get_rank(), dist.get_world_size())
         return cls()

@@ -24,7 +24,9 @@ def byte_level_tokenizer() -> PreTrainedTokenizerFast:
     core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
-    return PreTrainedTokenizerFast(tokenizer_object=core, eos_token=EOS, pad_token=EOS, bos_token=EOS)
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers leaves this __init__ unannotated
+        tokenizer_object=core, eos_token=EOS, pad_token=EOS, bos_token=EOS
+    )
 
 
 def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:

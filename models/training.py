@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -20,7 +20,7 @@ def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, bat
     with autocast(device):
         loss = loss_fn(model, batch)
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
     optimizer.step()
     return loss.item()
 
@@ -42,7 +42,7 @@ def data_parallel_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
         batch = {k: v.to(device) for k, v in collate(mine, pad_id).items()}
         with autocast(device):
             loss = loss_fn(model, batch)
-        (loss * (len(mine) / len(examples))).backward()
+        (loss * (len(mine) / len(examples))).backward()  # type: ignore[no-untyped-call]  # torch: unannotated
         loss_sum = loss.detach().float() * len(mine)
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     ranks.sum_([*grads, loss_sum])

@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from typing import TYPE_CHECKING, Callable, Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
 
 import dp_accounting
 from dp_accounting import pld, rdp
@@ -218,9 +219,10 @@ def _round_pld(event: dp_accounting.DpEvent, adjacency: Adjacency) -> object | N
         return None
     from dp_accounting.pld import privacy_loss_distribution
 
-    return privacy_loss_distribution.from_gaussian_mechanism(
+    pld: object = privacy_loss_distribution.from_gaussian_mechanism(
         standard_deviation=event.event.noise_multiplier, sampling_prob=event.sampling_probability,
         value_discretization_interval=PLD_DISCRETIZATION, neighboring_relation=_relation(adjacency))
+    return pld
 
 
 def _gaussian_pld(event: dp_accounting.DpEvent, adjacency: Adjacency) -> object | None:
@@ -229,9 +231,10 @@ def _gaussian_pld(event: dp_accounting.DpEvent, adjacency: Adjacency) -> object 
         return None
     from dp_accounting.pld import privacy_loss_distribution
 
-    return privacy_loss_distribution.from_gaussian_mechanism(
+    pld: object = privacy_loss_distribution.from_gaussian_mechanism(
         standard_deviation=event.noise_multiplier, value_discretization_interval=PLD_DISCRETIZATION,
         neighboring_relation=_relation(adjacency))
+    return pld
 
 
 PLD_DISCRETIZATION = 1e-4  # dp_accounting's PLDAccountant default
@@ -296,9 +299,9 @@ class UeDpAccounting:
         self.max_users = max_sampled_users(n_users_bound + 1, q_user, rounds, self.delta_trunc)
 
     @classmethod
-    def for_population(cls, population: "Population", q_user: float, q_entity: float, q_extended: float,
+    def for_population(cls, population: Population, q_user: float, q_entity: float, q_extended: float,
                        rounds: int, delta: float, naive: bool = False, truncation_share: float = 0.1,
-                       kind: AccountantKind = "pld", count_bound_share: float = COUNT_BOUND_SHARE) -> "UeDpAccounting":
+                       kind: AccountantKind = "pld", count_bound_share: float = COUNT_BOUND_SHARE) -> UeDpAccounting:
         """The accounting of a run whose user count is ``population``: a declared count bounds N itself; a
         DP count is composed in, and its upper bound fails with probability ``count_bound_share * delta``,
         charged to delta. Training and the ``uedp epsilon`` planner both build it here."""

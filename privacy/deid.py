@@ -7,7 +7,7 @@ must show what it does and does not buy.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def redact(text: str, spans: Sequence[tuple[int, int, str]]) -> str:

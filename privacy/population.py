@@ -41,17 +41,17 @@ class Population:
     noise_std: float = 0.0  # dp-count: standard deviation of the Gaussian added to the exact count
 
     @classmethod
-    def public_by_adjacency(cls, count: int) -> "Population":
+    def public_by_adjacency(cls, count: int) -> Population:
         return cls(float(count), "public-by-adjacency")
 
     @classmethod
-    def declared(cls, count: int) -> "Population":
+    def declared(cls, count: int) -> Population:
         if count < 1:
             raise ValueError(f"a declared public count must be at least 1, got {count}")
         return cls(float(count), "declared")
 
     @classmethod
-    def dp_count(cls, count: int, noise_std: float, randomness: Randomness) -> "Population":
+    def dp_count(cls, count: int, noise_std: float, randomness: Randomness) -> Population:
         """``count + N(0, noise_std^2)`` drawn from the run's randomness (floored at 1 for use as a divisor)."""
         if not noise_std > 0:
             raise ValueError(f"the count's noise standard deviation must be positive, got {noise_std}")

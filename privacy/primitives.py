@@ -4,17 +4,19 @@ drawn from live in :mod:`privacy.randomness`."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 
 
-def flatten(params: list[torch.Tensor]) -> torch.Tensor:
+def flatten(params: Sequence[torch.Tensor]) -> torch.Tensor:
     """A new flat vector holding the parameters' current values (the space clipping works in)."""
     return torch.cat([p.detach().reshape(-1) for p in params])
 
 
 @torch.no_grad()
-def assign_flat_(params: list[torch.Tensor], vector: torch.Tensor) -> None:
+def assign_flat_(params: Sequence[torch.Tensor], vector: torch.Tensor) -> None:
     """Copy ``vector`` into the parameters' own storage.
 
     Not ``torch.nn.utils.vector_to_parameters``: that makes each parameter a *view* of ``vector``, so

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -44,17 +45,17 @@ class Randomness:
     _root: bytes = field(repr=False)
 
     @classmethod
-    def secure(cls) -> "Randomness":
+    def secure(cls) -> Randomness:
         """A fresh root from the operating system's randomness."""
         return cls("secure", os.urandom(ROOT_BYTES))
 
     @classmethod
-    def seeded(cls, seed: int) -> "Randomness":
+    def seeded(cls, seed: int) -> Randomness:
         """A root anyone can recompute from ``seed``: reproducible, and no guarantee against them."""
         return cls("seeded", hashlib.blake2b(f"uedp-seeded-root:{int(seed)}".encode(), digest_size=ROOT_BYTES).digest())
 
     @classmethod
-    def for_mode(cls, mode: RandomnessMode, seed: int) -> "Randomness":
+    def for_mode(cls, mode: RandomnessMode, seed: int) -> Randomness:
         if mode == "secure":
             return cls.secure()
         if mode == "seeded":
@@ -69,7 +70,7 @@ class Randomness:
                     "not hold against anyone who knows it (for tests and demos only)",)
         return ()
 
-    def shared_across_ranks(self) -> "Randomness":
+    def shared_across_ranks(self) -> Randomness:
         """Under ``torch.distributed``: rank 0's root, broadcast to every rank (identity in one process)."""
         import torch.distributed as dist
 
@@ -83,7 +84,7 @@ class Randomness:
 
     # --- derivation -----------------------------------------------------------------------------------
 
-    def _hasher(self, purpose: str, path: Sequence[object]) -> "hashlib._Hash":
+    def _hasher(self, purpose: str, path: Sequence[object]) -> hashlib.blake2b:
         hasher = hashlib.blake2b(key=self._root, digest_size=8)
         hasher.update(_encode((purpose, *path)))
         return hasher
@@ -123,6 +124,25 @@ class Randomness:
             return list(range(len(units)))
         priority = self.uniforms(purpose, round_index, units)
         return sorted(np.argsort(priority, kind="stable")[:limit].tolist())
+
+
+@dataclass(frozen=True)
+class RoundRandomness:
+    """The run's randomness seen from one round: every draw is keyed by the round, which the round
+    loop (:mod:`privacy.mechanisms.loop`) fixes, so no mechanism can draw a round's coins twice or
+    from another round's stream."""
+
+    source: Randomness
+    round: int
+
+    def stream(self, purpose: str, *path: object) -> np.random.Generator:
+        return self.source.stream(purpose, self.round, *path)
+
+    def poisson_sample(self, purpose: str, units: Sequence[object], q: float) -> list[int]:
+        return self.source.poisson_sample(purpose, self.round, units, q)
+
+    def keep_at_most(self, purpose: str, units: Sequence[object], limit: int) -> list[int]:
+        return self.source.keep_at_most(purpose, self.round, units, limit)
 
 
 def _encode(parts: Sequence[object]) -> bytes:

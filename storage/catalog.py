@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import duckdb
 
+from uedp.errors import UedpError
 from uedp.storage.home import DataHome
 from uedp.storage.tables import DATA_FILE
-from uedp.errors import UedpError
 
 TABLES = ("sentences", "users", "entities")
 
@@ -45,7 +45,7 @@ class Catalog:
     def close(self) -> None:
         self.con.close()
 
-    def __enter__(self) -> "Catalog":
+    def __enter__(self) -> Catalog:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -64,7 +64,9 @@ class Catalog:
     def roster_size(self, split: str) -> int:
         """Writers on the users table with at least one sentence in ``split`` (the roster, not the text)."""
         column = {"train": "n_train", "valid": "n_valid", "test": "n_test"}[split]
-        return int(self.con.execute(f"SELECT count(*) FROM users WHERE {column} > 0").fetchone()[0])
+        row = self.con.execute(f"SELECT count(*) FROM users WHERE {column} > 0").fetchone()
+        assert row is not None  # an aggregate without GROUP BY always yields one row
+        return int(row[0])
 
     def labels(self, split: str) -> dict[int, str]:
         """``sentence_id -> class`` of a classification corpus' split (sentences without a class left out)."""
@@ -137,6 +139,7 @@ class Catalog:
             """,
             [categories],
         ).fetchone()
+        assert row is not None  # a SELECT of scalar subqueries always yields one row
         sentences, sensitive, entities, users, users_with, multi_user, max_users = row
         return {"sentences": sentences, "sensitive_sentences": sensitive, "extended_set_S": sentences - sensitive,
                 "entities": entities, "users": users, "users_with_entities": users_with,

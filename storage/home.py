@@ -32,7 +32,7 @@ class DataHome:
     root: Path
 
     @classmethod
-    def from_env(cls, override: str | os.PathLike[str] | None = None) -> "DataHome":
+    def from_env(cls, override: str | os.PathLike[str] | None = None) -> DataHome:
         """Resolve the home from an explicit path, else ``UEDP_HOME``, else ``./.uedp``; create it."""
         raw = override if override is not None else os.environ.get("UEDP_HOME", DEFAULT_HOME)
         root = Path(raw).expanduser().resolve()

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Literal
+from typing import Literal
 
 from tqdm.auto import tqdm
 
+from uedp.errors import UedpError
 from uedp.storage.formats import FormatError, SourceRecord
 from uedp.storage.formats.agnews import agnews_csv_records, agnews_jsonl_records
 from uedp.storage.formats.conll import conll_records
@@ -27,7 +29,6 @@ from uedp.storage.formats.wikitext import wikitext_records
 from uedp.storage.home import DataHome
 from uedp.storage.schemas import SCHEMA_VERSION, SENTENCES, SPLITS, USERS
 from uedp.storage.tables import TableWriter, hash_config, hash_files, is_current, read_manifest
-from uedp.errors import UedpError
 
 FORMATS: tuple[str, ...] = ("conll2003", "ag_news", "sec", "wikitext", "jsonl", "csv")
 SplitMode = Literal["auto", "files", "users"]

@@ -20,13 +20,14 @@ import posixpath
 import shutil
 import uuid
 from pathlib import Path
+from typing import Any
 
 import fsspec
 from fsspec.core import url_to_fs
 
+from uedp.errors import UedpError
 from uedp.storage.home import DataHome, validate_dataset_name
 from uedp.storage.tables import DATA_FILE, MANIFEST_FILE, read_manifest, swap_in
-from uedp.errors import UedpError
 
 
 class TableStore:
@@ -45,12 +46,13 @@ class TableStore:
     def table_path(self, dataset: str, table: str) -> str:
         return posixpath.join(self.root, "datasets", validate_dataset_name(dataset), table)
 
-    def manifest(self, dataset: str, table: str) -> dict | None:
+    def manifest(self, dataset: str, table: str) -> dict[str, Any] | None:
         path = posixpath.join(self.table_path(dataset, table), MANIFEST_FILE)
         if not self.fs.exists(path):
             return None
         with self.fs.open(path, "r", encoding="utf-8") as handle:
-            return json.load(handle)
+            manifest: dict[str, Any] = json.load(handle)
+            return manifest
 
     def push(self, home: DataHome, dataset: str, table: str) -> str:
         """Publish the local table (data first, manifest last); returns its key. A no-op when current."""

@@ -13,10 +13,11 @@ import json
 import os
 import shutil
 import uuid
-from datetime import datetime, timezone
+from collections.abc import Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Iterable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -49,7 +50,8 @@ def read_manifest(table_dir: Path) -> dict[str, Any] | None:
     path = table_dir / MANIFEST_FILE
     if not path.is_file() or not (table_dir / DATA_FILE).is_file():
         return None
-    return json.loads(path.read_text(encoding="utf-8"))
+    manifest: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return manifest
 
 
 def is_current(table_dir: Path, key: str) -> bool:
@@ -78,7 +80,7 @@ class TableWriter:
         self._tmp = table_dir.parent / f".{table_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
         self._writer: pq.ParquetWriter | None = None
 
-    def __enter__(self) -> "TableWriter":
+    def __enter__(self) -> TableWriter:
         self._tmp.mkdir(parents=True)
         self._writer = pq.ParquetWriter(self._tmp / DATA_FILE, self.schema, compression="zstd")
         return self
@@ -105,7 +107,7 @@ class TableWriter:
             "table": self.table_dir.name,
             "rows": self.rows,
             "key": self.key,
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
             **self.details,
         }
         (self._tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")

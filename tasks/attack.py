@@ -15,11 +15,13 @@ from typing import Literal
 
 import numpy as np
 import torch
+
+from uedp.errors import UedpError
+from uedp.models.batching import encode
 from uedp.models.device import resolve_device
 from uedp.models.gpt2 import load_gpt2
 from uedp.models.lstm import load_lstm
 from uedp.models.metrics import sequence_nll
-from uedp.models.batching import encode
 from uedp.models.tokenization import load_tokenizer
 from uedp.privacy.attacks.canaries import Canary, exposure, model_log_perplexity
 from uedp.privacy.attacks.extraction import Occurrence, extraction_rates
@@ -28,21 +30,9 @@ from uedp.storage.catalog import Catalog
 from uedp.storage.home import DataHome
 from uedp.tasks.config import TrainConfig
 from uedp.tasks.tracking import RunTracker
-from uedp.errors import UedpError
 
 AttackKind = Literal["canary", "mia", "extraction"]
 ATTACKS: tuple[str, ...] = ("canary", "mia", "extraction")
-# Which membership levels test a mechanism's privacy unit: adjacent datasets of the unit must differ
-# by at least what the attack's members differ by. A sentence lies inside one user and covers a
-# sequence (dpsgd); a user's whole text is a userdp/uedp unit but a group of dpsgd units; an entity's
-# sentences across users are a uedp unit only. Selective DP protects tokens: no level applies.
-AUDITED_LEVELS: dict[str, tuple[str, ...]] = {
-    "dpsgd": ("sentence",), "userdp": ("sentence", "user"), "uedp": ("sentence", "user", "entity"),
-    "uedp-naive": ("sentence", "user", "entity"), "selective": (), "noiseless": ("sentence", "user", "entity"),
-    "deid": ("sentence", "user", "entity"),
-}
-
-
 def attack_run(home: DataHome, run_id: str, kinds: list[str], limit: int = 500, top_k: int = 5,
                extraction_limit: int = 200, device_name: str = "auto", seed: int = 0,
                reference_run: str | None = None) -> dict[str, float]:
@@ -78,7 +68,8 @@ def attack_run(home: DataHome, run_id: str, kinds: list[str], limit: int = 500, 
             for category, (hits, total) in sorted(extraction_rates(model, tokenizer, occurrences, top_k, device).items()):
                 metrics[f"extraction_top{top_k}_{category}"] = hits / total
                 metrics[f"extraction_tried_{category}"] = float(total)
-    audited = AUDITED_LEVELS.get(config.mechanism, ())
+    # Membership levels whose members differ by at most what the unit's neighbours differ by (registry).
+    audited = config.spec.audited_levels
     bounds = [v for k, v in metrics.items() if k.endswith("_epsilon_lower_bound") and k.split("_")[1] in audited]
     if bounds:  # the strongest lower bound among the attacks that test this mechanism's unit
         metrics["audit_epsilon_lower_bound"] = max(bounds)

@@ -1,93 +1,58 @@
-"""The typed configuration of one training run, validated at the edge and logged to MLflow as params."""
+"""The typed configuration of one training run: the settings every mechanism shares, plus the chosen
+mechanism's own parameters (a discriminated union over the registry), validated at the edge and logged
+to MLflow as params.
+
+Every default is defined once: shared settings here, mechanism parameters in
+:mod:`privacy.mechanisms.params`. The CLI, the Prefect forms, the sweep and ``uedp epsilon`` read them
+from these models. A configuration can also be written flat (``mechanism="userdp", q_user=0.1``): the
+keys that are not shared settings go to the mechanism's parameters.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+import hashlib
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic.fields import FieldInfo
 
-from uedp.detection.categories import Categories
+from uedp.detection.categories import Categories, default_categories
 from uedp.models.factory import SIZE_PRESETS, ModelKind, Task, task_of
 from uedp.privacy.attacks.canaries import canary_format
-from uedp.privacy.mechanisms import MECHANISMS
+from uedp.privacy.mechanisms import registry
+from uedp.privacy.mechanisms.params import MechanismParams, PrivateParams, SanitizationSettings
+from uedp.privacy.mechanisms.registry import MechanismSpec, RunShape
 from uedp.privacy.population import DEFAULT_COUNT_NOISE_STD
-from uedp.privacy.sanitization.mechanisms import check_strategy
+from uedp.privacy.randomness import RandomnessMode
+from uedp.privacy.sanitization.release import LOCAL_DP, local_dp_kind
+from uedp.storage.home import validate_dataset_name
 
-MechanismName = Literal["noiseless", "deid", "dpsgd", "selective", "userdp", "uedp", "uedp-naive", "custext", "santext"]
-FEDERATED = ("userdp", "uedp", "uedp-naive")
-LOCAL_DP = ("custext", "santext")
-# Central mechanisms under add/remove adjacency: their unit count is private (PRIVACY.md rule 4).
-COUNTED = ("dpsgd", *FEDERATED)
+MechanismName = registry.name_literal()
+LocalDpName = Literal[tuple(LOCAL_DP)]  # type: ignore[valid-type]
+MechanismParamsUnion = registry.params_union()
 RANDOMNESS_HELP = ("secure (default): sampling, noise and batch order from the operating system, never stored; "
-                   "seeded: from --seed, reproducible, and the guarantee does not hold against anyone who knows the seed")
+                   "seeded: from the seed, reproducible, and the guarantee does not hold against anyone who knows it")
 
 
-class LocalDpSettings(BaseModel):
-    """How custext and santext sanitize the train split (their epsilon is the configuration's target epsilon)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    embeddings: str = Field(description="vector file (GloVe/word2vec text, .npz) or model:<pretrained folder>")
-    k: int = Field(50, ge=1, description="custext: output set size")
-    mapping: Literal["aggressive", "balanced", "conservative"] = "balanced"
-    metric: Literal["euclidean", "cosine"] = "euclidean"
-    strategy: str = Field("token", description="token: one independent draw per occurrence (record and dataset "
-                                               "were withdrawn: no per-token guarantee holds for them)")
-    keep: Literal["none", "stopwords", "non-entities"] = "none"
-    vocab_limit: int | None = Field(None, ge=2)
-    attack_model: str | None = Field(None, description="masked-LM folder for the mask-token inference attack")
-
-    @field_validator("strategy")
-    @classmethod
-    def _strategy(cls, value: str) -> str:
-        return check_strategy(value)
-
-
-class TrainConfig(BaseModel):
-    """One configuration: dataset x mechanism x categories x privacy parameters x seed."""
+class RunSettings(BaseModel):
+    """What every mechanism shares: the model, the data shape, randomness, devices, checkpoints, canaries."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    dataset: str
-    mechanism: MechanismName
-    categories: Categories = Field(default_factory=lambda: ["PERSON", "LOC", "ORG", "PHONE_NUMBER", "EMAIL_ADDRESS"],
-                                  validate_default=True)
     model: ModelKind = Field("gpt2", description="gpt2 (next-word prediction), lstm (the Selective-DP paper's "
                                                  "200/200 LSTM) or bert (sequence classification)")
     model_size: str = Field("tiny", description="a size preset (gpt2: tiny, small; lstm: tiny, paper; bert: tiny, "
                                                 "small) or a pretrained checkpoint folder / hub name")
     tokenizer: str = Field("byte", description="'byte' (leak-free byte-level) or a pretrained path / hub name")
-    max_len: int = Field(96, ge=8, le=4096)
-    steps: int = Field(300, ge=1, description="optimizer steps (noiseless, deid, dpsgd) or rounds (userdp, uedp)")
-    batch_size: int = Field(16, ge=1, description="batch size; dpsgd: expected Poisson batch size")
-    public_steps: int = Field(300, ge=0, description="selective: noiseless steps on the redacted corpus first")
-    lr: float = Field(1e-3, gt=0)
-    # userdp (DP-FedAvg) and uedp
-    q_user: float = Field(0.5, gt=0, le=1)
-    q_entity: float = Field(0.5, gt=0, le=1, description="uedp: sampling probability of a detected entity")
-    q_extended: float = Field(0.5, gt=0, le=1, description="uedp: sampling probability of a sentence with no entity")
-    noise_multiplier: float | None = Field(1.0, gt=0)
-    target_epsilon: float | None = Field(None, gt=0)
-    clip: float = Field(1.0, gt=0)
-    hidden_clip: float = Field(1.0, gt=0, description="selective with lstm: L2 bound of the state after a private token")
-    local_steps: int = Field(5, ge=1)
-    local_batch_size: int = Field(8, ge=1)
-    local_lr: float = Field(0.5, gt=0)
-    server_lr: float = Field(1.0, gt=0)
-    weight_cap: float = Field(1.0, gt=0, description="userdp: w_u = min(n_u / weight_cap, 1); uedp weighs every user 1")
-    vectorize_users: bool = Field(False, description="userdp/uedp: train a round's users at once (torch.func.vmap)")
-    delta: float = Field(1e-5, gt=0, lt=1)
-    accountant: Literal["pld", "rdp"] = "pld"
-    max_epsilon: float | None = Field(None, gt=0)
-    seed: int = Field(0, description="initial weights (always); sampling and noise too only with randomness=seeded")
-    randomness: Literal["secure", "seeded"] = Field("secure", description=RANDOMNESS_HELP)
-    public_count: int | None = Field(None, ge=1, description="dpsgd/userdp/uedp: declare the number of units "
+    max_len: int = Field(96, ge=8, le=4096, description="tokens per sentence at most")
+    randomness: RandomnessMode = Field("secure", description=RANDOMNESS_HELP)
+    public_count: int | None = Field(None, ge=1, description="dpsgd/userdp/uedp: declare the number of privacy units "
                                      "(sequences; users) public; default: a DP count composed into epsilon")
     count_noise: float = Field(DEFAULT_COUNT_NOISE_STD, gt=0, description="std of the Gaussian noise of the DP count "
                                "of units (sensitivity 1)")
-    device: str = "auto"
-    processes: int = Field(1, ge=1, description="torchrun processes (one per GPU); they split each round's "
-                                                "users or examples and sum their clipped contributions")
+    device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
+    processes: int = Field(1, ge=1, description="torchrun processes (one per GPU); they split each round's users or "
+                                                "examples and sum their clipped contributions")
     checkpoint_every: int = Field(25, ge=0, description="save a resumable checkpoint every N rounds (0: never)")
     canaries: int = Field(0, ge=0, description="made-up secrets planted in the training text, for `uedp attack`")
     canary_repeats: int = Field(1, ge=1, description="times each canary is planted")
@@ -95,29 +60,6 @@ class TrainConfig(BaseModel):
                                       description="digits:N, name, phone, email (cycled over the canaries)")
     canary_users: list[str] = Field(default_factory=list, description="users whose text hosts canaries (default: any)")
     log_model: bool = Field(False, description="store the trained model as an MLflow artifact")
-    local_dp: LocalDpSettings | None = Field(None, description="custext / santext: the sanitization settings")
-
-    @model_validator(mode="after")
-    def _consistent(self) -> "TrainConfig":
-        if self.is_private and self.noise_multiplier is None and self.target_epsilon is None:
-            raise ValueError(f"{self.mechanism} needs --noise-multiplier or --target-epsilon")
-        if self.mechanism in ("uedp", "uedp-naive") and self.weight_cap != 1.0:
-            raise ValueError("uedp weighs every user 1 (a weight counting sentences changes when an entity is added); "
-                             "weight_cap applies to userdp only")
-        if self.vectorize_users and self.model != "gpt2":
-            raise ValueError("vectorize_users is implemented for GPT-2 language models only")
-        if self.mechanism in LOCAL_DP and (self.local_dp is None or self.target_epsilon is None):
-            raise ValueError(f"{self.mechanism} needs sanitization settings (--embeddings) and its per-token "
-                             "epsilon (--target-epsilon)")
-        if self.mechanism in LOCAL_DP and self.canaries:
-            raise ValueError("canaries are planted in the training text after sanitization would have run; "
-                             "they are not supported with custext/santext yet")
-        if self.processes > 1 and self.mechanism == "selective" and self.model == "lstm":
-            raise ValueError("recurrent selective (lstm) runs in one process: its per-token state noise is drawn "
-                             "inside the forward pass, which ranks cannot share")
-        if self.canaries and self.task != "lm":
-            raise ValueError("canaries are planted in language-model training text (not for classifiers)")
-        return self
 
     @field_validator("canary_formats")
     @classmethod
@@ -126,27 +68,161 @@ class TrainConfig(BaseModel):
             canary_format(name)  # unknown formats fail here, before any work, naming the field
         return formats
 
+
+class TrainConfig(RunSettings):
+    """One configuration: dataset x mechanism (with its parameters) x categories x seed."""
+
+    dataset: str
+    categories: Categories = Field(default_factory=default_categories, validate_default=True,
+                                   description="entity categories treated as sensitive (names, aliases such as PER, "
+                                               "or composites such as PII)")
+    seed: int = Field(0, description="initial weights (always); sampling and noise too only with randomness=seeded")
+    params: MechanismParamsUnion = Field(description="the mechanism and its parameters")  # type: ignore[valid-type]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_form(cls, data: Any) -> Any:
+        """``TrainConfig(dataset=..., mechanism="userdp", q_user=0.1)``: the non-shared keys are the mechanism's."""
+        if isinstance(data, dict) and "params" not in data and "mechanism" in data:
+            return nest_flat(data, set(cls.model_fields), "params")
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainConfig:
+        self.spec.check(self.params, self.shape)
+        if self.canaries and self.task != "lm":
+            raise ValueError("canaries are planted in language-model training text (not for classifiers)")
+        return self
+
+    @classmethod
+    def for_mechanism(cls, mechanism: str, **values: Any) -> TrainConfig:
+        """A configuration of ``mechanism`` from flat values shared by several mechanisms (a sweep's or the
+        demo's base): shared settings are kept, each mechanism parameter takes the first of its names that
+        is set (``rounds``, then ``steps``), and parameters of other mechanisms are left out."""
+        own = {k: v for k, v in values.items() if k in cls.model_fields}
+        params: dict[str, Any] = {"mechanism": mechanism}
+        for name, names in parameter_names(registry.get(mechanism).params).items():
+            given = [n for n in names if n in values]
+            chosen = next((n for n in given if values[n] is not None), given[0] if given else None)
+            if chosen is not None and name != "mechanism":
+                params[name] = values[chosen]
+        return cls(**own, params=params)
+
+    @property
+    def mechanism(self) -> str:
+        return str(self.params.mechanism)
+
+    @property
+    def spec(self) -> MechanismSpec:
+        return registry.get(self.mechanism)
+
     @property
     def task(self) -> Task:
         return task_of(self.model)
 
-    def size_is_preset(self) -> bool:
-        return self.model_size in SIZE_PRESETS[self.model]
+    @property
+    def shape(self) -> RunShape:
+        return RunShape(self.model, self.task == "classification", self.processes, self.canaries, self.seed)
 
     @property
     def is_private(self) -> bool:
-        return self.mechanism not in ("noiseless", "deid")
+        return self.spec.private
+
+    @property
+    def delta(self) -> float:
+        """The run's delta; for a mechanism without one, the default delta (what an audit's bound is stated at)."""
+        return float(getattr(self.params, "delta", PrivateParams.model_fields["delta"].default))
+
+    @property
+    def total_steps(self) -> int:
+        return sum(steps for _, steps in self.spec.schedule(self.params, self.shape))
+
+    def size_is_preset(self) -> bool:
+        return self.model_size in SIZE_PRESETS[self.model]
 
     def run_name(self) -> str:
-        budget = f"-eps{self.target_epsilon:g}" if self.target_epsilon and self.is_private else ""
-        return f"{self.mechanism}-{self.model}-{'+'.join(self.categories)}{budget}-s{self.seed}"
+        budget = self.params.budget
+        suffix = f"-eps{budget:g}" if budget and self.is_private else ""
+        return f"{self.mechanism}-{self.model}-{'+'.join(self.categories)}{suffix}-s{self.seed}"
+
+    def flat(self) -> dict[str, Any]:
+        """Shared settings and the mechanism's parameters side by side (MLflow params, one level)."""
+        return {**self.model_dump(exclude={"params"}), **self.params.model_dump()}
 
     def fingerprint(self) -> str:
         """Content hash of everything that shapes training (not the device): names its checkpoint."""
-        import hashlib
-
         fields = self.model_dump(exclude={"device", "log_model", "checkpoint_every"})
         return hashlib.sha256(repr(sorted(fields.items())).encode()).hexdigest()[:16]
 
 
-assert set(MechanismName.__args__) == set(MECHANISMS), "TrainConfig and the mechanism registry disagree"  # type: ignore[attr-defined]
+def nest_flat(data: dict[str, Any], own: set[str], nested: str, others: dict[str, set[str]] | None = None
+              ) -> dict[str, Any]:
+    """Move the keys of a flat mapping that are not ``own`` fields into the block ``nested`` (or into the
+    block of ``others`` whose field names hold them), so configurations can be written flat."""
+    out: dict[str, Any] = {k: v for k, v in data.items() if k in own}
+    for key, value in data.items():
+        if key in own:
+            continue
+        block = next((name for name, fields in (others or {}).items() if key in fields), nested)
+        out.setdefault(block, {})
+        if isinstance(out[block], BaseModel):
+            out[block] = out[block].model_dump()
+        out[block][key] = value
+    return out
+
+
+def parameter_names(params: type[MechanismParams]) -> dict[str, list[str]]:
+    """Each parameter's field name and the other names it accepts, in order (``rounds``: also ``steps``)."""
+    out: dict[str, list[str]] = {}
+    for name, info in params.model_fields.items():
+        choices = getattr(info.validation_alias, "choices", None) or [name]
+        out[name] = [name, *(c for c in choices if isinstance(c, str) and c != name)]
+    return out
+
+
+def _settings_fields() -> dict[str, tuple[Any, FieldInfo]]:
+    """Every mechanism parameter once, with its one default (first definition in registry order)."""
+    fields: dict[str, tuple[Any, FieldInfo]] = {}
+    for spec in registry.mechanisms().values():
+        for name, info in spec.params.model_fields.items():
+            if name != "mechanism" and name not in fields:
+                plain = FieldInfo.merge_field_infos(info, validation_alias=None)
+                fields[name] = (info.annotation, plain)
+    return fields
+
+
+# The sweep's and the demo's base: every mechanism parameter, each with its one default. A configuration
+# of one mechanism takes the parameters it knows (``TrainConfig.for_mechanism``).
+MechanismSettings: type[BaseModel] = create_model(  # type: ignore[call-overload]
+    "MechanismSettings", __config__=ConfigDict(extra="forbid", frozen=True), **_settings_fields())
+
+
+class SanitizeConfig(SanitizationSettings):
+    """One local-DP sanitization of a dataset's train split (the settings a custext/santext training uses)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dataset: str
+    mechanism: LocalDpName = "custext"
+    epsilon: float = Field(gt=0, description="per-token epsilon of the exponential mechanism")
+    embeddings: str = Field(description="a vector file (GloVe/word2vec text, .npz) or model:<pretrained folder>")
+    categories: Categories = Field(default_factory=default_categories, validate_default=True)
+    seed: int = Field(0, description="seed of the draws with randomness=seeded (and of the attack's sample)")
+    randomness: RandomnessMode = Field(
+        "secure", description="secure: OS randomness, never stored (a real release); seeded: from the seed, "
+                              "reproducible, no guarantee against anyone who knows it")
+    output: str | None = Field(None, description="name of the sanitized dataset (default: derived)")
+    attack_sentences: int = Field(200, ge=1, description="train sentences the attack samples")
+
+    @model_validator(mode="after")
+    def _valid_name(self) -> SanitizeConfig:
+        validate_dataset_name(self.output_name)
+        return self
+
+    @property
+    def output_name(self) -> str:
+        if self.output:
+            return self.output
+        plus = {"none": "", "stopwords": "-plus", "non-entities": "-entities"}[self.keep]
+        k = f"-k{self.k}" if local_dp_kind(self.mechanism).has_output_sets else ""
+        return f"{self.dataset}-{self.mechanism}-e{self.epsilon:g}{k}-{self.strategy}{plus}"

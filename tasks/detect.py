@@ -11,12 +11,12 @@ import hashlib
 import posixpath
 import tempfile
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import fsspec
-
 import pyarrow as pa
 import pyarrow.parquet as pq
 from prefect import get_run_logger, task
@@ -25,12 +25,12 @@ from tqdm.auto import tqdm
 
 from uedp.detection.categories import taxonomy
 from uedp.detection.pipeline import DetectorConfig, detect
+from uedp.errors import UedpError
 from uedp.storage.home import DataHome
 from uedp.storage.remote import TableStore, open_store
 from uedp.storage.schemas import ENTITIES
 from uedp.storage.tables import DATA_FILE, TableWriter, hash_config, is_current, read_manifest
 from uedp.tasks.retry import RETRIES, transient_only
-from uedp.errors import UedpError
 
 COLUMNS = ["sentence_id", "user_id", "text", "gold_spans"]
 STAGING_PREFIX = ".entities.shards-"
@@ -117,6 +117,19 @@ def plan_shards(plan: DetectionPlan, rows_per_shard: int) -> list[Shard]:
         raise UedpError(f"rows per shard must be at least 1, not {rows_per_shard}")
     return [Shard(i, start, min(start + rows_per_shard, plan.rows))
             for i, start in enumerate(range(0, max(plan.rows, 1), rows_per_shard))]
+
+
+def shards_to_detect(home: DataHome, dataset: str, config: DetectorConfig, rows_per_shard: int,
+                     store_url: str | None = None) -> DetectResult | list[Shard]:
+    """Before a sharded pass: the tables from the store (when there is one), then either the reused
+    result (same corpus and detector configuration) or the shards still to detect."""
+    store = open_store(store_url)
+    if store:
+        store.pull_required(home, dataset, ("sentences",))
+        store.pull(home, dataset, "entities")
+    plan = plan_detection(home, dataset, config)
+    reused = plan.reused()
+    return reused if reused is not None else plan_shards(plan, rows_per_shard)
 
 
 class Staging:

@@ -7,22 +7,21 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import ScalarFormatter  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.ticker import ScalarFormatter
+from prefect import task
+from prefect.cache_policies import NO_CACHE
 
-from prefect import task  # noqa: E402
-from prefect.cache_policies import NO_CACHE  # noqa: E402
-
-from uedp.storage.home import DataHome  # noqa: E402
-from uedp.tasks.tracking import RunTracker  # noqa: E402
-from uedp.tasks.train import TrainResult  # noqa: E402
+from uedp.storage.home import DataHome
+from uedp.tasks.tracking import RunTracker
+from uedp.tasks.training import TrainResult
 
 
 @dataclass(frozen=True)

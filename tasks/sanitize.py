@@ -10,81 +10,34 @@ without an embedding is released as ``<unk>`` whatever it was.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from tqdm.auto import tqdm
 
-from uedp.detection.categories import Categories
+from uedp.errors import UedpError
+from uedp.privacy.mechanisms.params import Keep
 from uedp.privacy.randomness import Randomness
 from uedp.privacy.sanitization.embeddings import Embeddings, from_model, load_vectors
-from uedp.privacy.sanitization.mapping import MappingMode, Metric, build_mapping
-from uedp.privacy.sanitization.mechanisms import (KEEP, UNKNOWN, CusText, SanText, Sampler, check_strategy, privatize,
-                                             releases_per_record)
+from uedp.privacy.sanitization.mechanisms import KEEP, UNKNOWN, Sampler, privatize
+from uedp.privacy.sanitization.release import local_dp_kind, release_figures
 from uedp.storage.catalog import Catalog
-from uedp.storage.home import DataHome, validate_dataset_name
+from uedp.storage.home import DataHome
 from uedp.storage.schemas import ENTITIES, SENTENCES, USERS
 from uedp.storage.tables import TableWriter, hash_config, is_current, read_manifest, read_table
+from uedp.tasks.config import SanitizeConfig
 from uedp.tasks.retry import RETRIES, transient_only
-from uedp.errors import UedpError
+
+__all__ = ["SanitizeConfig", "SanitizeResult", "sanitize_dataset", "sanitize_task"]
 
 UNKNOWN_TEXT = "<unk>"
 WORD = re.compile(r"\w+(?:['’-]\w+)*|[^\w\s]")
-Keep = Literal["none", "stopwords", "non-entities"]
-
-
-class SanitizeConfig(BaseModel):
-    """One local-DP sanitization of a dataset's train split."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    dataset: str
-    mechanism: Literal["custext", "santext"] = "custext"
-    epsilon: float = Field(gt=0, description="per-token epsilon of the exponential mechanism")
-    k: int = Field(50, ge=1, description="custext: size of each token's output set")
-    mapping: MappingMode = Field("balanced", description="custext: aggressive, balanced or conservative")
-    metric: Metric = Field("euclidean", description="custext: euclidean (GloVe) or cosine (counter-fitted)")
-    strategy: str = Field("token", description="token: one independent draw per occurrence (record and dataset "
-                                               "were withdrawn: no per-token guarantee holds for them)")
-    keep: Keep = Field("none", description="none; stopwords (the thesis' + variants); non-entities (sanitize "
-                                           "only the tokens of detected entities of the chosen categories)")
-    categories: Categories = Field(default_factory=lambda: ["PERSON", "LOC", "ORG", "PHONE_NUMBER", "EMAIL_ADDRESS"],
-                                   validate_default=True)
-    embeddings: str = Field(description="a vector file (GloVe/word2vec text, .npz) or model:<pretrained folder>")
-    vocab_limit: int | None = Field(None, ge=2, description="use the first N vectors (the most frequent)")
-    seed: int = Field(0, description="seed of the draws with randomness=seeded (and of the attack's sample)")
-    randomness: Literal["secure", "seeded"] = Field(
-        "secure", description="secure: OS randomness, never stored (a real release); seeded: from the seed, "
-                              "reproducible, no guarantee against anyone who knows it")
-    output: str | None = Field(None, description="name of the sanitized dataset (default: derived)")
-    attack_model: str | None = Field(None, description="masked-LM folder: run the mask-token inference attack "
-                                                       "when the release is made")
-    attack_sentences: int = Field(200, ge=1, description="train sentences the attack samples")
-
-    @field_validator("strategy")
-    @classmethod
-    def _strategy(cls, value: str) -> str:
-        return check_strategy(value)
-
-    @model_validator(mode="after")
-    def _valid_name(self) -> "SanitizeConfig":
-        validate_dataset_name(self.output_name)
-        return self
-
-    @property
-    def output_name(self) -> str:
-        if self.output:
-            return self.output
-        plus = {"none": "", "stopwords": "-plus", "non-entities": "-entities"}[self.keep]
-        k = f"-k{self.k}" if self.mechanism == "custext" else ""
-        return f"{self.dataset}-{self.mechanism}-e{self.epsilon:g}{k}-{self.strategy}{plus}"
 
 
 @dataclass(frozen=True)
@@ -229,10 +182,8 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
 
 
 def _sampler(home: DataHome, config: SanitizeConfig, embeddings: Embeddings) -> tuple[Sampler, float]:
-    if config.mechanism == "santext":
-        return SanText(embeddings, config.epsilon), 0.0
-    mapping = build_mapping(embeddings, config.k, config.mapping, config.metric, cache_dir=home.root / "cache")
-    return CusText(embeddings, mapping, config.epsilon, config.metric), mapping.unprotected_share
+    return local_dp_kind(config.mechanism).build(embeddings, config.epsilon, config.k, config.mapping, config.metric,
+                                                 home.root / "cache")
 
 
 def _sensitive_spans(home: DataHome, config: SanitizeConfig) -> dict[int, list[tuple[int, int]]]:
@@ -289,47 +240,13 @@ def _rebuild(text: str, spans: list[tuple[int, int, int]], record: np.ndarray, o
 
 def _summary(config: SanitizeConfig, sampler: Sampler, unprotected: float, table: pa.Table, rows: np.ndarray,
              records: list[np.ndarray], released: list[np.ndarray]) -> SanitizeResult:
-    flat_in = np.concatenate(records) if records else np.empty(0, dtype=np.int64)
-    flat_out = np.concatenate(released) if released else np.empty(0, dtype=np.int64)
-    sanitized = flat_in != KEEP
-    known = flat_in >= 0
-    per_record = releases_per_record(records) * sampler.per_token_epsilon
     users = table["user_id"].to_pylist()
-    per_user: dict[str, float] = {}
-    for row, eps in zip(rows, per_record):
-        per_user[users[row]] = per_user.get(users[row], 0.0) + float(eps)
-    n = max(len(flat_in), 1)
-    if config.mechanism == "custext":
-        unit = "one sanitized token, replaced by another token of its input set (tokens sharing its output set)"
-        headline = f"per token epsilon {sampler.per_token_epsilon:.4g}"
-    else:
-        unit = "one sanitized token, replaced by any vocabulary token"
-        headline = (f"you asked for epsilon {config.epsilon:g}, which SanText guarantees as metric DP (epsilon "
-                    f"{config.epsilon:g} per unit of Euclidean distance between the two tokens); as local DP over the "
-                    f"whole vocabulary that is epsilon x diameter = {config.epsilon:g} x "
-                    f"{sampler.per_token_epsilon / config.epsilon:.4g} = {sampler.per_token_epsilon:.4g} per token")
-    kept = {"none": "", "stopwords": "; stopwords released unchanged",
-            "non-entities": "; tokens outside detected entities released unchanged (entity positions are visible)"}
-    statement = (f"{config.mechanism} local DP: {headline}, unit = {unit}; one independent draw per token; "
-                 f"a record composes over its sanitized tokens (basic composition){kept[config.keep]} "
-                 "(docs/PRIVACY.md)")
-    caveats = [] if config.mechanism == "santext" else [
-        "tokens whose input set has no other member (type 1-N) have no guarantee"]
-    caveats.append("the kept-token share and the mask-inference attack's success compare the release with the raw "
-                   "text: evaluation figures outside the guarantee")
-    if config.randomness == "seeded":
-        caveats.append("seeded randomness: the release can be recomputed by anyone who knows the seed, so the "
-                       "guarantee does not hold against them")
+    figures = release_figures(sampler, [users[row] for row in rows], records, released)
+    kind = local_dp_kind(config.mechanism)
     return SanitizeResult(
-        dataset=config.output_name, reused=False, per_token_epsilon=sampler.per_token_epsilon,
-        record_epsilon_max=float(per_record.max()) if len(per_record) else 0.0,
-        record_epsilon_median=float(np.median(per_record)) if len(per_record) else 0.0,
-        user_epsilon_max=max(per_user.values(), default=0.0), tokens=int(len(flat_in)),
-        sanitized_share=float(sanitized.sum() / n),
-        unchanged_share=float(((flat_in == flat_out) | ~sanitized).sum() / n),
-        sanitized_unchanged_share=float((flat_in[known] == flat_out[known]).sum() / max(int(sanitized.sum()), 1)),
-        unknown_share=float((flat_in == UNKNOWN).sum() / max(int(sanitized.sum()), 1)),
-        unprotected_share=unprotected, statement=statement, randomness=config.randomness, caveats=tuple(caveats),
+        dataset=config.output_name, reused=False, **asdict(figures), unprotected_share=unprotected,
+        statement=kind.statement(config.epsilon, figures.per_token_epsilon, config.keep),
+        randomness=config.randomness, caveats=kind.all_caveats(config.randomness == "seeded"),
     )
 
 

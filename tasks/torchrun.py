@@ -24,7 +24,7 @@ import torch.distributed as dist
 
 from uedp.storage.home import DataHome
 from uedp.tasks.config import TrainConfig
-from uedp.tasks.train import TrainResult, train_configuration, train_replica
+from uedp.tasks.training import TrainResult, train_configuration, train_replica
 
 
 class TorchrunFailed(RuntimeError):

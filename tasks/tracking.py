@@ -17,12 +17,12 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from mlflow.entities import Metric, Param  # noqa: E402
-from mlflow.tracking import MlflowClient  # noqa: E402
+import matplotlib.pyplot as plt
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
 
-from uedp.storage.home import DataHome  # noqa: E402
-from uedp.errors import UedpError  # noqa: E402
+from uedp.errors import UedpError
+from uedp.storage.home import DataHome
 
 
 def tracking_uri(home: DataHome) -> str:
@@ -42,7 +42,7 @@ class RunTracker:
         self.run_id: str = self.client.create_run(experiment_id, run_name=run_name, tags=tags).info.run_id
 
     @classmethod
-    def attach(cls, home: DataHome, run_id: str, reopen: bool = False) -> "RunTracker":
+    def attach(cls, home: DataHome, run_id: str, reopen: bool = False) -> RunTracker:
         """Log to an existing run; ``reopen`` marks it running again (a training resumed from its checkpoint)."""
         tracker = cls.__new__(cls)
         tracker.client = MlflowClient(tracking_uri=tracking_uri(home))

@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 
 from transformers import PreTrainedTokenizerBase
 
+from uedp.errors import UedpError
 from uedp.models.batching import Example, encode, encode_with_private_mask
 from uedp.privacy.attacks.canaries import Canary, plant_canaries
 from uedp.privacy.deid import redact
 from uedp.privacy.mechanisms.base import TrainData
 from uedp.storage.catalog import Catalog
 from uedp.tasks.config import TrainConfig
-from uedp.errors import UedpError
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def load_training_texts(catalog: Catalog, config: TrainConfig) -> TrainingTexts:
             labels.setdefault(user_id, []).append(classes[sentence_id])
         found = spans.get(sentence_id, [])
         clean = redact(text, [(s, e, c) for s, e, c, _ in found]) if found else text
-        texts.setdefault(user_id, []).append(clean if config.mechanism == "deid" else text)
+        texts.setdefault(user_id, []).append(clean if config.spec.text == "redacted" else text)
         redacted.setdefault(user_id, []).append(clean)
         entities.setdefault(user_id, []).append(frozenset(key for _, _, _, key in found))
         spans_of.setdefault(user_id, []).append([(s, e) for s, e, _, _ in found])
@@ -102,16 +102,17 @@ def prepare_data(catalog: Catalog, config: TrainConfig, tokenizer: PreTrainedTok
     def labels_of(user: str) -> list[str] | None:
         return training.labels[user] if training.labels is not None else None
 
-    recurrent_selective = config.mechanism == "selective" and config.model == "lstm"
+    needs = config.spec.needs(config.shape)
     redacted = ({u: examples(t, labels_of(u)) for u, t in training.redacted.items()}
-                if config.mechanism == "selective" and not recurrent_selective else None)
+                if "redacted" in needs else None)
     masks = None
-    if recurrent_selective:  # Selective-DPSGD needs to know which tokens are private
+    if "private_masks" in needs:  # e.g. Selective-DPSGD: which tokens are private
         pairs = {u: encode_with_private_mask(tokenizer, t, training.spans[u], config.max_len) for u, t in training.texts.items()}
         by_user, masks = {u: ids for u, (ids, _) in pairs.items()}, {u: m for u, (_, m) in pairs.items()}
     else:
         by_user = {u: examples(t, labels_of(u)) for u, t in training.texts.items()}
-    train = TrainData(by_user, tokenizer.pad_token_id, entities=training.entities, redacted=redacted,
+    entities = training.entities if "entities" in needs else None
+    train = TrainData(by_user, tokenizer.pad_token_id, entities=entities, redacted=redacted,
                       private_masks=masks)
     return PreparedData(train, _split(catalog, config, "valid", examples, index),
                         _split(catalog, config, "test", examples, index), classes, training.canaries)

@@ -11,8 +11,7 @@ import pytest
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED_CONLL = REPO.parent / "shared" / "data" / "conll2003"
+from support import SHARED_CONLL
 
 
 @pytest.fixture
@@ -31,10 +30,9 @@ def prefect_server():
         yield
 
 
-def write(path: Path, text: str | bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(text, bytes):
-        path.write_bytes(text)
-    else:
-        path.write_text(text, encoding="utf-8")
-    return path
+@pytest.fixture
+def shared_conll() -> Path:
+    """The real CoNLL-2003 files beside the checkout (``../shared/data/conll2003``), or a skip that says so."""
+    if not (SHARED_CONLL / "eng.train").is_file():
+        pytest.skip(f"the CoNLL-2003 files are not at {SHARED_CONLL} (see the README: they sit beside the checkout)")
+    return SHARED_CONLL

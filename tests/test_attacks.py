@@ -12,18 +12,18 @@ import pytest
 import torch
 
 from uedp.models.batching import encode
-from uedp.models.metrics import causal_lm_loss, per_sequence_lm_loss
 from uedp.models.gpt2 import build_gpt2
+from uedp.models.metrics import causal_lm_loss, per_sequence_lm_loss
 from uedp.models.tokenization import byte_level_tokenizer
 from uedp.privacy.attacks.canaries import Canary, canary_format, exposure, model_log_perplexity, plant_canaries
 from uedp.privacy.attacks.extraction import Occurrence, extraction_rates
 from uedp.privacy.attacks.membership import membership_attack, sentence_scores
 from uedp.privacy.attacks.metrics import attack_figures, clopper_pearson, epsilon_lower_bound
 from uedp.privacy.mechanisms.base import TrainData
-from uedp.privacy.population import Population
-from uedp.privacy.randomness import Randomness
 from uedp.privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
 from uedp.privacy.mechanisms.noiseless import Noiseless, NoiselessParams
+from uedp.privacy.population import Population
+from uedp.privacy.randomness import Randomness
 
 TOKENIZER = byte_level_tokenizer()
 CPU = torch.device("cpu")
@@ -161,11 +161,11 @@ def test_train_with_canaries_then_attack_logs_scores_to_the_run(home) -> None:  
     from mlflow.tracking import MlflowClient
     from typer.testing import CliRunner
 
+    from uedp.cli import app
     from uedp.detection.pipeline import DetectorConfig
     from uedp.flows.demo import DEMO_CORPUS
     from uedp.storage.ingest import IngestOptions, ingest
     from uedp.tasks.detect import detect_entities
-    from uedp.cli import app
 
     ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
     detect_entities(home, "demo", DetectorConfig(detectors=["gold"]))

@@ -3,8 +3,8 @@ the epsilon of an uninterrupted run (no privacy spent twice, none forgotten)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import torch
@@ -15,16 +15,18 @@ from uedp.models.lstm import build_lstm
 from uedp.models.metrics import causal_lm_loss, per_sequence_lm_loss
 from uedp.privacy.accounting import RoundAccountant, epsilon_after, poisson_gaussian_round
 from uedp.privacy.mechanisms.base import Mechanism, RoundReport, TrainData
-from uedp.privacy.mechanisms.checkpoint import CheckpointMismatch, Checkpointer
+from uedp.privacy.mechanisms.checkpoint import Checkpointer, CheckpointMismatch
 from uedp.privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
 from uedp.privacy.mechanisms.noiseless import Noiseless, NoiselessParams
 from uedp.privacy.mechanisms.selective import SelectiveParams, SelectiveTwoPhase
-from uedp.privacy.mechanisms.selective_recurrent import SelectiveRecurrent, SelectiveRecurrentParams
+from uedp.privacy.mechanisms.selective_recurrent import SelectiveRecurrent
 from uedp.privacy.mechanisms.uedp import UeDp, UeDpParams
 from uedp.privacy.mechanisms.userdp import UserDp, UserDpParams
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
-from test_userdp import TOKENIZER, _model
+
+from support import TOKENIZER
+from support import tiny_gpt2 as _model
 
 ROUNDS = 6
 
@@ -46,7 +48,7 @@ def _data() -> TrainData:
 
 
 MECHANISMS: dict[str, tuple[Callable[[], Mechanism], Callable]] = {
-    "noiseless": (lambda: Noiseless(NoiselessParams(steps=ROUNDS, batch_size=5, seed=3)), causal_lm_loss),
+    "noiseless": (lambda: Noiseless(NoiselessParams(steps=ROUNDS, batch_size=5), seed=3), causal_lm_loss),
     # Seeded: a resumed seeded run derives the same randomness again and replays exactly.
     "userdp": (lambda: UserDp(UserDpParams(rounds=ROUNDS, q_user=0.5, local_steps=2, local_batch_size=2),
                               Population.declared(8), Randomness.seeded(3)), causal_lm_loss),
@@ -54,11 +56,10 @@ MECHANISMS: dict[str, tuple[Callable[[], Mechanism], Callable]] = {
                           Population.declared(8), Randomness.seeded(3)), causal_lm_loss),
     "dpsgd": (lambda: DpSgd(DpSgdParams(steps=ROUNDS, expected_batch_size=4, delta=1e-3),
                             Population(23.6, "dp-count", 10.0), Randomness.seeded(3)), per_sequence_lm_loss),
-    "selective": (lambda: SelectiveTwoPhase(SelectiveParams(NoiselessParams(steps=3, batch_size=4, seed=3),
-                                                            DpSgdParams(steps=ROUNDS, expected_batch_size=4,
-                                                                        delta=1e-3)), 24,
+    "selective": (lambda: SelectiveTwoPhase(SelectiveParams(public_steps=3, steps=ROUNDS, expected_batch_size=4,
+                                                            delta=1e-3), 24,
                                             randomness=Randomness.seeded(3)), per_sequence_lm_loss),
-    "selective-recurrent": (lambda: SelectiveRecurrent(SelectiveRecurrentParams(steps=ROUNDS, expected_batch_size=4,
+    "selective-recurrent": (lambda: SelectiveRecurrent(SelectiveParams(steps=ROUNDS, expected_batch_size=4,
                                                                                 delta=1e-3), 24, Randomness.seeded(3)),
                             causal_lm_loss),
 }

@@ -29,8 +29,12 @@ def test_demo_end_to_end_logs_runs_and_reuses_data_on_rerun(tmp_path: Path, pref
     assert set(runs) == {"noiseless", "userdp"}
     for run in runs.values():
         assert run.info.status == "FINISHED"
-        for param in ("mechanism", "categories", "q_user", "noise_multiplier", "clip", "delta", "privacy_unit"):
+        for param in ("mechanism", "categories", "model", "seed", "privacy_unit"):
             assert param in run.data.params
+    # Each run logs its own mechanism's parameters, not every mechanism's.
+    assert {"q_user", "noise_multiplier", "clip", "delta", "rounds"} <= set(runs["userdp"].data.params)
+    assert {"steps", "lr"} <= set(runs["noiseless"].data.params) and "q_user" not in runs["noiseless"].data.params
+    for run in runs.values():
         assert run.data.params["categories"] == "EMAIL_ADDRESS,LOC,ORG,PERSON,PHONE_NUMBER"
         assert run.data.metrics["perplexity"] > 1
         # no entity text anywhere in params or tags

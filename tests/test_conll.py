@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_CONLL, write
 from uedp.storage.formats import FormatError
 from uedp.storage.formats.conll import read_conll
+
+from support import write
 
 IOB1 = """-DOCSTART- -X- -X- O
 
@@ -72,8 +73,8 @@ def test_missing_file(tmp_path: Path) -> None:
         list(read_conll(tmp_path / "nope.conll"))
 
 
-def test_real_conll2003_training_file_has_946_documents_and_14041_sentences() -> None:
-    sentences = list(read_conll(SHARED_CONLL / "eng.train"))
+def test_real_conll2003_training_file_has_946_documents_and_14041_sentences(shared_conll: Path) -> None:
+    sentences = list(read_conll(shared_conll / "eng.train"))
     assert len(sentences) == 14041
     assert len({s.doc_index for s in sentences}) == 946
     # every span covers whole tokens of the sentence text

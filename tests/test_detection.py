@@ -11,16 +11,17 @@ import spacy
 from pydantic import ValidationError
 from spacy.language import Language
 
-from conftest import write
 from uedp.detection.categories import DEFAULT_TAXONOMY, taxonomy
 from uedp.detection.pipeline import DetectorConfig
 from uedp.detection.spacy_pipeline import load_pipeline
+from uedp.errors import UedpError
 from uedp.flows.demo import DEMO_CORPUS
 from uedp.storage.catalog import Catalog
 from uedp.storage.ingest import IngestOptions, ingest
 from uedp.storage.tables import read_manifest, read_table
 from uedp.tasks.detect import detect_entities
-from uedp.errors import UedpError
+
+from support import write
 
 SENTENCES = [
     {"text": "Anna Berg met Dr. Imelda Okafor at Northgate Clinic in Leeds.", "user": "u1"},

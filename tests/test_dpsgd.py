@@ -20,7 +20,9 @@ from uedp.privacy.mechanisms.base import TrainData
 from uedp.privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
-from test_userdp import TOKENIZER, _model
+
+from support import TOKENIZER
+from support import tiny_gpt2 as _model
 
 TEXTS = ["hello world", "Anna Berg lives in Leeds", "x", "call +44 7700 900123 today please"]
 

@@ -9,22 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write
 from uedp.storage.formats import FormatError, split_from_filename
 from uedp.storage.formats.agnews import agnews_csv_records, agnews_jsonl_records
 from uedp.storage.formats.sec import edgar_corpus_records, edgar_submission_records
 from uedp.storage.formats.tabular import csv_records, jsonl_records
 from uedp.storage.formats.wikitext import wikitext_records
 
-# The original ag_news_csv layout: no header, every field quoted, backslashes where line breaks were,
-# bare '#39;' entities, a doubled quote, and a quoted field spanning two physical lines.
-AG_CSV = r'''"3","Orchard Foods Lifts Forecast (Reuters)","Reuters - Orchard Foods raised its annual\forecast on Tuesday, citing strong demand for\its frozen meals."
-"4","Probe Finds Ice on Distant Moon (SPACE.com)","SPACE.com - A small probe has found what looks like\ice near the south pole of a distant moon, scientists said."
-"2","Kestrel Wins Relay Final (AP)","AP - Tamsin Kestrel anchored the relay team to a win on Sunday night."
-"1","Talks Resume in ""Harbour"" Dispute","TAMPERE (AFP) -- Negotiators returned to the table on Monday #39;s
-agenda &amp; schedule."
-"3","Markets Flat","No credit line here, markets were flat."
-'''
+from support import AG_CSV, WIKI, write
 
 
 def test_agnews_csv_labels_sources_and_cleanup(tmp_path: Path) -> None:
@@ -66,19 +57,6 @@ def test_agnews_jsonl_hub_and_split_layouts(tmp_path: Path) -> None:
         list(agnews_jsonl_records(write(tmp_path / "nolabel.jsonl", '{"text": "x"}\n')))
 
 
-WIKI = """ 
- = Harbourline Lighthouse = 
- 
- The Harbourline Lighthouse is a 32 @-@ metre tower on the coast of <unk> . It was built in 1 @,@ 872 and restored in 1990 . 
- 
- = = History = = 
- 
- Keepers lived there until 1961 . 
- 
- = Orchard Valley Railway = 
- 
- The Orchard Valley Railway ( OVR ) is a heritage line , 9 @.@ 5 km long . 
-"""
 
 
 def test_wikitext_articles_are_users_and_detokenize(tmp_path: Path) -> None:

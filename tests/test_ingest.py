@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_CONLL, write
+from uedp.errors import UedpError
 from uedp.storage.catalog import Catalog
 from uedp.storage.formats import FormatError
 from uedp.storage.ingest import IngestOptions, SplitByUser, ingest
 from uedp.storage.tables import read_manifest
-from test_formats import AG_CSV, WIKI
-from uedp.errors import UedpError
+
+from support import AG_CSV, WIKI, write
 
 
 def _query(home, dataset: str, sql: str) -> list[tuple]:
@@ -24,8 +24,8 @@ def _query(home, dataset: str, sql: str) -> list[tuple]:
         return catalog.con.execute(sql).fetchall()
 
 
-def test_real_conll2003_ingest_counts_users_per_document(home) -> None:
-    result = ingest(home, "conll", [SHARED_CONLL / n for n in ("eng.train", "eng.testa", "eng.testb")],
+def test_real_conll2003_ingest_counts_users_per_document(home, shared_conll: Path) -> None:
+    result = ingest(home, "conll", [shared_conll / n for n in ("eng.train", "eng.testa", "eng.testb")],
                     IngestOptions(format="conll2003"))
     assert result.per_split == {"train": 14041, "valid": 3250, "test": 3453}
     assert _query(home, "conll", "SELECT count(*) FROM users WHERE n_train > 0") == [(946,)]

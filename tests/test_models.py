@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from uedp.errors import UedpError
 from uedp.models.batching import collate, encode
 from uedp.models.gpt2 import build_gpt2, load_gpt2
 from uedp.models.metrics import perplexity
 from uedp.models.tokenization import byte_level_tokenizer, load_tokenizer
 from uedp.privacy.deid import redact
-from uedp.errors import UedpError
 
 
 def test_byte_tokenizer_roundtrips_any_text_and_has_no_learned_merges(tmp_path: Path) -> None:

@@ -35,7 +35,10 @@ from uedp.storage.ingest import IngestOptions, ingest
 from uedp.tasks.config import TrainConfig
 from uedp.tasks.detect import detect_entities
 from uedp.tasks.train import train_configuration
-from test_userdp import TOKENIZER, _data, _model
+
+from support import TOKENIZER
+from support import fedavg_data as _data
+from support import tiny_gpt2 as _model
 
 CPU = torch.device("cpu")
 
@@ -141,8 +144,9 @@ FORBIDDEN = ("n_train_users", "n_train_sentences", "privacy_entities_E", "privac
 
 @pytest.mark.parametrize("mechanism", ["dpsgd", "selective", "userdp", "uedp", "uedp-naive"])
 def test_an_mlflow_run_read_back_holds_no_exact_count_of_private_data(home, demo: str, mechanism: str) -> None:
-    config = TrainConfig(dataset=demo, mechanism=mechanism, steps=2, public_steps=2, q_user=0.5, local_steps=1,
-                         batch_size=4, checkpoint_every=0, canaries=1)
+    # One set of settings for every mechanism; each takes the ones it knows.
+    config = TrainConfig.for_mechanism(mechanism, dataset=demo, steps=2, public_steps=2, q_user=0.5, local_steps=1,
+                                       batch_size=4, checkpoint_every=0, canaries=1)
     result = train_configuration(home, config, progress=False)
     client = MlflowClient(tracking_uri=home.mlflow_tracking_uri)
     run = client.get_run(result.run_id)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from prefect import flow, task
 
+from uedp.errors import UedpError
 from uedp.tasks.retry import RETRIES, transient_only
 from uedp.tasks.train import train_task
-from uedp.errors import UedpError
 
 CALLS: list[str] = []
 

@@ -12,11 +12,12 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from conftest import write
+from uedp.errors import UedpError
 from uedp.privacy.sanitization.embeddings import Embeddings, load_vectors
 from uedp.privacy.sanitization.mapping import build_mapping, nearest
 from uedp.privacy.sanitization.mechanisms import CusText, SanText, privatize, releases_per_record, sample
-from uedp.errors import UedpError
+
+from support import write
 
 
 def line(points: list[float]) -> Embeddings:
@@ -298,16 +299,16 @@ def test_mask_token_inference_attack_recovers_less_from_sanitized_text(home, dem
 def test_custext_trains_through_the_same_task_and_logs_its_local_guarantee(home, demo: str, vectors: Path) -> None:
     from mlflow.tracking import MlflowClient
 
-    from uedp.tasks.config import LocalDpSettings, TrainConfig
+    from uedp.tasks.config import TrainConfig
     from uedp.tasks.train import train_configuration
 
     config = TrainConfig(dataset=demo, mechanism="custext", target_epsilon=2.0, steps=5, checkpoint_every=0,
-                         local_dp=LocalDpSettings(embeddings=str(vectors), k=10))
+                         embeddings=str(vectors), k=10)
     result = train_configuration(home, config, progress=False)
     assert result.epsilon == 2.0 and result.delta == 0.0 and 1 < result.utility_test < 300
     run = MlflowClient(tracking_uri=home.mlflow_tracking_uri).get_run(result.run_id)
     assert run.info.experiment_id == MlflowClient(tracking_uri=home.mlflow_tracking_uri).get_experiment_by_name(demo).experiment_id
-    assert run.data.params["privacy_unit"] == "one sanitized token (local DP)"
+    assert run.data.params["privacy_unit"].startswith("one sanitized token, replaced by another token of its input set")
     assert "held-out users' text" in run.data.params["privacy_caveats"]  # local DP too: evaluation is not covered
     assert "compare the release with the raw text" in run.data.params["privacy_caveats"]
     assert 0 < run.data.metrics["kept_token_share"] < 0.5 and run.data.metrics["epsilon_record_max"] >= 2.0
@@ -317,20 +318,21 @@ def test_custext_trains_through_the_same_task_and_logs_its_local_guarantee(home,
     report = markdown(summarise([(result, 2.0)]), "t")
     kept = run.data.metrics["kept_token_share"]
     assert "Local-DP releases" in report and f"| custext | {','.join(config.categories)} | 2 | {kept:.1%} | - |" in report
-    with pytest.raises(ValueError, match="custext needs sanitization settings"):
+    with pytest.raises(ValueError, match="custext needs embeddings and its per-token epsilon"):
         TrainConfig(dataset=demo, mechanism="custext", target_epsilon=2.0)
 
 
 def test_sweep_runs_local_dp_once_per_epsilon_unless_it_sanitizes_entities(vectors: Path) -> None:
     from uedp.flows.sweep import SweepConfig
-    from uedp.tasks.config import LocalDpSettings
 
-    sweep = SweepConfig(home="h", dataset="d", mechanisms=["custext", "santext"], category_sets=[["PERSON"], ["LOC"]],
-                        target_epsilons=[1.0, 4.0], local_dp=LocalDpSettings(embeddings=str(vectors)))
-    assert len(sweep.train_configs()) == 4  # 2 mechanisms x 2 epsilons; categories do not matter
-    entities = sweep.model_copy(update={"local_dp": LocalDpSettings(embeddings=str(vectors), keep="non-entities")})
-    assert len(entities.train_configs()) == 8
-    with pytest.raises(ValueError, match="need local_dp settings"):
+    grid = dict(home="h", dataset="d", mechanisms=["custext", "santext"], category_sets=[["PERSON"], ["LOC"]],
+                target_epsilons=[1.0, 4.0])
+    sweep = SweepConfig(**grid, embeddings=str(vectors))
+    assert len(sweep.plan()) == 4  # 2 mechanisms x 2 epsilons; categories do not matter
+    assert {item.config.params.epsilon for item in sweep.plan()} == {1.0, 4.0}  # each target is the per-token epsilon
+    entities = SweepConfig(**grid, embeddings=str(vectors), keep="non-entities")
+    assert len(entities.plan()) == 8
+    with pytest.raises(ValueError, match="custext needs embeddings"):
         SweepConfig(home="h", dataset="d", mechanisms=["custext"], target_epsilons=[1.0])
 
 

@@ -12,8 +12,8 @@ import pytest
 import spacy
 from mlflow.tracking import MlflowClient
 
-from conftest import write
 from uedp.detection.pipeline import DetectorConfig
+from uedp.errors import UedpError
 from uedp.flows.demo import DEMO_CORPUS
 from uedp.flows.detect import ScaleOut, detect_flow
 from uedp.flows.ingest import IngestConfig, ingest_flow
@@ -25,7 +25,8 @@ from uedp.tasks.config import TrainConfig
 from uedp.tasks.detect import STAGING_PREFIX, detect_entities, plan_detection, plan_shards
 from uedp.tasks.torchrun import train_with_torchrun
 from uedp.tasks.train import train_configuration
-from uedp.errors import UedpError
+
+from support import write
 
 
 def _rows(home: DataHome, dataset: str) -> list[dict]:
@@ -79,7 +80,7 @@ def test_ingest_reads_a_url_and_publishes_for_other_machines(home: DataHome, tmp
     again = ingest_flow(IngestConfig(home=str(worker.root), dataset="demo", format="conll2003",
                                      files=[str(DEMO_CORPUS)], store=store_url))
     assert again.reused
-    with pytest.raises(UedpError, match="input memory://raw/missing.conll does not exist"):
+    with pytest.raises(UedpError, match=r"input memory://raw/missing\.conll does not exist"):
         ingest_flow(IngestConfig(home=str(home.root), dataset="x", format="conll2003",
                                  files=["memory://raw/missing.conll"]))
 
@@ -142,8 +143,8 @@ def test_detection_on_a_local_dask_cluster_equals_one_pass(home: DataHome, demo:
 def test_torchrun_training_matches_one_process(home: DataHome, demo: str, mechanism: str) -> None:
     detect_entities(home, demo)
     # Seeded, to compare with one process; the ranks share the root either way (rank 0 draws a secure one).
-    config = TrainConfig(dataset=demo, mechanism=mechanism, steps=4, noise_multiplier=1.0, batch_size=8,
-                         checkpoint_every=2, randomness="seeded")
+    config = TrainConfig.for_mechanism(mechanism, dataset=demo, steps=4, noise_multiplier=1.0, batch_size=8,
+                                       checkpoint_every=2, randomness="seeded")
     one = train_configuration(home, config, progress=False)
     two = train_with_torchrun(home, config.model_copy(update={"processes": 2}))
     assert two.epsilon == one.epsilon and two.rounds == one.rounds == 4  # the accounting does not change
@@ -175,12 +176,11 @@ def test_cli_detects_in_shards_and_publishes_to_the_store(home: DataHome, demo: 
 
 @pytest.mark.slow
 def test_torchrun_ranks_train_on_the_one_local_dp_release(home: DataHome, demo: str, tmp_path: Path) -> None:
-    from uedp.tasks.config import LocalDpSettings
     from uedp.tasks.train import run_training
 
     vectors = write(tmp_path / "v.txt", "\n".join(f"{w} {i % 7} {i % 5} {i % 3}" for i, w in enumerate(
         sorted(set(DEMO_CORPUS.read_text().split())))) + "\n")
     config = TrainConfig(dataset=demo, mechanism="custext", target_epsilon=2.0, steps=3, checkpoint_every=0,
-                         processes=2, local_dp=LocalDpSettings(embeddings=str(vectors), k=5, strategy="token"))
+                         processes=2, embeddings=str(vectors), k=5, strategy="token")
     result = run_training(home, config)  # ranks refuse to draw a release of their own
     assert result.epsilon == 2.0 and read_manifest(home.table_dir("demo-custext-e2-k5-token", "sentences"))

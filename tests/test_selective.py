@@ -11,10 +11,10 @@ from uedp.models.metrics import causal_lm_loss, per_sequence_lm_loss
 from uedp.privacy.accounting import epsilon_after, poisson_gaussian_round
 from uedp.privacy.deid import redact
 from uedp.privacy.mechanisms.base import RoundReport, TrainData
-from uedp.privacy.mechanisms.dpsgd import DpSgdParams
-from uedp.privacy.mechanisms.noiseless import NoiselessParams
 from uedp.privacy.mechanisms.selective import SelectiveParams, SelectiveTwoPhase
-from test_userdp import TOKENIZER, _model
+
+from support import TOKENIZER
+from support import tiny_gpt2 as _model
 
 ORIGINAL = [("Imelda Okafor called from Leeds", [(0, 13, "PERSON"), (26, 31, "GPE")]),
             ("the results arrive on Friday", []),
@@ -34,8 +34,7 @@ def test_phase_one_never_sees_a_sensitive_span_and_epsilon_is_the_dpsgd_phases()
                     for row in batch["input_ids"])
         return causal_lm_loss(model, batch)
 
-    params = SelectiveParams(NoiselessParams(steps=3, batch_size=4), DpSgdParams(steps=4, expected_batch_size=3,
-                                                                                  noise_multiplier=1.2))
+    params = SelectiveParams(public_steps=3, steps=4, expected_batch_size=3, noise_multiplier=1.2)
     mechanism = SelectiveTwoPhase(params, n_examples=len(ORIGINAL), public_loss=recording_loss)
     reports: list[RoundReport] = []
     statement = mechanism.train(_model(), _data(), per_sequence_lm_loss, torch.device("cpu"), reports.append)
@@ -54,11 +53,11 @@ def test_phase_one_never_sees_a_sensitive_span_and_epsilon_is_the_dpsgd_phases()
 
 def test_selective_refuses_an_accountant_without_replace_one_support() -> None:
     with pytest.raises(ValueError, match="only the pld accountant"):
-        SelectiveTwoPhase(SelectiveParams(NoiselessParams(steps=1), DpSgdParams(steps=1, accountant="rdp")), 5)
+        SelectiveTwoPhase(SelectiveParams(public_steps=1, steps=1, accountant="rdp"), 5)
 
 
 def test_selective_without_a_redacted_corpus_is_an_error() -> None:
-    params = SelectiveParams(NoiselessParams(steps=1), DpSgdParams(steps=1))
+    params = SelectiveParams(public_steps=1, steps=1)
     data = TrainData({"u": encode(TOKENIZER, ["x"], 8)}, TOKENIZER.pad_token_id)
     with pytest.raises(ValueError, match="needs the redacted corpus"):
         SelectiveTwoPhase(params, 1).train(_model(), data, per_sequence_lm_loss, torch.device("cpu"), lambda r: None)

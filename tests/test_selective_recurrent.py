@@ -16,7 +16,8 @@ from uedp.models.metrics import causal_lm_loss
 from uedp.models.tokenization import byte_level_tokenizer
 from uedp.privacy.accounting import epsilon_after
 from uedp.privacy.mechanisms.base import RoundReport, TrainData
-from uedp.privacy.mechanisms.selective_recurrent import SelectiveRecurrent, SelectiveRecurrentParams, step_event
+from uedp.privacy.mechanisms.params import SelectiveParams
+from uedp.privacy.mechanisms.selective_recurrent import SelectiveRecurrent, step_event
 
 TOKENIZER = byte_level_tokenizer()
 CPU = torch.device("cpu")
@@ -48,7 +49,7 @@ def _gradients(mechanism: SelectiveRecurrent, model: torch.nn.Module, texts: lis
 def test_regular_update_does_not_see_a_private_token() -> None:
     # Vanishing clips remove the private update and make each released state pure (vanishing) noise: any
     # other path from a private token into the regular update would show as a difference.
-    mechanism = SelectiveRecurrent(SelectiveRecurrentParams(clip=1e-12, hidden_clip=1e-12, noise_multiplier=1.0), 10)
+    mechanism = SelectiveRecurrent(SelectiveParams(clip=1e-12, hidden_clip=1e-12, noise_multiplier=1.0), 10)
     base = _gradients(mechanism, _model(), TEXTS)
     private_changed = _gradients(mechanism, _model(), ["Call Omar Khan at home today."] + TEXTS[1:])
     public_changed = _gradients(mechanism, _model(), ["Ring Anna Berg at home today."] + TEXTS[1:])
@@ -58,7 +59,7 @@ def test_regular_update_does_not_see_a_private_token() -> None:
 
 def test_private_gradient_is_the_sum_of_single_sequence_gradients() -> None:
     """No noise, no clipping: Opacus' per-example gradients through the unrolled cell equal each sequence's own."""
-    mechanism = SelectiveRecurrent(SelectiveRecurrentParams(clip=1e4, hidden_clip=1e4, noise_multiplier=1e-12,
+    mechanism = SelectiveRecurrent(SelectiveParams(clip=1e4, hidden_clip=1e4, noise_multiplier=1e-12,
                                                             expected_batch_size=3), 10)
     batch = _gradients(mechanism, _model(), TEXTS)
     ids, masks = _encoded(TEXTS)
@@ -94,7 +95,7 @@ def test_private_gradient_is_the_sum_of_single_sequence_gradients() -> None:
 def test_trains_and_reports_replace_one_epsilon_of_two_releases_per_step() -> None:
     ids, masks = _encoded(TEXTS)
     data = TrainData({"u": ids * 3}, TOKENIZER.pad_token_id, private_masks={"u": masks * 3})
-    mechanism = SelectiveRecurrent(SelectiveRecurrentParams(steps=4, expected_batch_size=3, noise_multiplier=1.5,
+    mechanism = SelectiveRecurrent(SelectiveParams(steps=4, expected_batch_size=3, noise_multiplier=1.5,
                                                             lr=1e-2, delta=1e-3), 9)
     reports: list[RoundReport] = []
     statement = mechanism.train(_model(), data, causal_lm_loss, CPU, reports.append)
@@ -109,7 +110,7 @@ def test_needs_the_lstm_and_the_private_masks() -> None:
     from uedp.models.gpt2 import build_gpt2
 
     ids, _ = _encoded(TEXTS)
-    mechanism = SelectiveRecurrent(SelectiveRecurrentParams(steps=1), 3)
+    mechanism = SelectiveRecurrent(SelectiveParams(steps=1), 3)
     with pytest.raises(ValueError, match="LSTM"):
         mechanism.train(build_gpt2("tiny", len(TOKENIZER), TOKENIZER.eos_token_id), TrainData({"u": ids}, 0),
                         causal_lm_loss, CPU, lambda r: None)

@@ -22,8 +22,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 from prefect.client.orchestration import SyncPrefectClient
 
-from uedp.storage.home import DataHome
 from uedp.stack import LocalStack, free_port
+from uedp.storage.home import DataHome
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",

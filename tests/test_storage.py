@@ -8,7 +8,6 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from conftest import write
 from uedp.flows.demo import DEMO_CORPUS
 from uedp.storage.catalog import Catalog
 from uedp.storage.formats import FormatError
@@ -16,6 +15,8 @@ from uedp.storage.ingest import conll_options, ingest
 from uedp.storage.schemas import USERS
 from uedp.storage.tables import TableWriter, read_manifest, read_table
 from uedp.tasks.detect import detect_entities
+
+from support import write
 
 
 def _leftovers(folder: Path) -> list[str]:
@@ -27,10 +28,9 @@ def test_failed_write_leaves_previous_table_and_no_temporary_files(tmp_path: Pat
     row = {"user_id": "a", "n_sentences": 1, "n_train": 1, "n_valid": 0, "n_test": 0}
     with TableWriter(table_dir, USERS, key="k1") as writer:
         writer.write_rows([row])
-    with pytest.raises(RuntimeError):
-        with TableWriter(table_dir, USERS, key="k2") as writer:
-            writer.write_rows([row | {"user_id": "b"}])
-            raise RuntimeError("crash mid-write")
+    with pytest.raises(RuntimeError), TableWriter(table_dir, USERS, key="k2") as writer:
+        writer.write_rows([row | {"user_id": "b"}])
+        raise RuntimeError("crash mid-write")
     assert read_manifest(table_dir)["key"] == "k1"
     assert read_table(table_dir).column("user_id").to_pylist() == ["a"]
     assert _leftovers(table_dir.parent) == []

@@ -13,7 +13,8 @@ import torch
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
-from conftest import write
+from uedp.cli import app
+from uedp.detection.pipeline import DetectorConfig
 from uedp.flows.demo import DEMO_CORPUS
 from uedp.models.batching import collate, encode
 from uedp.models.classifier import build_bert_classifier, load_classifier
@@ -29,8 +30,8 @@ from uedp.tasks.config import TrainConfig
 from uedp.tasks.detect import detect_entities
 from uedp.tasks.tracking import RunTracker
 from uedp.tasks.train import train_configuration
-from uedp.detection.pipeline import DetectorConfig
-from uedp.cli import app
+
+from support import write
 
 runner = CliRunner()
 TOKENIZER = byte_level_tokenizer()
@@ -62,9 +63,10 @@ def test_tiny_sweep_nests_runs_under_a_parent_with_a_report(home, demo: str, pre
     assert set(children) == {"noiseless", "userdp"}
     userdp = children["userdp"]
     for name in ("mechanism", "model", "categories", "q_user", "noise_multiplier_used", "beta", "local_steps",
-                 "lr", "seed", "delta", "target_epsilon"):
+                 "local_lr", "seed", "delta", "target_epsilon", "rounds"):
         assert name in userdp.data.params
     assert userdp.data.params["categories"] == "LOC,PERSON" and userdp.data.params["target_epsilon"] == "8.0"
+    assert userdp.data.params["rounds"] == "2" and "lr" not in userdp.data.params  # its own parameters only
     assert userdp.data.metrics["final_epsilon"] <= 8.0 and userdp.data.metrics["final_epsilon"] > 7.5
     assert [m.step for m in client.get_metric_history(userdp.info.run_id, "epsilon")] == [1, 2]
     assert {"epsilon_per_round.png", "resolved_config.json"} <= {a.path for a in client.list_artifacts(userdp.info.run_id)}

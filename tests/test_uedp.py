@@ -11,6 +11,7 @@ from scipy import stats
 from torch.nn.utils import parameters_to_vector
 from typer.testing import CliRunner
 
+from uedp.cli import app
 from uedp.models.batching import encode
 from uedp.models.metrics import causal_lm_loss
 from uedp.privacy.accounting import UeDpAccounting, epsilon_after, max_sampled_users, poisson_gaussian_round
@@ -19,8 +20,9 @@ from uedp.privacy.mechanisms.fedavg import LocalTrainer
 from uedp.privacy.mechanisms.uedp import UeDp, UeDpParams, usable_sequences
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
-from test_userdp import TOKENIZER, _model
-from uedp.cli import app
+
+from support import TOKENIZER
+from support import tiny_gpt2 as _model
 
 A, B = "PERSON:imelda okafor", "ORG:northgate clinic"
 
@@ -165,5 +167,9 @@ def test_epsilon_command_plans_without_training() -> None:
     target = runner.invoke(app, ["epsilon", "--mechanism", "userdp", "--users", "946", "--q-user", "0.05", "--steps",
                                  "100", "--target-epsilon", "1", "--accountant", "rdp"])
     assert target.exit_code == 0 and ("epsilon = 1 " in target.stdout or "epsilon = 0.99" in target.stdout)
-    both = runner.invoke(app, ["epsilon", "--mechanism", "uedp", "--users", "9", "--q-user", "0.5", "--steps", "3"])
-    assert both.exit_code == 2 and "exactly one of --noise-multiplier and --target-epsilon" in both.stderr
+    both = runner.invoke(app, ["epsilon", "--mechanism", "uedp", "--users", "9", "--q-user", "0.5", "--steps", "3",
+                               "--noise-multiplier", "1", "--target-epsilon", "2"])
+    assert both.exit_code == 2 and "at most one of --noise-multiplier and --target-epsilon" in both.stderr
+    # Without either, the planner uses training's default noise multiplier (one default, defined once).
+    default = runner.invoke(app, ["epsilon", "--mechanism", "userdp", "--users", "946", "--q-user", "0.05"])
+    assert default.exit_code == 0 and "z = 1 " in default.stdout and "after 30 rounds" in default.stdout

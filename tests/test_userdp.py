@@ -10,26 +10,16 @@ from scipy import stats
 from torch.nn.utils import parameters_to_vector
 
 from uedp.models.batching import encode
-from uedp.models.gpt2 import build_gpt2
 from uedp.models.metrics import causal_lm_loss
-from uedp.models.tokenization import byte_level_tokenizer
 from uedp.privacy.accounting import epsilon_after, poisson_gaussian_round
 from uedp.privacy.mechanisms.base import RoundReport, TrainData
 from uedp.privacy.mechanisms.userdp import UserDp, UserDpParams
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
 
-TOKENIZER = byte_level_tokenizer()
-
-
-def _data(users: int = 12, per_user: int = 4) -> TrainData:
-    texts = {f"u{u}": [f"user {u} wrote message {i} about Leeds" for i in range(per_user)] for u in range(users)}
-    return TrainData({u: encode(TOKENIZER, t, 48) for u, t in texts.items()}, TOKENIZER.pad_token_id)
-
-
-def _model(seed: int = 0) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    return build_gpt2("tiny", len(TOKENIZER), TOKENIZER.eos_token_id)
+from support import TOKENIZER
+from support import fedavg_data as _data
+from support import tiny_gpt2 as _model
 
 
 def _train(params: UserDpParams, model: torch.nn.Module | None = None, data: TrainData | None = None,
@@ -95,7 +85,7 @@ def test_reported_epsilon_is_the_accountants_for_each_round() -> None:
 
 def test_target_epsilon_is_met_by_the_calibrated_noise() -> None:
     params = UserDpParams(rounds=3, q_user=0.5, noise_multiplier=None, target_epsilon=5.0, local_steps=1, accountant="rdp")
-    _, reports, statement = _train(params)
+    _, _, statement = _train(params)
     assert statement.epsilon <= 5.0 and statement.epsilon >= 0.99 * 5.0
     assert statement.noise_multiplier > 0.3
 

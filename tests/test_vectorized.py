@@ -9,7 +9,9 @@ from uedp.models.batching import encode
 from uedp.models.metrics import causal_lm_loss
 from uedp.privacy.mechanisms.fedavg import LocalTrainer
 from uedp.privacy.mechanisms.vectorized import VectorizedLocalTrainer
-from test_userdp import TOKENIZER, _model
+
+from support import TOKENIZER
+from support import tiny_gpt2 as _model
 
 
 def test_vectorized_clipped_sum_equals_the_sequential_one() -> None:
@@ -31,10 +33,11 @@ def test_vectorized_clipped_sum_equals_the_sequential_one() -> None:
 
 
 def test_userdp_with_vectorized_users_trains_the_same_model() -> None:
+    from test_userdp import _data
+
     from uedp.privacy.mechanisms.userdp import UserDp, UserDpParams
     from uedp.privacy.population import Population
     from uedp.privacy.randomness import Randomness
-    from test_userdp import _data
 
     models = []
     for vectorize in (False, True):

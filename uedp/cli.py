@@ -6,16 +6,21 @@ known, because Prefect reads its settings at import time.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Optional, TypeVar
 
 import typer
 
 from uedp.errors import UedpError
+from uedp.options import CONFIG_HELP, SET_HELP, derived_parameters, list_fields, merged, with_options
+from uedp.privacy.mechanisms import registry
+from uedp.tasks.config import MechanismSettings, RunSettings, SanitizeConfig, TrainConfig
 
 app = typer.Typer(
     name="uedp",
@@ -31,34 +36,25 @@ STORE_HELP = ("fsspec URL of a table store shared by several machines (s3://buck
               "tables are read from and published to it; the local data home caches them.")
 PROCESSES_HELP = ("torchrun processes for this training, one per GPU: each trains a share of every round's users "
                   "or examples (dpsgd: the same model as one process; userdp/uedp: the same epsilon).")
-EMBEDDINGS_OPTION = typer.Option(None, "--embeddings", help="custext/santext: vector file (GloVe/word2vec text, "
-                                 ".npz) or model:<pretrained folder>; the target epsilon is per token.")
-K_OPTION = typer.Option(50, "--k", help="custext: size of each token's output set.")
-SANITIZE_STRATEGY_OPTION = typer.Option("token", "--sanitize-strategy", help="custext/santext: token (one draw per "
-                                        "occurrence; record and dataset were withdrawn, see docs/PRIVACY.md).")
 SEEDED_OPTION = typer.Option(False, "--seeded", help="Draw sampling and noise from --seed instead of the operating "
                              "system: reproducible, for tests and demos. The guarantee does not hold against anyone who "
                              "knows the seed; the run is tagged uedp.randomness=seeded.")
-PUBLIC_COUNT_OPTION = typer.Option(None, "--public-count", help="dpsgd/userdp/uedp: declare the number of privacy "
-                                   "units (sequences; users) public and use it for sampling rates and denominators "
-                                   "(named in the privacy statement). Default: a DP count, composed into epsilon.")
-COUNT_NOISE_OPTION = typer.Option(10.0, "--count-noise", help="Standard deviation of the Gaussian noise on the DP "
-                                  "count of units (sensitivity 1).")
 PRIVACY_DOC = "docs/PRIVACY.md"
-KEEP_OPTION = typer.Option("none", "--keep", help="custext/santext: none, stopwords or non-entities (of --categories).")
-ATTACK_MODEL_OPTION = typer.Option(None, "--attack-model", help="custext/santext: masked-LM folder for the mask-token "
-                                   "inference attack on the release.")
 HOME_OPTION = typer.Option(None, "--home", help="Data home (default: $UEDP_HOME or ./.uedp).", show_default=False)
-
-
-def _local_dp(embeddings: str | None, k: int, strategy: str, keep: str, attack_model: Path | None):  # noqa: ANN202
-    """custext/santext settings from the CLI options, or None without --embeddings."""
-    if embeddings is None:
-        return None
-    from uedp.tasks.config import LocalDpSettings
-
-    return LocalDpSettings(embeddings=embeddings, k=k, strategy=strategy, keep=keep,  # type: ignore[arg-type]
-                           attack_model=str(attack_model) if attack_model else None)
+CONFIG_OPTION = typer.Option(None, "--config", help=CONFIG_HELP, show_default=False)
+SET_OPTION = typer.Option(None, "--set", help=SET_HELP, show_default=False)
+MECHANISMS_HELP = ", ".join(registry.names())
+ALIASES = {"model_size": ["--model-config"], "strategy": ["--sanitize-strategy"]}
+# Every shared run setting and every mechanism parameter is a flag of train (and of sweep); its default
+# and help come from the configuration models, where each is defined once.
+TRAIN_OPTIONS = derived_parameters([RunSettings, TrainConfig, MechanismSettings], skip={"dataset", "params"},
+                                   aliases=ALIASES)
+SWEEP_OPTIONS = derived_parameters([RunSettings, MechanismSettings], aliases=ALIASES)
+DEMO_OPTIONS = derived_parameters([MechanismSettings], aliases=ALIASES)
+PLAN_OPTIONS = derived_parameters([MechanismSettings], skip={"embeddings", "k", "mapping", "metric", "strategy", "keep",
+                                                             "vocab_limit", "attack_model", "epsilon"})
+SANITIZE_OPTIONS = derived_parameters([SanitizeConfig], skip={"dataset", "randomness"}, aliases=ALIASES)
+LISTED = list_fields(RunSettings, TrainConfig, MechanismSettings, SanitizeConfig)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -67,7 +63,11 @@ def _one_line(exc: BaseException) -> str:
 
     if isinstance(exc, ValidationError):
         first = exc.errors()[0]
-        field = ".".join(str(p) for p in first.get("loc", ())) or "input"
+        # Settings may sit in nested blocks (params.<mechanism>, settings, run): name the setting itself.
+        loc = [str(p) for p in first.get("loc", ())]
+        while len(loc) > 1 and loc[0] in ("params", "settings", "run", *registry.names()):
+            loc = loc[1:]
+        field = ".".join(loc) or "input"
         message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
         return f"invalid {field}: {message}"
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -127,43 +127,39 @@ def _fmt(value: float, digits: int = 3) -> str:
 
 @app.command()
 @user_errors
+@with_options(DEMO_OPTIONS)
 def demo(
     home: Optional[Path] = HOME_OPTION,
-    mechanisms: str = typer.Option("noiseless,deid,userdp,uedp", help="Comma-separated mechanisms to train: "
-                                   "noiseless, deid, dpsgd, selective, userdp, uedp, uedp-naive."),
-    categories: str = typer.Option("PERSON,LOC,ORG,PHONE_NUMBER,EMAIL_ADDRESS",
-                                   help="Entity categories treated as sensitive (names, aliases such as PER, or composites such as PII)."),
-    steps: int = typer.Option(300, help="Optimizer steps for noiseless, deid and dpsgd."),
-    rounds: int = typer.Option(30, help="DP-FedAvg rounds for userdp and uedp."),
-    q_user: float = typer.Option(0.5, help="Poisson sampling probability of a user per round."),
-    q_entity: float = typer.Option(0.5, help="uedp: sampling probability of a detected entity per round."),
-    q_extended: float = typer.Option(0.5, help="uedp: sampling probability of a sentence with no entity."),
-    noise_multiplier: float = typer.Option(1.0, help="Noise multiplier z (noise std = z * clip)."),
-    target_epsilon: Optional[float] = typer.Option(None, help="Calibrate z to this epsilon instead."),
-    clip: float = typer.Option(1.0, help="L2 bound on each user's model delta."),
+    mechanisms: str = typer.Option("noiseless,deid,userdp,uedp", help=f"Comma-separated mechanisms to train: "
+                                   f"{MECHANISMS_HELP}."),
+    categories: Optional[str] = typer.Option(None, help="Entity categories treated as sensitive (names, aliases such "
+                                             "as PER, or composites such as PII) \\[default: PERSON,LOC,ORG,"
+                                             "PHONE_NUMBER,EMAIL_ADDRESS]", show_default=False),
     seed: int = typer.Option(0, help="Seed for data splits, initialisation, sampling and noise."),
     secure: bool = typer.Option(False, "--secure", help="Draw sampling and noise from the operating system (as "
                                 "`uedp train` does by default) instead of --seed: results then differ run to run."),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
+    config_file: Optional[Path] = CONFIG_OPTION,
+    set_: Optional[list[str]] = SET_OPTION,
+    **settings: Any,
 ) -> None:
     """Run the whole pipeline on the bundled demo corpus: ingest, detect, train, evaluate, log to MLflow.
 
     Needs no server, network or GPU (uses one when present). A second run reuses the ingested data. The
     demo is seeded so its table is reproducible: its guarantee does not hold against anyone who knows
-    the seed (the runs are tagged so); use --secure for real randomness.
+    the seed (the runs are tagged so); use --secure for real randomness. Every mechanism parameter is a
+    flag (--rounds, --q-user, ...) or --set key=value.
     """
     data_home = _prepare_runtime(home)
     from uedp.flows.demo import DemoConfig, demo_flow
     from uedp.tasks.tracking import ui_command
 
     config = DemoConfig(
-        home=str(data_home.root), mechanisms=_csv(mechanisms),
-        categories=categories, steps=steps, rounds=rounds, q_user=q_user, q_entity=q_entity, q_extended=q_extended,
-        noise_multiplier=noise_multiplier,
-        target_epsilon=target_epsilon, clip=clip, seed=seed, device=device,
-        randomness="secure" if secure else "seeded",
+        home=str(data_home.root), mechanisms=_csv(mechanisms), seed=seed, device=device,
+        randomness="secure" if secure else "seeded", **({"categories": categories} if categories else {}),
+        **merged(config_file, settings, set_, LISTED),
     )
-    _check_before_running(config)
+    _check_before_running(config.train_configs(), device)
     typer.echo(f"uedp demo: data home {data_home.root}")
     outcome = demo_flow(config)
     ing, det = outcome.ingest, outcome.detect
@@ -269,43 +265,25 @@ def detect(
 
 @app.command()
 @user_errors
+@with_options(SANITIZE_OPTIONS)
 def sanitize(
     dataset: str = typer.Argument(..., help="An ingested dataset (detected too, for --keep non-entities)."),
-    mechanism: str = typer.Option("custext", help="custext (customized K-token output sets) or santext (whole vocabulary)."),
-    epsilon: float = typer.Option(..., help="Per-token epsilon of the exponential mechanism."),
-    k: int = typer.Option(50, "--k", help="custext: size of each token's output set."),
-    embeddings: str = typer.Option(..., help="Vector file (GloVe/word2vec text or .npz) or model:<pretrained folder> "
-                                   "(its input embeddings and tokenizer)."),
-    mapping: str = typer.Option("balanced", help="custext: aggressive, balanced or conservative."),
-    metric: str = typer.Option("euclidean", help="custext: euclidean or cosine."),
-    strategy: str = typer.Option("token", help="token: one independent draw per occurrence (record and dataset were "
-                                 "withdrawn: no per-token guarantee holds for them)."),
-    keep: str = typer.Option("none", help="none; stopwords (the '+' variants); non-entities (sanitize only detected "
-                             "entities of --categories)."),
-    categories: str = typer.Option("PII", help="Entity categories for --keep non-entities."),
-    vocab_limit: Optional[int] = typer.Option(None, help="Use the first N vectors of the file (the most frequent)."),
-    seed: int = typer.Option(0, help="Seed of the draws with --seeded, and of the attack's sample."),
     seeded: bool = typer.Option(False, "--seeded", help="Draw from --seed instead of OS randomness: reproducible, and "
                                 "the release gives no guarantee against anyone who knows the seed."),
-    output: Optional[str] = typer.Option(None, help="Name of the sanitized dataset (default: derived from the settings)."),
-    attack_model: Optional[Path] = typer.Option(None, help="Masked-LM folder (e.g. bert-base-uncased, save_pretrained "
-                                                "form): run the mask-token inference attack on the release."),
-    attack_sentences: int = typer.Option(200, help="Train sentences the attack samples."),
     home: Optional[Path] = HOME_OPTION,
+    config_file: Optional[Path] = CONFIG_OPTION,
+    set_: Optional[list[str]] = SET_OPTION,
+    **settings: Any,
 ) -> None:
     """Rewrite the train split of DATASET under local DP (the thesis' CusText or SanText) into a new dataset;
     valid and test stay original. Train it like any dataset (noiselessly: the text itself is private) and
     compare it in MLflow with the other mechanisms. Prints the per-token and per-record epsilon."""
     data_home = _prepare_runtime(home)
     from uedp.flows.sanitize import sanitize_flow
-    from uedp.tasks.sanitize import SanitizeConfig
+    from uedp.privacy.sanitization.release import local_dp_kind
 
-    config = SanitizeConfig(
-        dataset=dataset, mechanism=mechanism, epsilon=epsilon, k=k, mapping=mapping, metric=metric,  # type: ignore[arg-type]
-        strategy=strategy, keep=keep, categories=categories, embeddings=embeddings, vocab_limit=vocab_limit,  # type: ignore[arg-type]
-        seed=seed, randomness="seeded" if seeded else "secure", output=output, attack_model=str(attack_model) if attack_model else None,
-        attack_sentences=attack_sentences,
-    )
+    config = SanitizeConfig(dataset=dataset, randomness="seeded" if seeded else "secure",
+                            **merged(config_file, settings, set_, LISTED))
     result = sanitize_flow(str(data_home.root), config, progress=sys.stderr.isatty())
     verb = "reused (same source and settings: the same release)" if result.reused else "wrote"
     typer.echo(f"{result.dataset}: {verb}")
@@ -319,7 +297,7 @@ def sanitize(
         typer.echo(f"  mask-token inference attack: {result.mask_inference_success:.1%} of tokens recovered "
                    f"({result.mask_inference_success_sanitized:.1%} of sanitized ones; on the original text "
                    f"{result.mask_inference_success_original:.1%})")
-    if mechanism == "custext":
+    if local_dp_kind(config.mechanism).has_output_sets:
         typer.echo(f"  vocabulary tokens with no adjacent token (type 1-N, no guarantee): {result.unprotected_share:.1%}")
     for caveat in result.caveats:
         typer.echo(f"  not covered: {caveat}")
@@ -373,148 +351,96 @@ def entities(
 
 @app.command()
 @user_errors
+@with_options(PLAN_OPTIONS)
 def epsilon(
-    mechanism: str = typer.Option(..., help="userdp, uedp or uedp-naive."),
-    users: int = typer.Option(..., min=1, help="Number of training users (privacy units of userdp)."),
-    steps: int = typer.Option(..., min=1, help="Training rounds T."),
-    q_user: float = typer.Option(..., help="Sampling probability of a user per round."),
-    q_entity: float = typer.Option(0.5, help="uedp: sampling probability of a detected entity."),
-    q_extended: float = typer.Option(0.5, help="uedp: sampling probability of a sentence with no entity (as training)."),
-    noise_multiplier: Optional[float] = typer.Option(None, help="z: noise std = z * sensitivity."),
-    target_epsilon: Optional[float] = typer.Option(None, help="Find the smallest z meeting this epsilon instead."),
-    delta: float = typer.Option(1e-5, help="Total delta (uedp charges shares of it to truncating sampled users and "
-                                "to the DP bound on the number of users)."),
-    accountant: str = typer.Option("pld", help="pld (tightest) or rdp."),
-    count_public: bool = typer.Option(False, "--count-public", help="Plan a run that declares the number of users "
+    mechanism: str = typer.Option(..., help="A mechanism with a planner: "
+                                  + ", ".join(n for n, spec in registry.mechanisms().items() if spec.plan) + "."),
+    users: int = typer.Option(..., "--users", "--units", min=1, help="Number of privacy units: training users "
+                              "(userdp, uedp) or sequences (dpsgd)."),
+    count_public: bool = typer.Option(False, "--count-public", help="Plan a run that declares the number of units "
                                       "public (--public-count); default: training's DP count, composed in."),
-    count_noise: float = typer.Option(10.0, "--count-noise", help="Noise std of that DP count (as training)."),
+    count_noise: Optional[float] = typer.Option(None, "--count-noise", help="Noise std of that DP count "
+                                                f"\\[default: {RunSettings.model_fields['count_noise'].default}]",
+                                                show_default=False),
+    config_file: Optional[Path] = CONFIG_OPTION,
+    set_: Optional[list[str]] = SET_OPTION,
+    **settings: Any,
 ) -> None:
     """Plan a privacy budget without training: epsilon for a noise multiplier, or z for a target epsilon.
 
-    Example: uedp epsilon --mechanism uedp --users 946 --q-user 0.05 --q-entity 0.05 --steps 500 --noise-multiplier 2
+    Reads the same defaults as training (every mechanism parameter is a flag or --set key=value).
+
+    Example: uedp epsilon --mechanism uedp --users 946 --q-user 0.05 --q-entity 0.05 --rounds 500 --noise-multiplier 2
     """
-    from uedp.privacy.accounting import (UeDpAccounting, check_delta, epsilon_after, poisson_gaussian_round,
-                                    resolve_noise_multiplier)
+    from uedp.privacy.accounting import check_delta
     from uedp.privacy.population import Population
 
-    if mechanism not in ("userdp", "uedp", "uedp-naive"):
-        raise UedpError(f"unknown mechanism {mechanism!r} for planning; valid: userdp, uedp, uedp-naive")
-    if accountant not in ("pld", "rdp"):
-        raise UedpError(f"unknown accountant {accountant!r}; valid: pld, rdp")
-    if (noise_multiplier is None) == (target_epsilon is None):
-        raise UedpError("give exactly one of --noise-multiplier and --target-epsilon")
-    for name, q in (("q-user", q_user), ("q-entity", q_entity), ("q-extended", q_extended)):
-        if not 0 < q <= 1:
-            raise UedpError(f"--{name} must be in (0, 1], got {q}")
+    spec = registry.get(mechanism) if mechanism in registry.names() else None
+    if spec is None or spec.plan is None:
+        raise UedpError(f"unknown mechanism {mechanism!r} for planning; valid: "
+                        + ", ".join(n for n, s in registry.mechanisms().items() if s.plan))
+    values = merged(config_file, settings, set_, LISTED)
+    if values.get("target_epsilon") is not None and "noise_multiplier" not in values:
+        values["noise_multiplier"] = None
+    if values.get("noise_multiplier") is not None and values.get("target_epsilon") is not None:
+        raise UedpError("give at most one of --noise-multiplier and --target-epsilon")
+    params = TrainConfig.for_mechanism(mechanism, **values, dataset="plan").params
+    noise = count_noise if count_noise is not None else RunSettings.model_fields["count_noise"].default
     try:
-        warning = check_delta(delta, users)
-        # Training's count of users: declared public, or a DP count (planned at its expected value).
-        population = Population.declared(users) if count_public else Population(float(users), "dp-count", count_noise)
-        initial = population.event()
-        counted = "" if count_public else f" incl. the DP count of users (noise std {count_noise:g})"
-        if mechanism == "userdp":
-            def event(z: float):  # type: ignore[no-untyped-def]
-                return poisson_gaussian_round(q_user, z)
-
-            z = resolve_noise_multiplier(mechanism, noise_multiplier, target_epsilon, event, steps, delta, accountant,  # type: ignore[arg-type]
-                                         initial=initial)
-            typer.echo(f"userdp: epsilon = {epsilon_after(event(z), steps, delta, accountant, initial=initial):.4g} "  # type: ignore[arg-type]
-                       f"at delta = {delta:g} after {steps} rounds{counted}, z = {z:.4g} ({accountant}; unit: one user)")
-        else:
-            plan = UeDpAccounting.for_population(population, q_user, q_entity, q_extended, steps, delta,
-                                                 mechanism == "uedp-naive", kind=accountant)  # type: ignore[arg-type]
-            z = noise_multiplier or plan.calibrate(target_epsilon)  # type: ignore[arg-type]
-            cases = plan.epsilons(z)
-            typer.echo(f"{mechanism}: epsilon = {max(cases.values()):.4g} at delta = {delta:g} after {steps} rounds"
-                       f"{counted}, z = {z:.4g} ({accountant}; unit: one user and one sensitive entity)")
-            typer.echo("  cases: " + ", ".join(f"{c} {e:.4g}" for c, e in cases.items())
-                       + f"; at most M = {plan.max_users} users per round (truncation delta {plan.delta_trunc:.2g}), "
-                       f"sensitivity (2M+1) * clip = {plan.sensitivity_factor} * clip")
-            same = epsilon_after(poisson_gaussian_round(q_user, z), steps, delta, accountant, initial=initial)  # type: ignore[arg-type]
-            typer.echo(f"  for comparison, userdp with the same q_user and z: epsilon = {same:.4g} (protects users only)")
+        warning = check_delta(params.delta, users)  # type: ignore[attr-defined]
+        # Training's count of units: declared public, or a DP count (planned at its expected value).
+        population = Population.declared(users) if count_public else Population(float(users), "dp-count", noise)
+        plan = spec.plan(params, population)
     except ValueError as exc:
         raise UedpError(str(exc)) from None
+    units = {"sequences": "sequences", "users": "users", "writers": "users (the writers' roster)"}[spec.counts or "users"]
+    counted = "" if count_public else f" (incl. the DP count of {units}, noise std {noise:g})"
+    lines = list(plan.lines)
+    typer.echo(lines[0] + counted)
+    for line in lines[1:]:
+        typer.echo(line)
     if warning:
         typer.echo(f"warning: {warning}", err=True)
 
 
-MECHANISMS_HELP = "noiseless, deid, dpsgd, selective, userdp, uedp, uedp-naive, custext, santext"
-MODEL_HELP = "gpt2 (next-word prediction), lstm (one-layer 200/200 LSTM LM) or bert (sequence classification)."
-MODEL_CONFIG_HELP = ("Size preset (gpt2: tiny, small; lstm: tiny, paper; bert: tiny, small) or a pretrained "
-                     "checkpoint folder (save_pretrained) / hub name.")
-
-
 @app.command()
 @user_errors
+@with_options(TRAIN_OPTIONS)
 def train(
     dataset: str = typer.Argument(..., help="An ingested (and detected) dataset."),
-    mechanism: str = typer.Option(..., help=f"One of {MECHANISMS_HELP}."),
-    model: str = typer.Option("gpt2", help=MODEL_HELP),
-    model_config: str = typer.Option("tiny", "--model-config", help=MODEL_CONFIG_HELP),
-    tokenizer: str = typer.Option("byte", help="'byte' (leak-free byte-level) or a pretrained tokenizer folder."),
-    categories: str = typer.Option("PERSON,LOC,ORG,PHONE_NUMBER,EMAIL_ADDRESS", help="Sensitive entity categories."),
-    steps: int = typer.Option(300, help="Optimizer steps (noiseless, deid, dpsgd, selective) or rounds (userdp, uedp)."),
-    public_steps: int = typer.Option(300, help="selective: noiseless steps on the redacted corpus first."),
-    batch_size: int = typer.Option(16, help="Batch size (dpsgd: expected Poisson batch size)."),
-    lr: float = typer.Option(1e-3, help="Learning rate of noiseless, deid, dpsgd and selective."),
-    max_len: int = typer.Option(96, help="Tokens per sentence at most."),
-    q_user: float = typer.Option(0.5, help="userdp/uedp: sampling probability of a user per round."),
-    q_entity: float = typer.Option(0.5, help="uedp: sampling probability of a detected entity."),
-    q_extended: float = typer.Option(0.5, help="uedp: sampling probability of a sentence with no entity."),
-    noise_multiplier: Optional[float] = typer.Option(None, help="Noise multiplier z (default 1.0 without --target-epsilon)."),
-    target_epsilon: Optional[float] = typer.Option(None, help="Calibrate z so the run ends at this epsilon."),
-    max_epsilon: Optional[float] = typer.Option(None, help="Stop before a round that would exceed this epsilon."),
-    clip: float = typer.Option(1.0, help="L2 clipping bound (beta): per example (dpsgd) or per user delta."),
-    hidden_clip: float = typer.Option(1.0, help="selective with --model lstm: L2 bound of the state after a private token."),
-    local_steps: int = typer.Option(5, help="userdp/uedp: local SGD steps per sampled user."),
-    local_lr: float = typer.Option(0.5, help="userdp/uedp: local learning rate."),
-    delta: float = typer.Option(1e-5, help="Target delta."),
-    accountant: str = typer.Option("pld", help="pld (tightest) or rdp."),
-    seed: int = typer.Option(0, help="Seed of the initial weights (and, with --seeded only, of sampling and noise)."),
+    mechanism: Optional[str] = typer.Option(None, help=f"One of {MECHANISMS_HELP} (or `mechanism:` in --config).",
+                                            show_default=False),
     seeded: bool = SEEDED_OPTION,
-    public_count: Optional[int] = PUBLIC_COUNT_OPTION,
-    count_noise: float = COUNT_NOISE_OPTION,
-    device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
-    checkpoint_every: int = typer.Option(25, help="Save a resumable checkpoint every N rounds (0: never)."),
-    log_model: bool = typer.Option(False, help="Store the trained model in the MLflow run."),
-    canaries: int = typer.Option(0, help="Plant N made-up secrets in the training text (for `uedp attack`)."),
-    canary_repeats: int = typer.Option(1, help="Times each canary is planted."),
-    canary_formats: str = typer.Option("digits:6", help="Comma-separated: digits:N, name, phone, email."),
-    canary_users: Optional[str] = typer.Option(None, help="Comma-separated users whose text hosts the canaries "
-                                               "(default: users drawn at random)."),
-    processes: int = typer.Option(1, help=PROCESSES_HELP),
     store: Optional[str] = typer.Option(None, help=STORE_HELP),
-    embeddings: Optional[str] = EMBEDDINGS_OPTION,
-    k: int = K_OPTION,
-    sanitize_strategy: str = SANITIZE_STRATEGY_OPTION,
-    keep: str = KEEP_OPTION,
-    attack_model: Optional[Path] = ATTACK_MODEL_OPTION,
     home: Optional[Path] = HOME_OPTION,
+    config_file: Optional[Path] = CONFIG_OPTION,
+    set_: Optional[list[str]] = SET_OPTION,
+    **settings: Any,
 ) -> None:
     """Train one configuration and log it to MLflow; prints the run id.
 
-    Rerunning the same configuration after a crash resumes from its last checkpoint (weights, random
-    generators and accountant), continuing the same MLflow run.
+    Every shared setting and every mechanism parameter is a flag (defaults from the configuration, shown
+    below), a key of --config, or --set key=value. Rerunning the same configuration after a crash resumes
+    from its last checkpoint (weights and accountant), continuing the same MLflow run.
     """
     data_home = _prepare_runtime(home)
-    from uedp.tasks.config import TrainConfig
     from uedp.tasks.tracking import ui_command
     from uedp.tasks.train import run_training
 
-    if noise_multiplier is not None and target_epsilon is not None:
+    values = merged(config_file, settings, set_, LISTED)
+    if mechanism is not None:
+        values["mechanism"] = mechanism
+    if "mechanism" not in values:
+        raise UedpError(f"--mechanism is required (one of {MECHANISMS_HELP})")
+    if values.get("mechanism") not in registry.names():
+        raise UedpError(f"unknown mechanism {values.get('mechanism')!r}; valid: {MECHANISMS_HELP}")
+    if values.get("noise_multiplier") is not None and values.get("target_epsilon") is not None:
         raise UedpError("give at most one of --noise-multiplier and --target-epsilon")
-    config = TrainConfig(
-        dataset=dataset, mechanism=mechanism, model=model, model_size=model_config, tokenizer=tokenizer,  # type: ignore[arg-type]
-        categories=categories, steps=steps, public_steps=public_steps, batch_size=batch_size, lr=lr, max_len=max_len,
-        q_user=q_user, q_entity=q_entity, q_extended=q_extended,
-        noise_multiplier=noise_multiplier if noise_multiplier is not None or target_epsilon else 1.0,
-        target_epsilon=target_epsilon, max_epsilon=max_epsilon, clip=clip, hidden_clip=hidden_clip, local_steps=local_steps,
-        local_lr=local_lr, delta=delta, accountant=accountant, seed=seed, device=device,  # type: ignore[arg-type]
-        randomness="seeded" if seeded else "secure", public_count=public_count, count_noise=count_noise,
-        checkpoint_every=checkpoint_every, log_model=log_model, canaries=canaries, canary_repeats=canary_repeats,
-        canary_formats=_csv(canary_formats), canary_users=_csv(canary_users), processes=processes,
-        local_dp=_local_dp(embeddings, k, sanitize_strategy, keep, attack_model),
-    )
+    if values.get("target_epsilon") is not None:
+        values.setdefault("noise_multiplier", None)
+    if seeded:
+        values["randomness"] = "seeded"
+    config = TrainConfig(dataset=dataset, **values)
     result = run_training(data_home, config, store_url=store)
     if result.resumed_from:
         typer.echo(f"resumed from the checkpoint of round {result.resumed_from}")
@@ -530,38 +456,27 @@ def train(
 
 @app.command()
 @user_errors
+@with_options(SWEEP_OPTIONS)
 def sweep(
     dataset: str = typer.Argument(..., help="An ingested and detected dataset."),
     mechanisms: str = typer.Option("noiseless,userdp,uedp", help=f"Comma-separated: {MECHANISMS_HELP}."),
     categories: list[str] = typer.Option(["PERSON,LOC,ORG"], help="A set of sensitive categories; repeat the "
                                          "option for several sets (e.g. --categories PERSON --categories PII)."),
-    epsilons: Optional[str] = typer.Option(None, help="Comma-separated target epsilons for every private mechanism."),
-    noise_multiplier: float = typer.Option(1.0, help="Noise multiplier when no --epsilons are given."),
+    epsilons: Optional[str] = typer.Option(None, help="Comma-separated target epsilons for every private mechanism "
+                                           "(default: the noise multiplier)."),
     seeds: str = typer.Option("0", help="Comma-separated seeds (initial weights; sampling and noise too with --seeded)."),
     seeded: bool = SEEDED_OPTION,
-    public_count: Optional[int] = PUBLIC_COUNT_OPTION,
-    model: str = typer.Option("gpt2", help=MODEL_HELP),
-    model_config: str = typer.Option("tiny", "--model-config", help=MODEL_CONFIG_HELP),
-    steps: int = typer.Option(300, help="Steps of noiseless, deid, dpsgd and selective."),
-    rounds: int = typer.Option(30, help="Rounds of userdp, uedp and uedp-naive."),
-    public_steps: int = typer.Option(300, help="selective: noiseless steps on the redacted corpus."),
-    q_user: float = typer.Option(0.5, help="Sampling probability of a user per round."),
-    q_entity: float = typer.Option(0.5, help="uedp: sampling probability of a detected entity."),
-    q_extended: float = typer.Option(0.5, help="uedp: sampling probability of a sentence with no entity."),
-    clip: float = typer.Option(1.0, help="L2 clipping bound (beta)."),
-    delta: float = typer.Option(1e-5, help="Target delta."),
-    device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
-    processes: int = typer.Option(1, help=PROCESSES_HELP),
     store: Optional[str] = typer.Option(None, help=STORE_HELP),
-    embeddings: Optional[str] = EMBEDDINGS_OPTION,
-    k: int = K_OPTION,
-    sanitize_strategy: str = SANITIZE_STRATEGY_OPTION,
-    keep: str = KEEP_OPTION,
-    attack_model: Optional[Path] = ATTACK_MODEL_OPTION,
     home: Optional[Path] = HOME_OPTION,
+    config_file: Optional[Path] = CONFIG_OPTION,
+    set_: Optional[list[str]] = SET_OPTION,
+    **settings: Any,
 ) -> None:
     """Train every mechanism x category set x epsilon x seed as a Prefect flow; nested MLflow runs under one
-    parent, and a privacy-utility report (PNG plots + Markdown) on the parent run and under the data home."""
+    parent, and a privacy-utility report (PNG plots + Markdown) on the parent run and under the data home.
+
+    The grid is set by the options above; the base configuration by every other flag (defaults from the
+    configuration), --config or --set key=value."""
     data_home = _prepare_runtime(home)
     from uedp.flows.sweep import SweepConfig, sweep_flow
     from uedp.tasks.tracking import ui_command
@@ -571,18 +486,14 @@ def sweep(
         seed_list = [int(s) for s in _csv(seeds)]
     except ValueError as exc:
         raise UedpError(f"--epsilons and --seeds take comma-separated numbers: {exc}") from None
-    config = SweepConfig(
-        home=str(data_home.root), dataset=dataset, mechanisms=_csv(mechanisms), category_sets=categories,  # type: ignore[arg-type]
-        target_epsilons=targets, noise_multiplier=noise_multiplier, seeds=seed_list, model=model,  # type: ignore[arg-type]
-        model_size=model_config, steps=steps, rounds=rounds, public_steps=public_steps, q_user=q_user,
-        q_entity=q_entity, q_extended=q_extended, clip=clip, delta=delta, device=device, processes=processes,
-        store=store, local_dp=_local_dp(embeddings, k, sanitize_strategy, keep, attack_model),
-        randomness="seeded" if seeded else "secure", public_count=public_count,
-    )
-    from uedp.models.device import resolve_device
-
-    resolve_device(device)
-    typer.echo(f"uedp sweep: {len(config.train_configs())} configurations on {dataset!r}")
+    base = merged(config_file, settings, set_, LISTED)
+    if seeded:
+        base["randomness"] = "seeded"
+    config = SweepConfig(home=str(data_home.root), dataset=dataset, mechanisms=_csv(mechanisms),  # type: ignore[arg-type]
+                         category_sets=categories, target_epsilons=targets, seeds=seed_list, store=store, **base)
+    items = config.plan()
+    _check_before_running([item.config for item in items], config.run.device)
+    typer.echo(f"uedp sweep: {len(items)} configurations on {dataset!r}")
     outcome = sweep_flow(config)
     _print_summary(outcome.runs, title=f"uedp sweep on {dataset}")
     typer.echo(f"\nreport: {outcome.report[0] if outcome.report else '-'}")
@@ -642,10 +553,8 @@ def serve(
         typer.echo("Ctrl-C stops everything.")
         stopped = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stopped.set())
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             stopped.wait()
-        except KeyboardInterrupt:
-            pass
     typer.echo("stack stopped")
 
 
@@ -670,16 +579,16 @@ def datasets(home: Optional[Path] = HOME_OPTION) -> None:
         typer.echo(f"{dataset}: {' '.join(tables) or '(no complete tables)'}")
 
 
-def _check_before_running(config: Any) -> None:
+def _check_before_running(configs: list[TrainConfig], device: str) -> None:
     """Fail on bad settings before any work starts: the device, and the calibration of a target epsilon
-    for userdp (uedp's depends on the number of users, known after ingest)."""
+    where it does not depend on the data (mechanisms that count no units of their own)."""
     from uedp.models.device import resolve_device
     from uedp.tasks.train import build_mechanism, planned_population
 
-    resolve_device(config.device)
-    for train_config in config.train_configs():
-        if train_config.mechanism == "userdp" and train_config.target_epsilon is not None:
-            build_mechanism(train_config, planned_population(train_config), n_examples=0)
+    resolve_device(device)
+    for config in configs:
+        if config.spec.private and config.params.budget is not None and config.spec.early_calibration:
+            build_mechanism(config, planned_population(config), n_examples=0)
 
 
 def _print_summary(runs: list[Any], title: str = "uedp demo results") -> None:

@@ -76,7 +76,7 @@ class LocalStack:
             "PREFECT_LOCAL_STORAGE_PATH": str(self.results),
         }
 
-    def __enter__(self) -> "LocalStack":
+    def __enter__(self) -> LocalStack:
         try:
             self.start()
         except BaseException:
@@ -105,7 +105,7 @@ class LocalStack:
             self._spawn(f"worker-{pool}", [*prefect, "worker", "start", "--pool", pool, "--type", "process"])
 
     def stop(self) -> None:
-        for name, process, log in reversed(self._processes):  # workers first, servers last
+        for _, process, log in reversed(self._processes):  # workers first, servers last
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
                 try:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -82,7 +82,7 @@ class Canary:
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
-    def with_host(self, pseudonym: str) -> "Canary":
+    def with_host(self, pseudonym: str) -> Canary:
         """The canary with its host user replaced (for the released copy: a raw user id is private data)."""
         return replace(self, user=pseudonym)
 

@@ -6,7 +6,7 @@ better protection; on unsanitized text the rate is the model's plain fill-in-the
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 

@@ -11,8 +11,9 @@ by default, as in the Selective-DP paper).
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Literal, Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -33,14 +34,18 @@ def sentence_scores(texts: list[str], nll: SentenceScorer, calibration: Calibrat
         return np.zeros(0)
     values = np.asarray(nll(texts), float)
     summed, tokens = values[:, 0], np.maximum(values[:, 1], 1.0)
+    scores: np.ndarray  # numpy types these float-array expressions as Any
     if calibration == "none":
-        return -summed / tokens
+        scores = -summed / tokens
+        return scores
     if calibration == "zlib":
-        return -summed / np.array([zlib_bits(t) for t in texts])
+        scores = -summed / np.array([zlib_bits(t) for t in texts])
+        return scores
     if reference is None:
         raise ValueError("reference calibration needs a reference model")
     ref = np.asarray(reference(texts), float)
-    return ref[:, 0] / np.maximum(ref[:, 1], 1.0) - summed / tokens
+    scores = ref[:, 0] / np.maximum(ref[:, 1], 1.0) - summed / tokens
+    return scores
 
 
 def grouped_scores(scores: np.ndarray, groups: Sequence[Sequence[int]]) -> np.ndarray:

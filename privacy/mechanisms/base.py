@@ -4,8 +4,9 @@ its privacy statement (unit, sampling, noise, accountant), so callers can log an
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -57,7 +58,7 @@ class Checkpointer:
     def _load(self) -> dict[str, Any] | None:
         if not self.enabled or self.path is None or not self.path.is_file():
             return None
-        saved = torch.load(self.path, map_location="cpu", weights_only=False)
+        saved: dict[str, Any] = torch.load(self.path, map_location="cpu", weights_only=False)
         if saved.get("fingerprint") != self.fingerprint:
             raise CheckpointMismatch(f"{self.path} was written by another configuration; delete it to start over")
         return saved

@@ -12,39 +12,33 @@ by dp_accounting. Sampling and noise come from the run's :class:`privacy.randomn
 
 from __future__ import annotations
 
-import math
 import warnings
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import dp_accounting
-
 import torch
 from opacus import GradSampleModule
 
 from uedp.models.batching import collate
 from uedp.models.device import autocast
 from uedp.models.parallel import Ranks
-from uedp.privacy.accounting import (AccountantKind, Adjacency, RoundAccountant, check_delta, poisson_gaussian_round,
-                                resolve_noise_multiplier)
-from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
+from uedp.privacy.accounting import (
+    Adjacency,
+    RoundAccountant,
+    check_delta,
+    epsilon_after,
+    poisson_gaussian_round,
+    resolve_noise_multiplier,
+)
+from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, TrainData
+from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, private_statement
+from uedp.privacy.mechanisms.params import DpSgdParams
+from uedp.privacy.mechanisms.registry import BuildContext, EpsilonPlan, MechanismSpec, register
 from uedp.privacy.population import Population
 from uedp.privacy.primitives import gaussian_noise
-from uedp.privacy.randomness import Randomness, RandomSource
+from uedp.privacy.randomness import Randomness, RandomSource, RoundRandomness
 
-
-@dataclass
-class DpSgdParams:
-    steps: int = 300
-    expected_batch_size: int = 16
-    noise_multiplier: float | None = 1.0
-    target_epsilon: float | None = None
-    clip: float = 1.0
-    lr: float = 1e-3
-    delta: float = 1e-5
-    accountant: AccountantKind = "pld"
-    max_epsilon: float | None = None
-    adjacency: Adjacency = "add_remove"  # "replace" when the unit is a value inside a sequence (selective)
+__all__ = ["DpSgd", "DpSgdParams", "sum_clipped_grad_samples"]
 
 
 class DpSgd:
@@ -54,16 +48,20 @@ class DpSgd:
     unit = "one training sequence"
     loss_reduction = "mean"  # how the loss sums examples, for Opacus' per-sample gradient scaling
 
+    adjacency: Adjacency = "add_remove"  # "replace" when the unit is a value inside a sequence (selective)
+
     def __init__(self, params: DpSgdParams, population: Population, randomness: Randomness | None = None):
         if population.value < 1:
             raise ValueError(f"{self.name} needs at least one training sequence")
+        if self.adjacency == "replace" and params.accountant != "pld":
+            raise ValueError("selective is accounted under replace-one adjacency, which only the pld accountant supports")
         self.params = params
         self.population = population
         self.randomness = randomness or Randomness.secure()
-        self.sample_rate = min(1.0, params.expected_batch_size / population.value)
+        self.sample_rate = min(1.0, params.batch_size / population.value)
         self.noise_multiplier = resolve_noise_multiplier(
             self.name, params.noise_multiplier, params.target_epsilon, self.round_event, params.steps, params.delta,
-            params.accountant, params.adjacency, initial=population.event())
+            params.accountant, self.adjacency, initial=population.event())
 
     def round_event(self, noise_multiplier: float) -> dp_accounting.DpEvent:
         """One step: the Poisson-sampled Gaussian release of the noised gradient sum."""
@@ -72,45 +70,40 @@ class DpSgd:
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
               on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT, scope: str | None = None) -> PrivacyStatement:
         """``loss_fn`` must be a mean of per-example losses (``models.metrics.per_sequence_lm_loss``)."""
-        p, z, q, rng = self.params, self.noise_multiplier, self.sample_rate, self.randomness
-        scope = scope or self.name
+        p, z, q = self.params, self.noise_multiplier, self.sample_rate
         examples = self.examples(model, data)
         example_ids = data.sequence_ids
         check_delta(p.delta, round(self.population.value))
-        accountant = RoundAccountant(self.round_event(z), p.delta, p.accountant, p.adjacency,
+        accountant = RoundAccountant(self.round_event(z), p.delta, p.accountant, self.adjacency,
                                      initial=self.population.event())
         with warnings.catch_warnings():  # Opacus warns about modules it does not validate strictly
             warnings.simplefilter("ignore")
             private = GradSampleModule(model, strict=False, loss_reduction=self.loss_reduction)
         params = [q_ for q_ in private.parameters() if q_.requires_grad]
         optimizer = torch.optim.Adam(params, lr=p.lr)
-        state = {"model": model, "optimizer": optimizer, "accountant": accountant}  # no generator: derived per step
-        done = (checkpoint.restore(scope, state) or {"round": 0})["round"]
+
+        def one_step(step: int, rng: RoundRandomness) -> RoundOutput:
+            batch = [examples[i] for i in rng.poisson_sample("sample-examples", example_ids, q)]
+            gradients = self.step_gradient(private, model, params, batch, loss_fn, device, data.pad_id,
+                                           rng.stream("noise"))
+            for param, grad in zip(params, gradients):
+                param.grad = grad
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            return RoundOutput()  # neither the loss nor the batch size is released
+
+        loop = RoundLoop(scope or self.name, p.steps, accountant, self.randomness, p.delta, p.max_epsilon, "step",
+                         state={"model": model, "optimizer": optimizer})
         private.train()
-        stopped = ""
         try:
-            for step in range(done + 1, p.steps + 1):
-                if p.max_epsilon is not None and accountant.peek() > p.max_epsilon:
-                    stopped = f"stopped before step {step}: epsilon would exceed the budget {p.max_epsilon:g}"
-                    break
-                batch = [examples[i] for i in rng.poisson_sample("sample-examples", step, example_ids, q)]
-                noise_gen = rng.stream("noise", step)
-                gradients = self.step_gradient(private, model, params, batch, loss_fn, device, data.pad_id, noise_gen)
-                for param, grad in zip(params, gradients):
-                    param.grad = grad
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                on_round(RoundReport(step, math.nan, accountant.step(), p.delta))  # the batch size is not released
-                checkpoint.maybe_save(scope, step, state)
+            outcome = loop.run(one_step, on_round, checkpoint)
         finally:
             private.remove_hooks()  # the caller gets its plain model back
-        return PrivacyStatement(
-            mechanism=self.name, unit=self.unit, epsilon=accountant.epsilon, delta=p.delta, accountant=p.accountant,
-            noise_multiplier=z, sampling_probability=q, rounds=accountant.rounds, notes=stopped,
-            extra={"noise_std": z * p.clip, "sensitivity": p.clip, "population_used": self.population.value,
-                   **self.statement_extra()},
-            randomness=rng.mode, public=(self.population.describe(),), caveats=(*rng.caveats, *self.statement_caveats()),
-        )
+        return private_statement(
+            self.name, self.unit, accountant, outcome, delta=p.delta, accountant=p.accountant, noise_multiplier=z,
+            sampling_probability=q, randomness=self.randomness, population=self.population,
+            extra={"noise_std": z * p.clip, "sensitivity": p.clip, **self.statement_extra()},
+            caveats=self.statement_caveats())
 
     def examples(self, model: torch.nn.Module, data: TrainData) -> list[Any]:
         """What Poisson sampling draws from: the training sequences."""
@@ -138,7 +131,7 @@ class DpSgd:
         sigma = self.noise_multiplier * self.params.clip
         ranks = Ranks.current()
         summed = ranks.sum_(self.clipped_gradient_sum(private, params, ranks.mine(batch), loss_fn, device, pad_id))
-        return [(total + gaussian_noise(total.shape, sigma, noise_gen, total.dtype, total.device)) / self.params.expected_batch_size
+        return [(total + gaussian_noise(total.shape, sigma, noise_gen, total.dtype, total.device)) / self.params.batch_size
                 for total in summed]
 
     def clipped_gradient_sum(self, private: GradSampleModule, params: list[torch.Tensor],
@@ -152,7 +145,7 @@ class DpSgd:
             loss = loss_fn(private, inputs)
         with warnings.catch_warnings():  # PyTorch notes that Opacus' hooks fire on outputs only: expected
             warnings.filterwarnings("ignore", message="Full backward hook is firing")
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
         # loss_reduction="mean": Opacus scales per-sample gradients back to per-example losses.
         return sum_clipped_grad_samples(params, len(batch), self.params.clip)
 
@@ -160,13 +153,37 @@ class DpSgd:
 def sum_clipped_grad_samples(params: list[torch.Tensor], batch_size: int, clip: float) -> list[torch.Tensor]:
     """``sum_i clip(g_i, clip)`` per parameter from Opacus' ``grad_sample`` (flat clipping over all
     parameters; a non-finite example counts 0); clears ``grad_sample`` and ``grad`` afterwards."""
-    samples = [param.grad_sample if param.grad_sample is not None
+    # grad_sample is the attribute Opacus' hooks attach to each parameter at run time.
+    samples = [param.grad_sample if param.grad_sample is not None  # type: ignore[attr-defined]
                else torch.zeros((batch_size, *param.shape), device=param.device) for param in params]
-    norms = torch.sqrt(sum(g.reshape(batch_size, -1).pow(2).sum(1) for g in samples))
+    # builtins.sum is typed ``Tensor | Literal[0]`` (its start 0, for an empty input): over parameters it is a Tensor.
+    norms = torch.sqrt(cast(torch.Tensor, sum(g.reshape(batch_size, -1).pow(2).sum(1) for g in samples)))
     scale = torch.clamp(clip / (norms + 1e-12), max=1.0)
     scale = torch.where(torch.isfinite(norms), scale, torch.zeros_like(scale))
     summed = [torch.einsum("b,b...->...", scale, torch.nan_to_num(g)) for g in samples]
     for param in params:
-        param.grad_sample = None
+        param.grad_sample = None  # type: ignore[attr-defined]
         param.grad = None
     return summed
+
+
+def _build(params: DpSgdParams, context: BuildContext) -> DpSgd:
+    if context.population is None:
+        raise ValueError("needs the count of its privacy units (public or DP)")
+    return DpSgd(params, context.population, context.randomness)
+
+
+def _plan(params: DpSgdParams, population: Population) -> EpsilonPlan:
+    mechanism = DpSgd(params, population)
+    z, q = mechanism.noise_multiplier, mechanism.sample_rate
+    epsilon = epsilon_after(mechanism.round_event(z), params.steps, params.delta, params.accountant,
+                            initial=population.event())
+    return EpsilonPlan(epsilon, z, (f"dpsgd: epsilon = {epsilon:.4g} at delta = {params.delta:g} after {params.steps} "
+                                    f"steps, z = {z:.4g}, q = {q:.4g} ({params.accountant}; unit: one sequence)",))
+
+
+register(MechanismSpec(
+    name="dpsgd", rank=10, summary="example-level DP-SGD (one sequence is the unit), per-example gradients by Opacus",
+    params=DpSgdParams, unit=DpSgd.unit, guarantee="central", build=_build, counts="sequences",
+    per_example_loss=True, audited_levels=("sentence",), plan=_plan,
+))

@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import copy
 import itertools
-from typing import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 
-from uedp.models.batching import batches
+from uedp.models.batching import Example, batches
 from uedp.models.parallel import Ranks
 from uedp.models.training import LossFn, optimizer_step
 from uedp.privacy.mechanisms.base import TrainData
-from uedp.privacy.randomness import RandomSource
 from uedp.privacy.primitives import assign_flat_, clip_l2, flatten
+from uedp.privacy.randomness import RandomSource
 
 # Any user's weight is at most 1, so max(w) * clip bounds one user's contribution even for a user who
 # is added (the largest weight in this dataset would not be a bound).
@@ -50,8 +50,8 @@ class LocalTrainer:
         self.local_steps, self.local_batch_size, self.local_lr = local_steps, local_batch_size, local_lr
         self.ranks = Ranks.current()
 
-    def clipped_sum(self, theta: torch.Tensor, users: list[list[torch.Tensor]], weights: list[float],
-                    streams: list[RandomSource]) -> torch.Tensor:
+    def clipped_sum(self, theta: torch.Tensor, users: Sequence[Sequence[Example]], weights: Sequence[float],
+                    streams: Sequence[RandomSource]) -> torch.Tensor:
         """``sum_u w_u clip(Delta_u, clip)``: the quantity whose sensitivity the mechanisms bound.
 
         ``streams[i]`` orders user i's local batches (its own stream). A user with no usable sequence
@@ -64,8 +64,8 @@ class LocalTrainer:
         total = self.local_clipped_sum(theta, [u for u, _, _ in mine], [w for _, w, _ in mine], [g for _, _, g in mine])
         return self.ranks.sum_([total])[0]
 
-    def local_clipped_sum(self, theta: torch.Tensor, users: list[list[torch.Tensor]], weights: list[float],
-                          streams: list[RandomSource]) -> torch.Tensor:
+    def local_clipped_sum(self, theta: torch.Tensor, users: Sequence[Sequence[Example]], weights: Sequence[float],
+                          streams: Sequence[RandomSource]) -> torch.Tensor:
         """The clipped sum over the users this process trains."""
         total = torch.zeros_like(theta)
         for sequences, weight, stream in zip(users, weights, streams):
@@ -73,7 +73,7 @@ class LocalTrainer:
                 total += weight * clip_l2(self.local_delta(theta, sequences, stream), self.clip)
         return total
 
-    def local_delta(self, theta: torch.Tensor, sequences: list[torch.Tensor], stream: RandomSource) -> torch.Tensor:
+    def local_delta(self, theta: torch.Tensor, sequences: Sequence[Example], stream: RandomSource) -> torch.Tensor:
         """K local SGD steps from ``theta``, batches in the order ``stream`` draws; returns ``theta_u - theta``."""
         assign_flat_(self.params, theta)
         optimizer = torch.optim.SGD(self.params, lr=self.local_lr)
@@ -81,6 +81,6 @@ class LocalTrainer:
             optimizer_step(self.worker, optimizer, batch, self.loss_fn, self.device)
         return flatten(self.params) - theta
 
-    def _cycle(self, sequences: list[torch.Tensor], stream: RandomSource) -> Iterator[dict[str, torch.Tensor]]:
+    def _cycle(self, sequences: Sequence[Example], stream: RandomSource) -> Iterator[dict[str, torch.Tensor]]:
         while True:
             yield from batches(sequences, self.local_batch_size, self.pad_id, stream)

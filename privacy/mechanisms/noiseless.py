@@ -1,50 +1,64 @@
 """``noiseless``: ordinary training, the utility ceiling every private mechanism is compared against.
-Its epsilon is infinite: it promises nothing."""
+Its epsilon is infinite: it promises nothing. ``deid`` and the local-DP mechanisms train this way too
+(on redacted or sanitized text)."""
 
 from __future__ import annotations
-
-import math
-from dataclasses import dataclass
 
 import torch
 
 from uedp.models.batching import ShuffledBatches, collate
 from uedp.models.parallel import Ranks
 from uedp.models.training import data_parallel_step, optimizer_step
-from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
+from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, TrainData
+from uedp.privacy.mechanisms.loop import NoLedger, RoundLoop, RoundOutput
+from uedp.privacy.mechanisms.params import NoiselessParams
+from uedp.privacy.mechanisms.registry import ALL_LEVELS, BuildContext, MechanismSpec, register
+from uedp.privacy.randomness import Randomness, RoundRandomness
 
-
-@dataclass
-class NoiselessParams:
-    steps: int = 300
-    batch_size: int = 16
-    lr: float = 1e-3
-    seed: int = 0
+__all__ = ["Noiseless", "NoiselessParams"]
 
 
 class Noiseless:
     name = "noiseless"
     unit = "none"
 
-    def __init__(self, params: NoiselessParams):
+    def __init__(self, params: NoiselessParams, seed: int = 0):
         self.params = params
+        self.seed = seed  # batch order: nothing to keep secret without a guarantee
+        self.name = params.mechanism
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
               on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT, scope: str = "noiseless") -> PrivacyStatement:
         p = self.params
         optimizer = torch.optim.AdamW(model.parameters(), lr=p.lr, weight_decay=0.0)
         sequences = data.sequences
-        sampler = ShuffledBatches(len(sequences), p.batch_size, torch.Generator().manual_seed(p.seed))
-        state = {"model": model, "optimizer": optimizer, "sampler": sampler}
-        done = (checkpoint.restore(scope, state) or {"round": 0})["round"]
-        model.train()
+        sampler = ShuffledBatches(len(sequences), p.batch_size, torch.Generator().manual_seed(self.seed))
         ranks = Ranks.current()  # under torchrun, each process takes a share of every batch
-        for step in range(done + 1, p.steps + 1):
+
+        def one_step(step: int, _: RoundRandomness) -> RoundOutput:
             batch = [sequences[i] for i in sampler.next()]
             if ranks.world > 1:
                 loss = data_parallel_step(model, optimizer, batch, data.pad_id, loss_fn, device, ranks)
             else:
                 loss = optimizer_step(model, optimizer, collate(batch, data.pad_id), loss_fn, device)
-            on_round(RoundReport(step, loss, math.inf, 0.0, len(batch)))
-            checkpoint.maybe_save(scope, step, state)
-        return PrivacyStatement(mechanism=self.name, unit=self.unit, rounds=max(p.steps, done))
+            return RoundOutput(loss, len(batch))
+
+        loop = RoundLoop(scope, p.steps, NoLedger(), Randomness.seeded(self.seed), word="step",
+                         state={"model": model, "optimizer": optimizer, "sampler": sampler})
+        model.train()
+        outcome = loop.run(one_step, on_round, checkpoint)
+        return PrivacyStatement(mechanism=self.name, unit=self.unit, rounds=outcome.rounds)
+
+
+def _build(params: NoiselessParams, context: BuildContext) -> Noiseless:
+    return Noiseless(params, context.shape.seed)
+
+
+register(MechanismSpec(
+    name="noiseless", rank=0, summary="no privacy (epsilon = inf); the utility ceiling", params=NoiselessParams,
+    unit="none", guarantee="none", build=_build, audited_levels=ALL_LEVELS, uses_categories=lambda p: False,
+))
+register(MechanismSpec(
+    name="deid", rank=1, summary="detected spans replaced by [CATEGORY] placeholders, then noiseless (epsilon = inf)",
+    params=NoiselessParams, unit="none", guarantee="none", build=_build, text="redacted", audited_levels=ALL_LEVELS,
+))

@@ -18,14 +18,23 @@ For the LSTM, ``selective`` is the recurrent Selective-DPSGD of
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
 import torch
 
 from uedp.models.metrics import causal_lm_loss
-from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
-from uedp.privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
-from uedp.privacy.mechanisms.noiseless import Noiseless, NoiselessParams
+from uedp.privacy.mechanisms.base import (
+    NO_CHECKPOINT,
+    Checkpointer,
+    LossFn,
+    Mechanism,
+    OnRound,
+    PrivacyStatement,
+    RoundReport,
+    TrainData,
+)
+from uedp.privacy.mechanisms.dpsgd import DpSgd
+from uedp.privacy.mechanisms.noiseless import Noiseless
+from uedp.privacy.mechanisms.params import NoiselessParams, SelectiveParams
+from uedp.privacy.mechanisms.registry import BuildContext, MechanismSpec, RunShape, register
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
 
@@ -34,10 +43,11 @@ MISSED_TOKENS_CAVEAT = ("only tokens the detector found are protected as tokens:
                         "phase 1 unprotected, and is protected in phase 2 only as part of its sequence")
 
 
-@dataclass
-class SelectiveParams:
-    public: NoiselessParams  # phase 1, on redacted text
-    private: DpSgdParams  # phase 2, on the original text
+class _ReplaceOneDpSgd(DpSgd):
+    """Phase 2: DP-SGD whose neighbours differ in one token's value (replace-one), so the sequence count is public."""
+
+    name = "selective"
+    adjacency = "replace"
 
 
 class SelectiveTwoPhase:
@@ -45,13 +55,13 @@ class SelectiveTwoPhase:
     unit = "one sensitive token's value (Selective DP, replace-one; spans the detector missed are not covered)"
 
     def __init__(self, params: SelectiveParams, n_examples: int, public_loss: LossFn = causal_lm_loss,
-                 randomness: Randomness | None = None):
-        if params.private.accountant != "pld":
-            raise ValueError("selective is accounted under replace-one adjacency, which only the pld accountant supports")
-        self.params = SelectiveParams(params.public, replace(params.private, adjacency="replace"))
+                 randomness: Randomness | None = None, seed: int = 0):
+        self.params = params
+        self.public = (Noiseless(NoiselessParams(steps=params.public_steps, batch_size=params.batch_size,
+                                                 lr=params.lr), seed) if params.public_steps else None)
         self.public_loss = public_loss  # phase 1's objective: the ordinary LM loss
         # F-neighbours change a token's value, never the number of sequences: the count is public.
-        self.dpsgd = DpSgd(self.params.private, Population.public_by_adjacency(n_examples), randomness)
+        self.dpsgd = _ReplaceOneDpSgd(params, Population.public_by_adjacency(n_examples), randomness)
         self.noise_multiplier = self.dpsgd.noise_multiplier
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
@@ -59,12 +69,12 @@ class SelectiveTwoPhase:
         """``data.redacted`` feeds phase 1; ``data`` phase 2, whose ``loss_fn`` must be per-example (DP-SGD)."""
         if data.redacted is None:
             raise ValueError("selective needs the redacted corpus (TrainData.redacted)")
-        offset = self.params.public.steps
-        if checkpoint.saved_scope() != "selective-private":  # a checkpoint of phase 2 means phase 1 is done
+        offset = self.params.public_steps
+        if self.public is not None and checkpoint.saved_scope() != "selective-private":  # a checkpoint of phase 2: phase 1 is done
             public = TrainData(data.redacted, data.pad_id)
-            Noiseless(self.params.public).train(
+            self.public.train(
                 model, public, self.public_loss, device,
-                lambda r: on_round(RoundReport(r.round, r.loss, 0.0, self.params.private.delta)),
+                lambda r: on_round(RoundReport(r.round, r.loss, 0.0, self.params.delta)),
                 checkpoint, scope="selective-public")
         second = self.dpsgd.train(
             model, data, loss_fn, device,
@@ -77,3 +87,39 @@ class SelectiveTwoPhase:
             notes=second.notes, extra={**second.extra, "public_steps": float(offset)},
             randomness=second.randomness, public=second.public, caveats=(*second.caveats, MISSED_TOKENS_CAVEAT),
         )
+
+
+def _recurrent(shape: RunShape) -> bool:
+    return shape.model == "lstm"
+
+
+def _build(params: SelectiveParams, context: BuildContext) -> Mechanism:
+    if _recurrent(context.shape):  # the LSTM form: Selective-DPSGD with noised states
+        from uedp.privacy.mechanisms.selective_recurrent import SelectiveRecurrent
+
+        return SelectiveRecurrent(params, context.n_examples, context.randomness)
+    return SelectiveTwoPhase(params, context.n_examples, context.public_loss or causal_lm_loss, context.randomness,
+                             context.shape.seed)
+
+
+def _schedule(params: SelectiveParams, shape: RunShape) -> tuple[tuple[str, int], ...]:
+    if _recurrent(shape):
+        return (("private", params.steps),)
+    return (("public", params.public_steps), ("private", params.steps))
+
+
+def _check(params: SelectiveParams, shape: RunShape) -> None:
+    if shape.processes > 1 and _recurrent(shape):
+        raise ValueError("recurrent selective (lstm) runs in one process: its per-token state noise is drawn inside "
+                         "the forward pass, which ranks cannot share")
+
+
+register(MechanismSpec(
+    name="selective", rank=20, summary="Selective DP: noiseless on redacted text then DP-SGD (transformers), or "
+                              "Selective-DPSGD with noised states (LSTM); one sensitive token's value is the unit",
+    params=SelectiveParams, unit=SelectiveTwoPhase.unit, guarantee="central", build=_build,
+    needs=lambda shape: frozenset({"private_masks"} if _recurrent(shape) else {"redacted"}),
+    per_example_loss=True, schedule=_schedule, check=_check, missed_entities="",
+    # Selective DP protects tokens: no membership level is as small as its unit.
+    audited_levels=(),
+))

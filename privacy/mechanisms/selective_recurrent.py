@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import dp_accounting
@@ -39,21 +39,17 @@ from uedp.models.device import autocast
 from uedp.models.lstm import LstmLanguageModel
 from uedp.privacy.accounting import Adjacency
 from uedp.privacy.mechanisms.base import LossFn, TrainData
-from uedp.privacy.mechanisms.dpsgd import DpSgd, DpSgdParams, sum_clipped_grad_samples
+from uedp.privacy.mechanisms.dpsgd import DpSgd, sum_clipped_grad_samples
+from uedp.privacy.mechanisms.params import SelectiveParams
 from uedp.privacy.population import Population
 from uedp.privacy.primitives import gaussian_noise
 from uedp.privacy.randomness import Randomness, RandomSource
 
+# release(h, c, rows, t) -> the released (h, c) of those rows: see LstmLanguageModel.forward_releasing_states.
+Release = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
+
 MISSED_TOKENS_CAVEAT = ("only tokens the detector found are protected as tokens: the hidden state after a missed "
                         "name is released without noise, and its loss trains the regular (noiseless) gradient")
-
-
-@dataclass
-class SelectiveRecurrentParams(DpSgdParams):
-    """DP-SGD's parameters (``clip`` bounds the per-sequence private gradient) plus the state's clip bound."""
-
-    hidden_clip: float = 1.0  # LSTM state (h, c) after a private token
-    adjacency: Adjacency = "replace"  # Selective DP's F-neighbours; the only adjacency this mechanism accounts
 
 
 def step_event(sampling_probability: float, noise_multiplier: float) -> dp_accounting.DpEvent:
@@ -68,11 +64,10 @@ class SelectiveRecurrent(DpSgd):
     name = "selective"
     unit = "one sensitive token's value (Selective-DPSGD, replace-one; spans the detector missed are not covered)"
     loss_reduction = "sum"  # the private loss is a sum of per-sequence losses
+    adjacency: Adjacency = "replace"  # Selective DP's F-neighbours; the only adjacency this mechanism accounts
 
-    def __init__(self, params: SelectiveRecurrentParams, n_examples: int, randomness: Randomness | None = None):
-        if params.accountant != "pld" or params.adjacency != "replace":
-            raise ValueError("selective is accounted under replace-one adjacency, which only the pld accountant supports")
-        self.params: SelectiveRecurrentParams = params
+    def __init__(self, params: SelectiveParams, n_examples: int, randomness: Randomness | None = None):
+        self.params: SelectiveParams = params
         # F-neighbours change a token's value, never the number of sequences: the count is public.
         super().__init__(params, Population.public_by_adjacency(n_examples), randomness)
 
@@ -108,7 +103,7 @@ class SelectiveRecurrent(DpSgd):
         p, z = self.params, self.noise_multiplier
         private_noise = [gaussian_noise(t.shape, z * p.clip, noise_gen, t.dtype, t.device) for t in params]
         if not batch:
-            return [noise / p.expected_batch_size for noise in private_noise]
+            return [noise / p.batch_size for noise in private_noise]
         inputs = {k: v.to(device) for k, v in collate(batch, pad_id).items()}
         ids = inputs["input_ids"]
         is_private = torch.zeros_like(ids, dtype=torch.bool)
@@ -144,13 +139,14 @@ class SelectiveRecurrent(DpSgd):
         per_sequence = (nll * private_loss).sum(1) / private_loss.sum(1).clamp(min=1)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Full backward hook is firing")
-            per_sequence.sum().backward()
+            per_sequence.sum().backward()  # type: ignore[no-untyped-call]
         summed = sum_clipped_grad_samples(params, len(batch), p.clip)
-        return [(reg if reg is not None else torch.zeros_like(total)) + (total + noise) / p.expected_batch_size
+        return [(reg if reg is not None else torch.zeros_like(total)) + (total + noise) / p.batch_size
                 for reg, total, noise in zip(regular, summed, private_noise)]
 
     @staticmethod
-    def _token_nll(model: torch.nn.Module, ids: torch.Tensor, is_private: torch.Tensor, release, targets: torch.Tensor) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    def _token_nll(model: LstmLanguageModel | GradSampleModule, ids: torch.Tensor, is_private: torch.Tensor,
+                   release: Release, targets: torch.Tensor) -> torch.Tensor:
         base = model._module if isinstance(model, GradSampleModule) else model
         logits = base.forward_releasing_states(ids, is_private, release)
         return F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), targets, ignore_index=IGNORE, reduction="none")

@@ -24,29 +24,20 @@ Per round:
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import torch
 
-from uedp.privacy.accounting import COUNT_BOUND_SHARE, UeDpAccounting, check_delta
-from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
+from uedp.privacy.accounting import UeDpAccounting, check_delta, epsilon_after, poisson_gaussian_round
+from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, TrainData
 from uedp.privacy.mechanisms.fedavg import WEIGHT_CEILING
-from uedp.privacy.mechanisms.userdp import UserDpParams, make_local_trainer
+from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, WorstCaseLedger, private_statement
+from uedp.privacy.mechanisms.params import UeDpParams
+from uedp.privacy.mechanisms.registry import BuildContext, EpsilonPlan, MechanismSpec, register
+from uedp.privacy.mechanisms.userdp import check_vectorizable, make_local_trainer
 from uedp.privacy.population import Population
 from uedp.privacy.primitives import assign_flat_, flatten, gaussian_noise
-from uedp.privacy.randomness import Randomness
+from uedp.privacy.randomness import Randomness, RoundRandomness
 
-
-@dataclass
-class UeDpParams(UserDpParams):
-    """userdp's parameters plus the entity sampling rates; ``naive`` selects the f_E estimator."""
-
-    q_entity: float = 0.5
-    q_extended: float = 0.5
-    truncation_share: float = 0.1  # share of delta charged to "more than M users sampled in some round"
-    count_bound_share: float = COUNT_BOUND_SHARE  # share of delta charged to a failed DP upper bound on the users
-    naive: bool = False
+__all__ = ["UeDp", "UeDpParams", "usable_sequences"]
 
 
 def usable_sequences(entity_sets: list[frozenset[str]], sampled_entities: set[str], sampled_extended: set[int],
@@ -72,13 +63,10 @@ class UeDp:
     unit = "one user and one sensitive entity (all sentences of the user, and all sentences with the entity)"
 
     def __init__(self, params: UeDpParams, population: Population, randomness: Randomness | None = None):
-        if params.weight_cap != 1.0:
-            raise ValueError("uedp weighs every user 1: a weight counting a user's sentences changes when an entity "
-                             "is added, even in rounds where it is not sampled (leave weight_cap at 1)")
         self.params = params
         self.population = population
         self.randomness = randomness or Randomness.secure()
-        self.name = "uedp-naive" if params.naive else "uedp"
+        self.name: str = params.mechanism
         self.accounting = UeDpAccounting.for_population(
             population, params.q_user, params.q_entity, params.q_extended, params.rounds, params.delta, params.naive,
             params.truncation_share, params.accountant, params.count_bound_share)
@@ -101,7 +89,7 @@ class UeDp:
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
               on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> PrivacyStatement:
-        p, z, rng = self.params, self.noise_multiplier, self.randomness
+        p, z = self.params, self.noise_multiplier
         if data.entities is None:
             raise ValueError(f"{self.name} needs the sentences' entity sets (TrainData.entities)")
         check_delta(p.delta, round(self.population.value))
@@ -117,25 +105,15 @@ class UeDp:
         trainer = make_local_trainer(p, model, loss_fn, device, data.pad_id)
         sigma = z * self.sensitivity
         params = [q for q in model.parameters() if q.requires_grad]
-        cases = self.accounting.round_accountants(z)  # epsilon = the worse of the E and S cases
-        state = {"model": model, **{f"accountant_{case}": accountant for case, accountant in cases.items()}}
-        rounds_run = (checkpoint.restore(self.name, state) or {"round": 0})["round"]
-        stopped = ""
-        epsilon = max(a.epsilon for a in cases.values())
-        model.train()
-        for round_index in range(rounds_run + 1, p.rounds + 1):
-            next_epsilon = max(a.peek() for a in cases.values())
-            if p.max_epsilon is not None and next_epsilon > p.max_epsilon:
-                stopped = f"stopped before round {round_index}: epsilon would exceed the budget {p.max_epsilon:g}"
-                break
-            sampled_users = rng.poisson_sample("sample-users", round_index, users, p.q_user)
-            kept = rng.keep_at_most("truncate-users", round_index, [users[u] for u in sampled_users],
-                                    self.accounting.max_users)
+        ledger = WorstCaseLedger(self.accounting.round_accountants(z))  # the worse of the E and S cases
+
+        def one_round(_: int, rng: RoundRandomness) -> RoundOutput:
+            sampled_users = rng.poisson_sample("sample-users", users, p.q_user)
+            kept = rng.keep_at_most("truncate-users", [users[u] for u in sampled_users], self.accounting.max_users)
             sampled_users = [sampled_users[i] for i in kept]
-            sampled_entities = {entity_keys[i] for i in rng.poisson_sample("sample-entities", round_index, entity_keys,
-                                                                           p.q_entity)}
-            sampled_extended = set() if p.naive else set(rng.poisson_sample("sample-extended", round_index,
-                                                                            extended_ids, p.q_extended))
+            sampled_entities = {entity_keys[i] for i in rng.poisson_sample("sample-entities", entity_keys, p.q_entity)}
+            sampled_extended = set() if p.naive else set(rng.poisson_sample("sample-extended", extended_ids,
+                                                                            p.q_extended))
             extended_by_user: dict[int, set[int]] = {}
             for i in sampled_extended:
                 owner, local = extended_owner[i]
@@ -144,21 +122,55 @@ class UeDp:
             for u in sampled_users:
                 used = usable_sequences(entity_sets[u], sampled_entities, extended_by_user.get(u, set()), p.naive)
                 groups.append([sequences[u][i] for i in used])
-            streams = [rng.stream("local-batches", round_index, users[u]) for u in sampled_users]
+            streams = [rng.stream("local-batches", users[u]) for u in sampled_users]
             theta = flatten(params)
             total = trainer.clipped_sum(theta, groups, [WEIGHT_CEILING] * len(groups), streams)
-            noise = gaussian_noise(theta.shape, sigma, rng.stream("noise", round_index), theta.dtype, theta.device)
+            noise = gaussian_noise(theta.shape, sigma, rng.stream("noise"), theta.dtype, theta.device)
             assign_flat_(params, theta + p.server_lr * (total + noise) / self.denominator)
-            epsilon, rounds_run = max(a.step() for a in cases.values()), round_index
-            on_round(RoundReport(round_index, math.nan, epsilon, p.delta))
-            checkpoint.maybe_save(self.name, round_index, state)
-        return PrivacyStatement(
-            mechanism=self.name, unit=self.unit, epsilon=epsilon, delta=p.delta, accountant=p.accountant,
-            noise_multiplier=z, sampling_probability=p.q_user, rounds=rounds_run, notes=stopped,
+            return RoundOutput()
+
+        loop = RoundLoop(self.name, p.rounds, ledger, self.randomness, p.delta, p.max_epsilon, state={"model": model})
+        model.train()
+        outcome = loop.run(one_round, on_round, checkpoint)
+        return private_statement(
+            self.name, self.unit, ledger, outcome, delta=p.delta, accountant=p.accountant, noise_multiplier=z,
+            sampling_probability=p.q_user, randomness=self.randomness, population=self.population,
             extra={"noise_std": sigma, "sensitivity": self.sensitivity, "max_users_M": self.accounting.max_users,
-                   "users_bound_for_M": self.accounting.n_users_bound, "population_used": self.population.value,
-                   "denominator": self.denominator, "delta_truncation": self.accounting.delta_trunc,
-                   "delta_count_bound": self.accounting.delta_bound,
-                   **{f"epsilon_case_{case}": a.epsilon for case, a in cases.items() if rounds_run}},
-            randomness=rng.mode, public=(self.population.describe(),), caveats=rng.caveats,
-        )
+                   "users_bound_for_M": self.accounting.n_users_bound, "denominator": self.denominator,
+                   "delta_truncation": self.accounting.delta_trunc, "delta_count_bound": self.accounting.delta_bound,
+                   **{f"epsilon_case_{case}": a.epsilon for case, a in ledger.cases.items() if outcome.rounds}})
+
+
+def _build(params: UeDpParams, context: BuildContext) -> UeDp:
+    if context.population is None:
+        raise ValueError("needs the count of its privacy units (public or DP)")
+    return UeDp(params, context.population, context.randomness)
+
+
+def _plan(params: UeDpParams, population: Population) -> EpsilonPlan:
+    mechanism = UeDp(params, population)
+    plan, z = mechanism.accounting, mechanism.noise_multiplier
+    cases = plan.epsilons(z)
+    same = epsilon_after(poisson_gaussian_round(params.q_user, z), params.rounds, params.delta, params.accountant,
+                         initial=population.event())
+    return EpsilonPlan(max(cases.values()), z, (
+        f"{params.mechanism}: epsilon = {max(cases.values()):.4g} at delta = {params.delta:g} after {params.rounds} "
+        f"rounds, z = {z:.4g} ({params.accountant}; unit: one user and one sensitive entity)",
+        "  cases: " + ", ".join(f"{c} {e:.4g}" for c, e in cases.items())
+        + f"; at most M = {plan.max_users} users per round (truncation delta {plan.delta_trunc:.2g}), "
+        f"sensitivity (2M+1) * clip = {plan.sensitivity_factor} * clip",
+        f"  for comparison, userdp with the same q_user and z: epsilon = {same:.4g} (protects users only)",
+    ))
+
+
+for _name, _summary, _missed in (
+    ("uedp", "user- and entity-level DP (UeDP-Alg, estimator f_E+), with sound accounting",
+     " (uedp: only through the ordinary noise of their user's and sentences' contributions)"),
+    ("uedp-naive", "UeDP-Alg with the naive estimator f_E: sensitive sentences only",
+     " (uedp: only through the ordinary noise of their user's and sentences' contributions)"),
+):
+    register(MechanismSpec(
+        name=_name, rank=40 + int(_name.endswith("naive")), summary=_summary, params=UeDpParams, unit=UeDp.unit, guarantee="central", build=_build,
+        counts="writers", needs=lambda shape: frozenset({"entities"}), audited_levels=("sentence", "user", "entity"),
+        missed_entities=_missed, plan=_plan, check=check_vectorizable,
+    ))

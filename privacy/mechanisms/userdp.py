@@ -19,36 +19,26 @@ Randomness: sampling, noise and every user's batch order come from the run's
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import torch
 
-from uedp.privacy.accounting import AccountantKind, RoundAccountant, check_delta, poisson_gaussian_round, resolve_noise_multiplier
-from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, RoundReport, TrainData
+from uedp.privacy.accounting import (
+    RoundAccountant,
+    check_delta,
+    epsilon_after,
+    poisson_gaussian_round,
+    resolve_noise_multiplier,
+)
+from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, TrainData
 from uedp.privacy.mechanisms.fedavg import WEIGHT_CEILING, LocalTrainer, user_weights
+from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, private_statement
+from uedp.privacy.mechanisms.params import UserDpParams
+from uedp.privacy.mechanisms.registry import BuildContext, EpsilonPlan, MechanismSpec, RunShape, register
 from uedp.privacy.mechanisms.vectorized import VectorizedLocalTrainer
 from uedp.privacy.population import Population
 from uedp.privacy.primitives import assign_flat_, flatten, gaussian_noise
-from uedp.privacy.randomness import Randomness
+from uedp.privacy.randomness import Randomness, RoundRandomness
 
-
-@dataclass
-class UserDpParams:
-    rounds: int = 30
-    q_user: float = 0.5
-    noise_multiplier: float | None = 1.0
-    target_epsilon: float | None = None  # when set, the noise multiplier is calibrated to it
-    clip: float = 1.0
-    local_steps: int = 5
-    local_batch_size: int = 8
-    local_lr: float = 0.5
-    server_lr: float = 1.0
-    weight_cap: float = 1.0
-    delta: float = 1e-5
-    accountant: AccountantKind = "pld"
-    max_epsilon: float | None = None  # budget: stop before a round would exceed it
-    vectorize_users: bool = False  # local updates of a round's users at once (torch.func.vmap)
+__all__ = ["UserDp", "UserDpParams", "make_local_trainer"]
 
 
 class UserDp:
@@ -70,7 +60,7 @@ class UserDp:
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
               on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> PrivacyStatement:
-        p, z, rng = self.params, self.noise_multiplier, self.randomness
+        p, z = self.params, self.noise_multiplier
         check_delta(p.delta, round(self.population.value))
         accountant = RoundAccountant(poisson_gaussian_round(p.q_user, z), p.delta, p.accountant,
                                      initial=self.population.event())
@@ -80,33 +70,24 @@ class UserDp:
         params = [q for q in model.parameters() if q.requires_grad]
         user_ids = list(data.by_user)
         user_sequences = list(data.by_user.values())
-        # No generator is saved: every round's randomness is derived from (root, round), and a resumed
-        # secure run continues with a fresh root.
-        state = {"model": model, "accountant": accountant}
-        done = (checkpoint.restore(self.name, state) or {"round": 0})["round"]
-        model.train()
-        stopped = ""
-        for round_index in range(done + 1, p.rounds + 1):
-            if p.max_epsilon is not None and accountant.peek() > p.max_epsilon:
-                stopped = f"stopped before round {round_index}: epsilon would exceed the budget {p.max_epsilon:g}"
-                break
-            sampled = rng.poisson_sample("sample-users", round_index, user_ids, p.q_user)
-            streams = [rng.stream("local-batches", round_index, user_ids[i]) for i in sampled]
+
+        def one_round(_: int, rng: RoundRandomness) -> RoundOutput:
+            sampled = rng.poisson_sample("sample-users", user_ids, p.q_user)
+            streams = [rng.stream("local-batches", user_ids[i]) for i in sampled]
             theta = flatten(params)
             total = trainer.clipped_sum(theta, [user_sequences[i] for i in sampled], weights[sampled].tolist(), streams)
-            noise = gaussian_noise(theta.shape, sigma, rng.stream("noise", round_index), theta.dtype, theta.device)
+            noise = gaussian_noise(theta.shape, sigma, rng.stream("noise"), theta.dtype, theta.device)
             assign_flat_(params, theta + p.server_lr * (total + noise) / self.denominator)
-            epsilon = accountant.step()
-            # Neither the local losses nor the number of sampled users is released.
-            on_round(RoundReport(round_index, math.nan, epsilon, p.delta))
-            checkpoint.maybe_save(self.name, round_index, state)
-        return PrivacyStatement(
-            mechanism=self.name, unit=self.unit, epsilon=accountant.epsilon, delta=p.delta, accountant=p.accountant,
-            noise_multiplier=z, sampling_probability=p.q_user, rounds=accountant.rounds, notes=stopped,
-            extra={"noise_std": sigma, "sensitivity": p.clip * WEIGHT_CEILING, "population_used": self.population.value,
-                   "denominator": self.denominator},
-            randomness=rng.mode, public=(self.population.describe(),), caveats=rng.caveats,
-        )
+            return RoundOutput()  # neither the local losses nor the number of sampled users is released
+
+        loop = RoundLoop(self.name, p.rounds, accountant, self.randomness, p.delta, p.max_epsilon,
+                         state={"model": model})
+        model.train()
+        outcome = loop.run(one_round, on_round, checkpoint)
+        return private_statement(
+            self.name, self.unit, accountant, outcome, delta=p.delta, accountant=p.accountant, noise_multiplier=z,
+            sampling_probability=p.q_user, randomness=self.randomness, population=self.population,
+            extra={"noise_std": sigma, "sensitivity": p.clip * WEIGHT_CEILING, "denominator": self.denominator})
 
     def local_trainer(self, model: torch.nn.Module, loss_fn: LossFn, device: torch.device, pad_id: int) -> LocalTrainer:
         return make_local_trainer(self.params, model, loss_fn, device, pad_id)
@@ -117,3 +98,29 @@ def make_local_trainer(p: UserDpParams, model: torch.nn.Module, loss_fn: LossFn,
     """The local-update engine of userdp and uedp: sequential or vectorized over users (same results)."""
     cls = VectorizedLocalTrainer if p.vectorize_users else LocalTrainer
     return cls(model, loss_fn, device, pad_id, p.clip, p.local_steps, p.local_batch_size, p.local_lr)
+
+
+def _build(params: UserDpParams, context: BuildContext) -> UserDp:
+    if context.population is None:
+        raise ValueError("needs the count of its privacy units (public or DP)")
+    return UserDp(params, context.population, context.randomness)
+
+
+def _plan(params: UserDpParams, population: Population) -> EpsilonPlan:
+    z = UserDp(params, population).noise_multiplier
+    epsilon = epsilon_after(poisson_gaussian_round(params.q_user, z), params.rounds, params.delta, params.accountant,
+                            initial=population.event())
+    return EpsilonPlan(epsilon, z, (f"userdp: epsilon = {epsilon:.4g} at delta = {params.delta:g} after {params.rounds} "
+                                    f"rounds, z = {z:.4g} ({params.accountant}; unit: one user)",))
+
+
+def check_vectorizable(params: UserDpParams, shape: RunShape) -> None:
+    if params.vectorize_users and shape.model != "gpt2":
+        raise ValueError("vectorize_users is implemented for GPT-2 language models only")
+
+
+register(MechanismSpec(
+    name="userdp", rank=30, summary="user-level DP by DP-FedAvg: per-user model deltas clipped and noised",
+    params=UserDpParams, unit=UserDp.unit, guarantee="central", build=_build, counts="users",
+    audited_levels=("sentence", "user"), plan=_plan, check=check_vectorizable, early_calibration=True,
+))

@@ -15,15 +15,16 @@ device, as on a GPU.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
-from uedp.models.batching import IGNORE
+from uedp.models.batching import IGNORE, Example
 from uedp.privacy.mechanisms.fedavg import LocalTrainer
-from uedp.privacy.randomness import RandomSource
 from uedp.privacy.primitives import clip_l2
+from uedp.privacy.randomness import RandomSource
 
 
 class VectorizedLocalTrainer(LocalTrainer):
@@ -33,14 +34,15 @@ class VectorizedLocalTrainer(LocalTrainer):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.group_size = group_size
         # PyTorch has no vmap batching rule for the CPU fused attention kernel (it would loop per user).
+        # (torch types a module's other attributes as ``Tensor | Module``: the transformers methods are not seen.)
         if hasattr(self.worker, "set_attn_implementation"):
-            self.worker.set_attn_implementation("eager")
+            self.worker.set_attn_implementation("eager")  # type: ignore[operator]
         self.names = [name for name, p in self.worker.named_parameters() if p.requires_grad]
-        embedding = self.worker.get_input_embeddings().weight
+        embedding = self.worker.get_input_embeddings().weight  # type: ignore[operator]
         self.embedding_name = next(n for n, p in self.worker.named_parameters() if p is embedding)
 
-    def local_clipped_sum(self, theta: torch.Tensor, users: list[list[torch.Tensor]], weights: list[float],
-                          streams: list[RandomSource]) -> torch.Tensor:
+    def local_clipped_sum(self, theta: torch.Tensor, users: Sequence[Sequence[Example]], weights: Sequence[float],
+                          streams: Sequence[RandomSource]) -> torch.Tensor:
         total = torch.zeros_like(theta)
         active = [(sequences, weight, stream) for sequences, weight, stream in zip(users, weights, streams) if sequences]
         for start in range(0, len(active), self.group_size):
@@ -50,8 +52,8 @@ class VectorizedLocalTrainer(LocalTrainer):
                 total += weight * clip_l2(delta, self.clip)
         return total
 
-    def _group_deltas(self, theta: torch.Tensor, users: list[list[torch.Tensor]],
-                      streams: list[RandomSource]) -> torch.Tensor:
+    def _group_deltas(self, theta: torch.Tensor, users: Sequence[Sequence[Example]],
+                      streams: Sequence[RandomSource]) -> torch.Tensor:
         # The same batches, drawn in the same order from each user's own stream, as the sequential trainer.
         steps = [list(itertools.islice(self._cycle(sequences, stream), self.local_steps))
                  for sequences, stream in zip(users, streams)]

@@ -59,7 +59,7 @@ def load_vectors(path: Path, limit: int | None = None) -> Embeddings:
         with np.load(path, allow_pickle=False) as data:
             tokens, vectors = [str(t) for t in data["tokens"]], data["vectors"].astype(np.float32)
         return Embeddings(tokens[:limit], vectors[:limit], str(path))
-    tokens: list[str] = []
+    tokens = []
     rows: list[np.ndarray] = []
     dim = None
     with open(path, encoding="utf-8", errors="strict") as handle:

@@ -75,13 +75,15 @@ class Mapping:
 
     def output_set(self, token: int) -> np.ndarray:
         row = self.output_sets[self.group_of[token]]
-        return row[row >= 0]
+        members: np.ndarray = row[row >= 0]
+        return members
 
     @property
     def input_set_sizes(self) -> np.ndarray:
         """For each token, how many tokens share its output set (its input set's size)."""
         counts = np.bincount(self.group_of, minlength=len(self.output_sets))
-        return counts[self.group_of]
+        sizes: np.ndarray = counts[self.group_of]
+        return sizes
 
     @property
     def unprotected_share(self) -> float:

@@ -52,7 +52,9 @@ UNKNOWN = -2  # a sanitized position whose token has no embedding: always releas
 
 class Sampler(Protocol):
     name: str
-    per_token_epsilon: float
+
+    @property
+    def per_token_epsilon(self) -> float: ...
 
     def distribution(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each input token: candidate outputs (n, C) and their probabilities (n, C)."""

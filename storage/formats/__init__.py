@@ -13,9 +13,10 @@ import io
 import json
 import lzma
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 from uedp.errors import UedpError
 
@@ -41,7 +42,7 @@ class SourceRecord:
     source_user_hint: str | None = None  # e.g. the news source of an AG News record
 
 
-def open_binary(path: Path) -> IO[bytes]:
+def open_binary(path: Path) -> IO[bytes] | gzip.GzipFile:  # GzipFile is no IO[bytes]: its mode is not a str
     """Open a file, transparently decompressing .gz, .bz2 and .xz (corpora are often shipped so)."""
     if not path.exists():
         raise FormatError(path, None, "file not found")

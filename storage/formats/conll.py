@@ -8,9 +8,9 @@ Streaming: one sentence in memory at a time, so a file of any size reads in boun
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from uedp.storage.formats import FormatError, SourceRecord, read_lines, split_from_filename
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Iterator
 
 from uedp.storage.formats import FormatError, SourceRecord, read_json_objects, read_lines, split_from_filename
 from uedp.storage.formats.sentences import split_sentences
@@ -121,7 +121,8 @@ def edgar_submission_records(path: Path, document_types: tuple[str, ...] = ()) -
     def units() -> Iterator[tuple[str, str, int, str]]:
         cik = submission_type = None
         in_header = in_text = False
-        doc_type, text_line, buffer = "", 0, []
+        doc_type, text_line = "", 0
+        buffer: list[str] = []
         accession = path.name
         for line, text in read_lines(path):
             if text.startswith("<SEC-HEADER>"):

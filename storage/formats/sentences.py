@@ -5,8 +5,8 @@ Used for formats whose units are paragraphs or whole documents (SEC filings, Wik
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
-from typing import Iterable, Iterator
 
 import spacy
 from spacy.language import Language
@@ -35,7 +35,8 @@ def split_sentences(paragraphs: Iterable[str], batch_size: int = 256) -> Iterato
     """For each input paragraph, its sentences (stripped, non-empty), in order; one list per paragraph."""
     nlp = sentencizer()
     pieces = ((window, index) for index, paragraph in enumerate(paragraphs) for window in _windows(paragraph))
-    current, sentences, seen = 0, [], False
+    current, seen = 0, False
+    sentences: list[str] = []
     for doc, index in nlp.pipe(pieces, as_tuples=True, batch_size=batch_size):
         seen = True
         while index > current:  # paragraphs are consecutive; an empty one still yields its (empty) list

@@ -3,8 +3,9 @@ the privacy unit, and optionally ``label_col`` and ``split_col``. One row is one
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from uedp.storage.formats import FormatError, SourceRecord, read_csv_rows, read_json_objects, split_from_filename
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from uedp.storage.formats import FormatError, SourceRecord, read_lines, split_from_filename
 from uedp.storage.formats.sentences import split_sentences

@@ -1,0 +1,41 @@
+"""``custext`` and ``santext`` as trainable mechanisms: the train split is first released under local DP
+(:mod:`privacy.sanitization`), then trained noiselessly; the guarantee is the release's (post-processing),
+and the training itself adds nothing to it."""
+
+from __future__ import annotations
+
+from uedp.privacy.mechanisms.noiseless import Noiseless
+from uedp.privacy.mechanisms.params import LocalDpParams, NoiselessParams
+from uedp.privacy.mechanisms.registry import BuildContext, MechanismSpec, RunShape, register
+from uedp.privacy.sanitization.release import LOCAL_DP
+
+
+def _build(params: LocalDpParams, context: BuildContext) -> Noiseless:
+    trainer = Noiseless(NoiselessParams(steps=params.steps, batch_size=params.batch_size, lr=params.lr),
+                        context.shape.seed)
+    trainer.name = params.mechanism
+    return trainer
+
+
+def _check(params: LocalDpParams, shape: RunShape) -> None:
+    if shape.canaries:
+        raise ValueError("canaries are planted in the training text after sanitization would have run; they are not "
+                         "supported with custext/santext yet")
+
+
+_SUMMARIES = {
+    "custext": "local DP: each train token replaced by the exponential mechanism over its K-token output set "
+               "(CusText), then noiseless",
+    "santext": "local DP: each train token replaced by the exponential mechanism over the vocabulary (SanText), "
+               "then noiseless",
+}
+
+for _kind in LOCAL_DP.values():
+    register(MechanismSpec(
+        name=_kind.name, rank=50 + list(LOCAL_DP).index(_kind.name), summary=_SUMMARIES[_kind.name], params=LocalDpParams, unit=_kind.unit, guarantee="local",
+        build=_build, text="sanitized", check=_check,
+        # The unit is one token occurrence: no membership level is that small.
+        audited_levels=(),
+        # Categories matter only when the release sanitizes the detected entities alone.
+        uses_categories=lambda p: p.keep == "non-entities",
+    ))

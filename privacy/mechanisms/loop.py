@@ -1,0 +1,162 @@
+"""The one round loop every trained mechanism runs (nanoGPT's single readable loop, for DP).
+
+The loop owns what must be done the same way everywhere, so a defect here is fixed once:
+
+* **randomness**: round ``r`` sees only :class:`RoundRandomness` keyed by ``r`` (secret OS randomness
+  unless the run is seeded); nothing stateful is kept or checkpointed;
+* **checkpoints**: the state a mechanism names (weights, optimizer) and its ledger are restored before
+  the first round and saved every ``checkpoint.every`` rounds;
+* **the budget stop**: before a round, the ledger says what epsilon would be after it; a round that
+  would exceed ``max_epsilon`` does not run (nothing is released for it);
+* **reports**: after each round, epsilon and (for mechanisms without a guarantee only) loss and batch
+  size go to ``on_round``.
+
+A mechanism supplies only what differs: the round body (who is sampled, each unit's contribution, the
+noise) and its ledger (the round's ``DpEvent``, composed by dp_accounting).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from uedp.privacy.accounting import RoundAccountant
+from uedp.privacy.mechanisms.base import OnRound, PrivacyStatement, RoundReport
+from uedp.privacy.mechanisms.checkpoint import Checkpointer, Restorable
+from uedp.privacy.population import Population
+from uedp.privacy.randomness import Randomness, RoundRandomness
+
+
+class Ledger(Protocol):
+    """What the loop needs of an accountant: epsilon now, after one more round, and a checkpointable state."""
+
+    @property
+    def epsilon(self) -> float: ...
+
+    @property
+    def rounds(self) -> int: ...
+
+    def peek(self) -> float: ...
+
+    def step(self) -> float: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class NoLedger:
+    """The ledger of a mechanism without a guarantee: epsilon is infinite from the start."""
+
+    rounds: int = 0
+    epsilon: float = math.inf
+
+    def peek(self) -> float:
+        return math.inf
+
+    def step(self) -> float:
+        self.rounds += 1
+        return math.inf
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rounds": self.rounds}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rounds = int(state["rounds"])
+
+
+@dataclass
+class WorstCaseLedger:
+    """Several accountants for one run whose epsilon is the largest of them (uedp: the case where the
+    changed entity is detected, and the case where it is an extended entity)."""
+
+    cases: dict[str, RoundAccountant]
+
+    @property
+    def epsilon(self) -> float:
+        return max(a.epsilon for a in self.cases.values())
+
+    @property
+    def rounds(self) -> int:
+        return min(a.rounds for a in self.cases.values())
+
+    def peek(self) -> float:
+        return max(a.peek() for a in self.cases.values())
+
+    def step(self) -> float:
+        return max(a.step() for a in self.cases.values())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {case: a.state_dict() for case, a in self.cases.items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for case, accountant in self.cases.items():
+            accountant.load_state_dict(state[case])
+
+
+@dataclass(frozen=True)
+class RoundOutput:
+    """What one round hands back for its report. Private mechanisms leave both unset: the loss and the
+    number of sampled units are functions of private data the guarantee does not cover."""
+
+    loss: float = math.nan
+    participants: int | None = None
+
+
+RoundBody = Callable[[int, RoundRandomness], RoundOutput]
+
+
+@dataclass(frozen=True)
+class LoopOutcome:
+    rounds: int  # rounds done in all, counting rounds restored from a checkpoint
+    resumed_from: int  # rounds restored from a checkpoint (0: a fresh start)
+    stopped: str = ""  # why the loop ended early, or ""
+
+
+@dataclass
+class RoundLoop:
+    """``rounds`` rounds of ``body`` under one scope of the checkpoint (one per training phase)."""
+
+    scope: str
+    rounds: int
+    ledger: Ledger
+    randomness: Randomness
+    delta: float = 0.0
+    max_epsilon: float | None = None
+    word: str = "round"  # "step" for DP-SGD, in the budget-stop note
+    state: dict[str, Restorable] = field(default_factory=dict)
+
+    def run(self, body: RoundBody, on_round: OnRound, checkpoint: Checkpointer) -> LoopOutcome:
+        objects: dict[str, Restorable] = {**self.state, "ledger": self.ledger}
+        done = int((checkpoint.restore(self.scope, objects) or {"round": 0})["round"])
+        last, stopped = done, ""
+        for round_index in range(done + 1, self.rounds + 1):
+            if self.max_epsilon is not None and self.ledger.peek() > self.max_epsilon:
+                stopped = (f"stopped before {self.word} {round_index}: epsilon would exceed the budget "
+                           f"{self.max_epsilon:g}")
+                break
+            output = body(round_index, RoundRandomness(self.randomness, round_index))
+            epsilon = self.ledger.step()
+            on_round(RoundReport(round_index, output.loss, epsilon, self.delta, output.participants))
+            checkpoint.maybe_save(self.scope, round_index, objects)
+            last = round_index
+        return LoopOutcome(last, done, stopped)
+
+
+def private_statement(mechanism: str, unit: str, ledger: Ledger, outcome: LoopOutcome, *, delta: float,
+                      accountant: str, noise_multiplier: float, sampling_probability: float,
+                      randomness: Randomness, population: Population | None, extra: dict[str, float],
+                      caveats: tuple[str, ...] = ()) -> PrivacyStatement:
+    """The statement of a loop that ran under a guarantee: epsilon for the rounds run, with what it
+    treats as public (the unit count) and what it does not cover (seeded randomness, the mechanism's own)."""
+    return PrivacyStatement(
+        mechanism=mechanism, unit=unit, epsilon=ledger.epsilon, delta=delta, accountant=accountant,
+        noise_multiplier=noise_multiplier, sampling_probability=sampling_probability, rounds=outcome.rounds,
+        notes=outcome.stopped,
+        extra={**extra, **({"population_used": population.value} if population is not None else {})},
+        randomness=randomness.mode, public=(population.describe(),) if population is not None else (),
+        caveats=(*randomness.caveats, *caveats),
+    )

@@ -1,0 +1,184 @@
+"""Parameters of the mechanisms: one immutable, validated model per mechanism, discriminated by its name.
+
+These models are the per-mechanism block of a training configuration: every default and bound is
+defined here once, and the CLI options, the Prefect forms and the epsilon planner read them from here.
+Fields with the same name in several mechanisms mean the same thing and share one default (a test
+checks it)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from uedp.privacy.sanitization.mapping import MappingMode, Metric
+from uedp.privacy.sanitization.mechanisms import check_strategy
+
+AccountantKind = Literal["pld", "rdp"]
+
+
+class MechanismParams(BaseModel):
+    """Common base: frozen, unknown fields rejected (a typo must not silently fall back to a default)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    mechanism: str
+
+    @property
+    def steps_run(self) -> int:
+        """Optimizer steps or rounds this configuration asks for."""
+        raise NotImplementedError
+
+    @property
+    def budget(self) -> float | None:
+        """The epsilon the run is set to reach, when it is set by one (names the run)."""
+        return None
+
+
+class NoiselessParams(MechanismParams):
+    """Ordinary training (noiseless, deid, and training on a local-DP release)."""
+
+    mechanism: Literal["noiseless", "deid"] = "noiseless"
+    steps: int = Field(300, ge=1, description="optimizer steps; for userdp/uedp the rounds, unless rounds is set")
+    batch_size: int = Field(16, ge=1, description="batch size; dpsgd: expected Poisson batch size")
+    lr: float = Field(1e-3, gt=0, description="learning rate (Adam) of step-based training")
+
+    @property
+    def steps_run(self) -> int:
+        return self.steps
+
+
+class PrivateParams(MechanismParams):
+    """What every mechanism with a central guarantee takes: noise or a target, delta, the accountant."""
+
+    noise_multiplier: float | None = Field(1.0, gt=0, description="noise multiplier z (noise std = z * sensitivity); "
+                                                                  "ignored when target_epsilon is set")
+    target_epsilon: float | None = Field(None, gt=0, description="calibrate z so the run ends at this epsilon")
+    clip: float = Field(1.0, gt=0, description="L2 clipping bound: per example (dpsgd, selective) or per user delta")
+    delta: float = Field(1e-5, gt=0, lt=1, description="target delta")
+    accountant: AccountantKind = Field("pld", description="pld (tightest) or rdp")
+    max_epsilon: float | None = Field(None, gt=0, description="budget: stop before a round that would exceed it")
+
+    @property
+    def budget(self) -> float | None:
+        return self.target_epsilon
+
+    @model_validator(mode="after")
+    def _noise_or_target(self) -> PrivateParams:
+        if self.noise_multiplier is None and self.target_epsilon is None:
+            raise ValueError(f"{self.mechanism} needs noise_multiplier or target_epsilon")
+        return self
+
+
+class DpSgdParams(PrivateParams):
+    mechanism: Literal["dpsgd"] = "dpsgd"
+    steps: int = Field(300, ge=1, description="optimizer steps")
+    batch_size: int = Field(16, ge=1, validation_alias=AliasChoices("batch_size", "expected_batch_size"),
+                            description="batch size; dpsgd: expected Poisson batch size")
+    lr: float = Field(1e-3, gt=0, description="learning rate (Adam) of step-based training")
+
+    @property
+    def steps_run(self) -> int:
+        return self.steps
+
+
+class SelectiveParams(DpSgdParams):
+    """Selective DP: DP-SGD under replace-one adjacency (pld only), after a noiseless phase on redacted
+    text (transformers) or with the state after each private token noised (LSTM)."""
+
+    mechanism: Literal["selective"] = "selective"  # type: ignore[assignment]
+    public_steps: int = Field(300, ge=0, description="selective (transformers): noiseless steps on the redacted "
+                                                     "corpus first")
+    hidden_clip: float = Field(1.0, gt=0, description="selective with lstm: L2 bound of the state after a private token")
+
+    @property
+    def steps_run(self) -> int:
+        return self.public_steps + self.steps
+
+
+class UserDpParams(PrivateParams):
+    """DP-FedAvg (userdp) and the rounds of uedp."""
+
+    mechanism: Literal["userdp"] = "userdp"
+    rounds: int = Field(30, ge=1, validation_alias=AliasChoices("rounds", "steps"),
+                        description="DP-FedAvg rounds (userdp, uedp)")
+    q_user: float = Field(0.5, gt=0, le=1, description="sampling probability of a user per round")
+    local_steps: int = Field(5, ge=1, description="local SGD steps per sampled user")
+    local_batch_size: int = Field(8, ge=1, description="batch size of the local steps")
+    local_lr: float = Field(0.5, ge=0, description="learning rate of the local steps")
+    server_lr: float = Field(1.0, gt=0, description="server learning rate applied to the averaged noised update")
+    weight_cap: float = Field(1.0, gt=0, description="userdp: w_u = min(n_u / weight_cap, 1); uedp weighs every user 1")
+    vectorize_users: bool = Field(False, description="train a round's users at once (torch.func.vmap; GPT-2 only)")
+
+    @property
+    def steps_run(self) -> int:
+        return self.rounds
+
+
+class UeDpParams(UserDpParams):
+    """userdp's parameters plus the entity sampling rates; ``uedp-naive`` selects the f_E estimator."""
+
+    mechanism: Literal["uedp", "uedp-naive"] = "uedp"  # type: ignore[assignment]
+    q_entity: float = Field(0.5, gt=0, le=1, description="uedp: sampling probability of a detected entity per round")
+    q_extended: float = Field(0.5, gt=0, le=1, description="uedp: sampling probability of a sentence with no entity")
+    truncation_share: float = Field(0.1, gt=0, lt=1, description="uedp: share of delta charged to more than M users "
+                                                                 "being sampled in some round")
+    count_bound_share: float = Field(0.1, gt=0, lt=1, description="uedp: share of delta charged to a failed DP upper "
+                                                                  "bound on the number of users")
+
+    @property
+    def naive(self) -> bool:
+        return self.mechanism == "uedp-naive"
+
+    @model_validator(mode="after")
+    def _weight_one(self) -> UeDpParams:
+        if self.weight_cap != 1.0:
+            raise ValueError("uedp weighs every user 1: a weight counting a user's sentences changes when an entity "
+                             "is added, even in rounds where it is not sampled (weight_cap applies to userdp only)")
+        return self
+
+
+Keep = Literal["none", "stopwords", "non-entities"]
+
+
+class SanitizationSettings(BaseModel):
+    """How custext / santext rewrite a train split (shared by ``uedp sanitize`` and training on a release)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    embeddings: str | None = Field(None, description="custext/santext: vector file (GloVe/word2vec text, .npz) or "
+                                                     "model:<pretrained folder>")
+    k: int = Field(50, ge=1, description="custext: size of each token's output set")
+    mapping: MappingMode = Field("balanced", description="custext: aggressive, balanced or conservative")
+    metric: Metric = Field("euclidean", description="custext: euclidean (GloVe) or cosine (counter-fitted)")
+    strategy: str = Field("token", description="custext/santext: token (one independent draw per occurrence; "
+                                               "record and dataset were withdrawn)")
+    keep: Keep = Field("none", description="custext/santext: none; stopwords (the thesis' + variants); non-entities "
+                                           "(sanitize only detected entities of the chosen categories)")
+    vocab_limit: int | None = Field(None, ge=2, description="custext/santext: use the first N vectors (most frequent)")
+    attack_model: str | None = Field(None, description="custext/santext: masked-LM folder for the mask-token "
+                                                       "inference attack on the release")
+
+    @field_validator("strategy")
+    @classmethod
+    def _strategy(cls, value: str) -> str:
+        return check_strategy(value)
+
+
+class LocalDpParams(NoiselessParams, SanitizationSettings):
+    """custext / santext: the train split is sanitized under local DP (per-token ``epsilon``), then trained
+    noiselessly; the valid and test splits stay original."""
+
+    mechanism: Literal["custext", "santext"] = "custext"  # type: ignore[assignment]
+    epsilon: float | None = Field(None, gt=0, validation_alias=AliasChoices("epsilon", "target_epsilon"),
+                                  description="custext/santext: per-token epsilon of the exponential mechanism")
+
+    @property
+    def budget(self) -> float | None:
+        return self.epsilon
+
+    @model_validator(mode="after")
+    def _release_settings(self) -> LocalDpParams:
+        if self.embeddings is None or self.epsilon is None:
+            raise ValueError(f"{self.mechanism} needs embeddings and its per-token epsilon (target_epsilon)")
+        return self

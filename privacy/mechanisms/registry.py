@@ -1,0 +1,167 @@
+"""The mechanism registry: every mechanism module describes itself here (in the spirit of Opacus'
+accountant and grad-sampler registries), and every caller (the train task, data preparation, the sweep,
+the attacks, the CLI's help and choices, the Prefect forms, ``uedp epsilon``) iterates over it instead of
+naming mechanisms. Adding a mechanism is one module that calls :func:`register`, plus its tests.
+
+Modules of this package are discovered on first use, so a new module needs no list entry anywhere.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Union
+
+from pydantic import Field
+
+from uedp.privacy.mechanisms.base import LossFn, Mechanism
+from uedp.privacy.mechanisms.params import MechanismParams
+from uedp.privacy.population import Population
+from uedp.privacy.randomness import Randomness
+
+Guarantee = Literal["none", "central", "local"]
+# What a mechanism's DP count of units counts (PRIVACY.md rule 4), chosen so one unit moves it by one:
+# training sequences, users with training text, or the writers on the users table's roster.
+CountedUnits = Literal["sequences", "users", "writers"]
+# What the training text is: the corpus, the corpus with detected spans redacted, or a local-DP release.
+TextSource = Literal["original", "redacted", "sanitized"]
+# Extra training data a mechanism needs beside the token ids grouped by user.
+TrainingNeed = Literal["entities", "redacted", "private_masks"]
+MembershipLevel = Literal["sentence", "user", "entity"]
+ALL_LEVELS: tuple[MembershipLevel, ...] = ("sentence", "user", "entity")
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """What a mechanism may need to know about the run around it to build or to refuse it."""
+
+    model: str  # model kind: gpt2, lstm, bert
+    classification: bool = False
+    processes: int = 1
+    canaries: int = 0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """Everything a mechanism is built from besides its parameters."""
+
+    shape: RunShape
+    randomness: Randomness
+    population: Population | None = None  # the public or DP count of its units, when it counts them
+    n_examples: int = 0  # training sequences, where neighbours have the same number (selective)
+    public_loss: LossFn | None = None  # the ordinary objective, for a noiseless phase
+
+
+@dataclass(frozen=True)
+class EpsilonPlan:
+    """What ``uedp epsilon`` prints: the epsilon a configuration would report, before any data is read."""
+
+    epsilon: float
+    noise_multiplier: float
+    lines: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MechanismSpec:
+    name: str
+    summary: str  # one line, for --help and the docs
+    params: type[MechanismParams]
+    unit: str  # the privacy unit, in words
+    guarantee: Guarantee
+    build: Callable[[Any, BuildContext], Mechanism]
+    counts: CountedUnits | None = None  # None: needs no count of its units (none, or public by adjacency)
+    text: TextSource = "original"
+    needs: Callable[[RunShape], frozenset[TrainingNeed]] = lambda shape: frozenset()
+    per_example_loss: bool = False  # DP-SGD clips per example: the loss must be a mean of per-example losses
+    # Steps of each phase, in order (one phase, or a noiseless phase then a private one).
+    schedule: Callable[[Any, RunShape], tuple[tuple[str, int], ...]] = lambda p, shape: (("train", p.steps_run),)
+    # Membership levels whose members differ by at most what two neighbouring datasets of the unit
+    # differ by: an attack at those levels tests this mechanism's epsilon.
+    audited_levels: tuple[MembershipLevel, ...] = ()
+    # Entity-level mechanisms: what a missed detection leaves (appended to the coverage caveat).
+    missed_entities: str | None = None
+    # Whether the chosen entity categories change what is trained (noiseless: never).
+    uses_categories: Callable[[Any], bool] = lambda p: True
+    plan: Callable[[Any, Population], EpsilonPlan] | None = None
+    # Whether a target epsilon can be calibrated before the data is read (z does not depend on the
+    # unit count): the CLI then checks it before any work starts.
+    early_calibration: bool = False
+    check: Callable[[Any, RunShape], None] = lambda p, shape: None  # raises ValueError on a combination it refuses
+    rank: int = 100  # where it is listed (help, forms): baselines first, then by unit
+
+    @property
+    def private(self) -> bool:
+        return self.guarantee != "none"
+
+    def default_params(self, **settings: Any) -> MechanismParams:
+        return self.params(mechanism=self.name, **settings)
+
+    def loss(self, classification: bool) -> LossFn:
+        """The training objective: per-example for DP-SGD's clipping, the ordinary mean otherwise."""
+        from uedp.models.metrics import causal_lm_loss, classification_loss, per_sequence_lm_loss
+
+        if classification:
+            return classification_loss
+        return per_sequence_lm_loss if self.per_example_loss else causal_lm_loss
+
+
+_REGISTRY: dict[str, MechanismSpec] = {}
+_DISCOVERED = False
+
+
+def register(spec: MechanismSpec) -> MechanismSpec:
+    """Add a mechanism; its module calls this at import. A name can be registered once."""
+    if spec.name in _REGISTRY and _REGISTRY[spec.name] is not spec:
+        raise ValueError(f"mechanism {spec.name!r} is registered twice")
+    if spec.name not in _literal_values(spec.params):
+        raise ValueError(f"{spec.params.__name__}.mechanism does not admit {spec.name!r}")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def _discover() -> None:
+    global _DISCOVERED
+    if _DISCOVERED:
+        return
+    package = importlib.import_module(__package__ or "uedp.privacy.mechanisms")
+    for module in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{module.name}")
+    _DISCOVERED = True
+
+
+def mechanisms() -> dict[str, MechanismSpec]:
+    """Every registered mechanism, in registration order."""
+    _discover()
+    return dict(sorted(_REGISTRY.items(), key=lambda item: item[1].rank))
+
+
+def names() -> tuple[str, ...]:
+    return tuple(mechanisms())
+
+
+def get(name: str) -> MechanismSpec:
+    specs = mechanisms()
+    if name not in specs:
+        raise ValueError(f"unknown mechanism {name!r}; valid: {', '.join(specs)}")
+    return specs[name]
+
+
+def params_union() -> Any:
+    """The discriminated union of every mechanism's parameters (pydantic picks the model by ``mechanism``)."""
+    from typing import Annotated
+
+    types = tuple(dict.fromkeys(spec.params for spec in mechanisms().values()))
+    return Annotated[Union[types], Field(discriminator="mechanism")]
+
+
+def name_literal() -> Any:
+    """``Literal[...]`` of every mechanism name: a choice list in the Prefect UI and in JSON schemas."""
+    return Literal[names()]
+
+
+def _literal_values(params: type[MechanismParams]) -> tuple[str, ...]:
+    annotation = params.model_fields["mechanism"].annotation
+    return tuple(getattr(annotation, "__args__", ()))

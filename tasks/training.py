@@ -1,0 +1,353 @@
+"""One training configuration, end to end (data for the chosen categories, model, mechanism, per-round
+epsilon, evaluation, checkpoints), tracked as one MLflow run; in one process, or in each torchrun process.
+The mechanism comes from the registry: nothing here names one.
+
+A configuration that crashed resumes from its last checkpoint on the next call with the same
+configuration: weights, generators and accountant come back, and the same MLflow run continues.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from uedp.errors import UedpError
+from uedp.models.batching import Example
+from uedp.models.device import resolve_device
+from uedp.models.factory import build_model
+from uedp.models.metrics import causal_lm_loss, classification_error, classification_loss, perplexity
+from uedp.models.parallel import Ranks
+from uedp.models.tokenization import load_tokenizer
+from uedp.privacy.mechanisms.base import Checkpointer, LossFn, Mechanism, RoundReport
+from uedp.privacy.mechanisms.registry import BuildContext
+from uedp.privacy.population import Population
+from uedp.privacy.randomness import Randomness
+from uedp.privacy.sanitization.release import ReleaseFigures, trained_on_release
+from uedp.storage.catalog import Catalog
+from uedp.storage.home import DataHome
+from uedp.storage.tables import read_manifest
+from uedp.tasks.config import SanitizeConfig, TrainConfig
+from uedp.tasks.sanitize import SanitizeResult, sanitize_dataset
+from uedp.tasks.tracking import RunTracker
+from uedp.tasks.training_data import PreparedData, prepare_data
+
+RUN_FILE = "mlflow_run.json"
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    run_id: str
+    mechanism: str
+    categories: list[str]
+    epsilon: float
+    delta: float
+    noise_multiplier: float
+    utility_metric: str  # "perplexity" (lower is better) or "error" (classification, lower is better)
+    utility_valid: float
+    utility_test: float
+    rounds: int
+    resumed_from: int = 0
+    notes: str = ""
+    privacy_extra: dict[str, float] = field(default_factory=dict)  # the statement's figures (local DP: kept share...)
+    randomness: str = "none"  # secure, seeded, or none (no guarantee)
+    caveats: tuple[str, ...] = ()  # what the epsilon does not cover, shown next to it
+    public: tuple[str, ...] = ()  # what the guarantee treats as public
+
+
+def loss_function(config: TrainConfig) -> LossFn:
+    """The training objective; DP-SGD clips per example, so its loss must be a mean of per-example losses."""
+    return config.spec.loss(config.task == "classification")
+
+
+def build_mechanism(config: TrainConfig, population: Population | None, n_examples: int,
+                    randomness: Randomness | None = None) -> Mechanism:
+    """The mechanism a configuration names, from the registry. ``population`` is the public or DP count of
+    the mechanism's units (sequences, users, writers), which sets sampling rates, denominators and uedp's
+    bound on sampled users; ``n_examples`` is used only where neighbours have the same count (selective)."""
+    randomness = randomness or Randomness.for_mode(config.randomness, config.seed)
+    public_loss = classification_loss if config.task == "classification" else causal_lm_loss
+    context = BuildContext(config.shape, randomness, population, n_examples, public_loss)
+    try:
+        return config.spec.build(config.params, context)
+    except ValueError as exc:
+        raise UedpError(f"{config.mechanism}: {exc}") from None
+
+
+def planned_population(config: TrainConfig) -> Population | None:
+    """Before any data is read (to check a target epsilon early): the declared count, or a DP count whose
+    value is not known yet (its privacy cost is)."""
+    if config.spec.counts is None:
+        return None
+    if config.public_count is not None:
+        return Population.declared(config.public_count)
+    return Population(1.0, "dp-count", config.count_noise)
+
+
+def unit_population(config: TrainConfig, exact: int, randomness: Randomness, checkpoint: Checkpointer,
+                    dataset_id: str) -> Population | None:
+    """The count of privacy units the mechanism may use (PRIVACY.md rule 4): declared public, or ``exact``
+    plus Gaussian noise, drawn once per run (a resumed run on the same data reuses what it released).
+
+    A declared count must be at least the true one: uedp bounds its sampled users from it, and a bound
+    below the truth would undercount epsilon. The error does not print the true count."""
+    counts = config.spec.counts
+    if counts is None:
+        return None
+    if config.public_count is not None:
+        if config.public_count < exact:
+            raise UedpError(f"--public-count {config.public_count} is below the number of privacy units of "
+                            f"{config.dataset!r} ({counts}); declare the true count or an upper bound, or leave it "
+                            "out for a DP count")
+        return Population.declared(config.public_count)
+    value = checkpoint.released(f"dp_count_of_units/{dataset_id}",
+                                lambda: Population.dp_count(exact, config.count_noise, randomness).value)
+    return Population(value, "dp-count", config.count_noise)
+
+
+def exact_unit_count(config: TrainConfig, catalog: Catalog, data: PreparedData) -> int:
+    """What the DP count counts, chosen so one unit moves it by at most one: sequences; users with
+    training examples; or the writers on the roster, which removing an entity's sentences does not change
+    (a writer whose every sentence holds the entity stays, with no sentences), whereas counting users
+    with sentences left would move by one per such writer."""
+    counts = config.spec.counts
+    if counts == "sequences":
+        return len(data.train.sequences)
+    if counts == "writers":
+        return catalog.roster_size("train")
+    return data.train.n_users
+
+
+def evaluate(model: torch.nn.Module, examples: Sequence[Example], config: TrainConfig, pad_id: int,
+             device: torch.device) -> float:
+    """Token-weighted perplexity (language models) or the error rate (classifiers) over a split."""
+    if not examples:
+        return math.nan
+    if config.task == "classification":
+        return classification_error(model, examples, pad_id, device)
+    return perplexity(model, examples, pad_id, device)
+
+
+def keyed_table_id(home: DataHome, dataset: str, table: str) -> str:
+    """A table's content key, keyed with the data home's secret: released as-is, a content key hashes the
+    corpus itself and would let anyone who can guess D or D' tell them apart."""
+    return home.keyed_id(str((read_manifest(home.table_dir(dataset, table)) or {}).get("key", "")))
+
+
+def _tags(home: DataHome, config: TrainConfig, device: torch.device, flow_run_id: str | None,
+          parent_run_id: str | None) -> dict[str, str]:
+    tags = {
+        "uedp.dataset": config.dataset, "uedp.mechanism": config.mechanism, "uedp.model": config.model,
+        "uedp.dataset_id": keyed_table_id(home, config.dataset, "sentences"),
+        "uedp.entities_id": keyed_table_id(home, config.dataset, "entities"),
+        "uedp.device": str(device), "uedp.config_fingerprint": config.fingerprint(),
+        "uedp.randomness": config.randomness if config.is_private else "none",
+    }
+    if config.is_private and config.randomness == "seeded":
+        tags["uedp.guarantee"] = "void against anyone who knows the seed (seeded randomness)"
+    if flow_run_id:
+        tags["uedp.flow_run_id"] = flow_run_id
+    if parent_run_id:
+        tags["mlflow.parentRunId"] = parent_run_id  # MLflow's own tag: the UI nests this run under the sweep
+    return tags
+
+
+def _open_tracker(home: DataHome, config: TrainConfig, tags: dict[str, str],
+                  checkpoint: Checkpointer) -> tuple[RunTracker, bool]:
+    """The MLflow run of a checkpoint being resumed, or a new run."""
+    assert checkpoint.folder is not None
+    run_file = checkpoint.folder / RUN_FILE
+    if checkpoint.saved_scope() is not None and run_file.is_file():
+        run_id = json.loads(run_file.read_text(encoding="utf-8"))["run_id"]
+        return RunTracker.attach(home, run_id, reopen=True), True
+    tracker = RunTracker(home, config.dataset, config.run_name(), tags)
+    if checkpoint.enabled:
+        checkpoint.folder.mkdir(parents=True, exist_ok=True)
+        run_file.write_text(json.dumps({"run_id": tracker.run_id}), encoding="utf-8")
+    return tracker, False
+
+
+@dataclass
+class Setup:
+    """Everything one configuration trains with, built the same way in every torchrun process."""
+
+    device: torch.device
+    tokenizer: Any
+    data: PreparedData
+    model: torch.nn.Module
+    mechanism: Mechanism
+    checkpoint: Checkpointer
+    release: SanitizeResult | None = None  # custext/santext: the local-DP release the data comes from
+    caveats: tuple[str, ...] = ()  # what the epsilon does not cover (detection, evaluation)
+
+
+def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
+    """``custext``/``santext`` read the sanitized dataset (its valid and test splits are the original ones)."""
+    device = resolve_device(config.device)
+    torch.manual_seed(config.seed)  # the same initial weights in every process
+    tokenizer = load_tokenizer(config.tokenizer)
+    release = sanitize_for(home, config) if config.spec.text == "sanitized" else None
+    if release is not None and ranks.world > 1 and not release.reused:
+        # run_training makes the release before torchrun starts; a rank drawing its own would train on a
+        # second release (a different one: releases are secure by default), and two releases compose.
+        raise RuntimeError(f"rank {ranks.rank}: the local-DP release {release.dataset} was not made before torchrun")
+    with Catalog(home, release.dataset if release else config.dataset) as catalog:
+        data = prepare_data(catalog, config, tokenizer)
+        caveats = coverage_caveats(catalog, config)
+        exact_units = exact_unit_count(config, catalog, data) if config.spec.counts else 0
+    model = build_model(config.model, config.model_size, tokenizer,
+                        len(data.classes) if data.classes else None).to(device)
+    checkpoint = Checkpointer(home.checkpoint_dir(config.dataset, config.fingerprint()), config.checkpoint_every,
+                              config.fingerprint(), writes=ranks.is_main)
+    # One secret root per run; under torchrun rank 0 draws it and every rank uses it.
+    randomness = Randomness.for_mode(config.randomness, config.seed).shared_across_ranks()
+    population = unit_population(config, exact_units, randomness, checkpoint,
+                                 keyed_table_id(home, config.dataset, "sentences"))
+    mechanism = build_mechanism(config, population, len(data.train.sequences), randomness)
+    return Setup(device, tokenizer, data, model, mechanism, checkpoint, release, caveats)
+
+
+EVALUATION_CAVEAT = ("validation and test metrics are computed without noise on held-out users' text, which the "
+                     "guarantee does not cover")
+
+
+def coverage_caveats(catalog: Catalog, config: TrainConfig) -> tuple[str, ...]:
+    """What a private run's epsilon leaves out: held-out evaluation, and for entity-level mechanisms the
+    entities the detector missed, with its measured recall when gold tags exist to measure it on the
+    held-out splits (measured there, the figure says nothing about the training users)."""
+    if not config.is_private:
+        return ()
+    caveats = [EVALUATION_CAVEAT]
+    if config.spec.missed_entities is not None:  # an entity-level mechanism
+        detectors = catalog.detectors() if "entities" in catalog.tables else []
+        missed = "entities the detector missed are not protected as entities" + config.spec.missed_entities
+        if "gold" in detectors and len(detectors) == 1:
+            caveats.append(f"{missed}; here the protected entities are exactly the corpus' gold tags")
+        elif "gold" in detectors:
+            from uedp.detection.categories import taxonomy
+
+            rows = [row for name in detectors if name != "gold"
+                    for row in catalog.coverage(name, taxonomy().coarse, splits=("valid", "test"))]
+            found = sum(round(r[6] * r[1]) for r in rows)
+            total = sum(r[1] for r in rows)
+            measured = f"measured overlap recall on held-out gold tags {found / total:.3f}" if total else \
+                "recall not measurable (no gold tags in the held-out splits)"
+            caveats.append(f"{missed}; {measured} (gold tags are protected too)")
+        else:
+            caveats.append(f"{missed}; the detector's recall is unknown (no gold tags: detect with "
+                           "--detector gold,... on a labelled sample to measure it)")
+    return tuple(caveats)
+
+
+def sanitize_config(config: TrainConfig) -> SanitizeConfig:
+    """The local-DP release a configuration trains on (its train split, sanitized with its parameters)."""
+    settings = config.params.model_dump(include=set(SanitizeConfig.model_fields))
+    return SanitizeConfig(**settings, dataset=config.dataset, categories=list(config.categories), seed=config.seed,
+                          randomness=config.randomness)
+
+
+def sanitize_for(home: DataHome, config: TrainConfig) -> SanitizeResult:
+    """The local-DP release this configuration trains on: made once, reused by every later run."""
+    return sanitize_dataset(home, sanitize_config(config))
+
+
+def release_figures_of(release: SanitizeResult) -> ReleaseFigures:
+    return ReleaseFigures(**{name: getattr(release, name) for name in ReleaseFigures.__dataclass_fields__})
+
+
+def train_replica(home: DataHome, config: TrainConfig) -> None:
+    """A torchrun process other than the main one: train its share of every round, log nothing."""
+    s = set_up(home, config, Ranks.current())
+    s.mechanism.train(s.model, s.data.train, loss_function(config), s.device, lambda report: None, s.checkpoint)
+
+
+def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | None = None,
+                        parent_run_id: str | None = None, progress: bool = True) -> TrainResult:
+    """Train and evaluate one configuration; every figure goes to one MLflow run (torchrun: the main process)."""
+    ranks = Ranks.current()
+    s = set_up(home, config, ranks)
+    device, tokenizer, data, model, mechanism, checkpoint = s.device, s.tokenizer, s.data, s.model, s.mechanism, s.checkpoint
+    pad_id = s.tokenizer.pad_token_id
+    metric = "error" if config.task == "classification" else "perplexity"
+    tracker, resumed = _open_tracker(home, config, _tags(home, config, device, flow_run_id, parent_run_id), checkpoint)
+    resumed_from, first_report = 0, True
+    try:
+        if not resumed:
+            # No count of the private data (users, sentences, entities): PRIVACY.md rule 4. The class label
+            # set of a classifier is treated as public (the task defines it) and the statement says so.
+            tracker.log_params(
+                config.flat()
+                | {"beta": getattr(config.params, "clip", "none"), "classes": ",".join(data.classes or []),
+                   "privacy_unit": config.spec.unit if s.release is not None else mechanism.unit,
+                   "model_parameters": sum(p.numel() for p in model.parameters())})
+            tracker.log_metrics({f"{metric}_valid": evaluate(model, data.valid, config, pad_id, device)}, step=0)
+        rounds: list[int] = []
+        epsilons: list[float] = []
+        bar = tqdm(total=config.total_steps, desc=config.run_name(), unit="round" if config.is_private else "step",
+                   disable=not progress, leave=False)
+
+        def on_round(report: RoundReport) -> None:
+            nonlocal resumed_from, first_report
+            if first_report and report.round > 1:  # the first round after a resume
+                resumed_from = report.round - 1
+                bar.update(resumed_from)
+            first_report = False
+            tracker.log_metrics({"epsilon": report.epsilon, "train_loss": report.loss}
+                                | ({"participants": report.participants} if report.participants is not None else {}),
+                                step=report.round)
+            if math.isfinite(report.epsilon):
+                rounds.append(report.round)
+                epsilons.append(report.epsilon)
+                bar.set_postfix(epsilon=f"{report.epsilon:.3g}")
+            elif math.isfinite(report.loss):
+                bar.set_postfix(loss=f"{report.loss:.3f}")
+            bar.update(1)
+
+        statement = mechanism.train(model, data.train, loss_function(config), device, on_round, checkpoint)
+        if s.release is not None:  # training on a local-DP release: the guarantee is the release's
+            r = s.release
+            statement = trained_on_release(statement, config.mechanism, r.statement, release_figures_of(r),
+                                           r.unprotected_share, r.randomness, r.caveats, r.mask_inference_success)
+            tracker.log_metrics(statement.extra)  # kept-token share, attack success: comparable across runs
+        statement = replace(statement, caveats=(*statement.caveats, *s.caveats),
+                            public=(*statement.public, *(("the class label set",) if data.classes else ())))
+        bar.close()
+        valid = evaluate(model, data.valid, config, pad_id, device)
+        test = evaluate(model, data.test, config, pad_id, device)
+        tracker.log_metrics({f"{metric}_valid": valid}, step=statement.rounds)
+        tracker.log_metrics({metric: test, f"{metric}_test": test, "final_epsilon": statement.epsilon})
+        tracker.log_params({"noise_multiplier_used": statement.noise_multiplier, "accountant_used": statement.accountant,
+                            "epsilon_reported": "inf" if math.isinf(statement.epsilon) else f"{statement.epsilon:.6g}",
+                            "rounds_run": statement.rounds, "resumed_from_round": resumed_from,
+                            "processes": ranks.world, "privacy_randomness": statement.randomness,
+                            "privacy_public": " | ".join(statement.public) or "none",
+                            "privacy_caveats": " | ".join(statement.caveats) or "none",
+                            "privacy_statement": "docs/PRIVACY.md",
+                            **{f"privacy_{k}": v for k, v in statement.extra.items()}})
+        tracker.log_json({"config": config.model_dump(), "privacy": asdict(statement)}, "resolved_config.json")
+        if epsilons:
+            tracker.log_curve_plot(rounds, epsilons, "epsilon_per_round.png", "round", "epsilon",
+                                   f"{config.mechanism}: epsilon (delta={statement.delta:g}, {statement.accountant})")
+        if data.canaries:  # made-up secrets, not entity text: the attack needs them to rank candidates
+            # The host is named by a pseudonym keyed with the data home's secret, never by its raw user id.
+            tracker.log_json([c.with_host("user-" + home.keyed_id(f"user:{c.user}")).as_dict() for c in data.canaries],
+                             "canaries.json")
+        if config.log_model or data.canaries:
+            tracker.log_model(model, tokenizer)
+    except BaseException:
+        tracker.finish(failed=True)
+        raise
+    tracker.finish()
+    checkpoint.clear()
+    return TrainResult(
+        run_id=tracker.run_id, mechanism=config.mechanism, categories=list(config.categories),
+        epsilon=statement.epsilon, delta=statement.delta, noise_multiplier=statement.noise_multiplier,
+        utility_metric=metric, utility_valid=valid, utility_test=test, rounds=statement.rounds,
+        resumed_from=resumed_from, notes=statement.notes, privacy_extra=dict(statement.extra),
+        randomness=statement.randomness, caveats=statement.caveats, public=statement.public,
+    )

@@ -1,0 +1,195 @@
+"""The package's shape, checked from the source: one import package, layers that point one way, no import
+cycles, and no mechanism named in control flow outside the privacy core (callers use the registry).
+
+Layers, top to bottom (a module imports only from its own package or from lower layers; packages on the
+same layer do not import each other):
+
+    uedp.cli                             the command line
+    uedp.stack, uedp.options             the local stack; options derived from the configuration
+    uedp.flows                           Prefect flows: composition only
+    uedp.tasks                           Prefect tasks: thin wrappers over plain functions
+    uedp.privacy, uedp.storage, uedp.detection, uedp.deployments
+    uedp.models
+    uedp.errors, uedp (the package root)
+"""
+
+from __future__ import annotations
+
+import ast
+import tomllib
+from collections import defaultdict
+from pathlib import Path
+
+from support import REPO
+
+# Folder on disk -> subpackage of uedp (pyproject.toml's package-dir says the same; a test checks it).
+FOLDERS = {"uedp": "uedp", "flows": "uedp.flows", "tasks": "uedp.tasks", "storage": "uedp.storage",
+           "models": "uedp.models", "privacy": "uedp.privacy", "detection": "uedp.detection",
+           "deployments": "uedp.deployments"}
+LAYERS = {
+    "uedp.cli": 6, "uedp.stack": 5, "uedp.options": 5,
+    "uedp.flows": 4, "uedp.tasks": 3,
+    "uedp.privacy": 2, "uedp.storage": 2, "uedp.detection": 2, "uedp.deployments": 2,
+    "uedp.models": 1,
+    "uedp.errors": 0, "uedp": 0,
+}
+# The privacy core and the models know nothing of orchestration or tracking.
+FORBIDDEN_THIRD_PARTY = {"uedp.privacy": ("prefect", "mlflow"), "uedp.models": ("prefect", "mlflow")}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for folder, package in FOLDERS.items():
+        for path in sorted((REPO / folder).rglob("*.py")):
+            parts = path.relative_to(REPO / folder).with_suffix("").parts
+            name = ".".join((package, *parts))
+            out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def component(module: str) -> str:
+    """The layer component a module belongs to (``uedp.tasks.train`` -> ``uedp.tasks``)."""
+    parts = module.split(".")
+    if len(parts) >= 2 and f"uedp.{parts[1]}" in LAYERS:
+        return f"uedp.{parts[1]}"
+    return "uedp"
+
+
+def imports(path: Path, module: str) -> list[tuple[str, int]]:
+    """Absolute module names a file imports (``from a import b`` counts ``a.b`` when that is a module)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    is_package = path.name == "__init__.py"
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".") if is_package else module.split(".")[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            out.append((base, node.lineno))
+            out += [(f"{base}.{alias.name}", node.lineno) for alias in node.names]
+    return out
+
+
+ALL = modules()
+
+
+def test_pyproject_lists_every_package_and_maps_every_folder() -> None:
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    assert {k: v for k, v in config["package-dir"].items()} == {package: folder for folder, package in FOLDERS.items()}
+    packages = {name for name, path in ALL.items() if path.name == "__init__.py"}
+    assert set(config["packages"]) == packages, "a folder with __init__.py is missing from pyproject's packages"
+
+
+def layer_violations(mods: dict[str, Path]) -> list[str]:
+    out = []
+    for module, path in mods.items():
+        mine = component(module)
+        for name, line in imports(path, module):
+            target_module = name if name in mods else name.rsplit(".", 1)[0]
+            if name.split(".")[0] == "uedp" and target_module in mods | ALL:
+                target = component(target_module)
+                if target != mine and not LAYERS[target] < LAYERS[mine]:
+                    out.append(f"{path}:{line} imports {name} ({target} is not below {mine})")
+            for forbidden in FORBIDDEN_THIRD_PARTY.get(mine, ()):
+                if name.split(".")[0] == forbidden:
+                    out.append(f"{path}:{line}: {mine} must not import {forbidden}")
+    return out
+
+
+def import_cycles(mods: dict[str, Path]) -> list[list[str]]:
+    graph: dict[str, set[str]] = defaultdict(set)
+    for module, path in mods.items():
+        for name, _ in imports(path, module):
+            target = name if name in mods else name.rsplit(".", 1)[0]
+            if target in mods and target != module and not module.startswith(target + "."):
+                graph[module].add(target)
+    # Tarjan's strongly connected components: any component of two or more modules is a cycle.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            members = []
+            while True:
+                top = stack.pop()
+                members.append(top)
+                if top == node:
+                    break
+            if len(members) > 1:
+                cycles.append(sorted(members))
+
+    for node in sorted(mods):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def mechanism_names_in_control_flow(mods: dict[str, Path], names: set[str]) -> list[str]:
+    """Comparisons, membership tests and dict keys against a mechanism's name, outside the privacy core."""
+    found = []
+    for module, path in mods.items():
+        if component(module) == "uedp.privacy":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            constants: list[ast.expr] = []
+            if isinstance(node, ast.Compare):
+                for operand in (node.left, *node.comparators):
+                    constants += operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) else [operand]
+            elif isinstance(node, ast.Dict):
+                constants += [k for k in node.keys if k is not None]
+            elif isinstance(node, ast.MatchValue):
+                constants.append(node.value)
+            found += [f"{path}:{node.lineno} ({c.value!r})" for c in constants  # type: ignore[attr-defined]
+                      if isinstance(c, ast.Constant) and c.value in names]
+    return found
+
+
+def mechanism_names() -> set[str]:
+    from uedp.privacy.mechanisms import registry
+
+    return set(registry.names())
+
+
+def test_no_import_runs_upward_or_sideways() -> None:
+    assert not layer_violations(ALL)
+
+
+def test_no_import_cycle_between_modules() -> None:
+    assert not import_cycles(ALL)
+
+
+def test_no_mechanism_is_named_in_control_flow_outside_the_privacy_core() -> None:
+    assert not mechanism_names_in_control_flow(ALL, mechanism_names())
+
+
+def test_the_architecture_checks_catch_planted_violations(tmp_path: Path) -> None:
+    """The checks can fail: an upward import, a cycle, Prefect in the privacy core and a name comparison."""
+    def planted(name: str, text: str) -> Path:
+        path = tmp_path / f"{name}.py"
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    mods = {
+        "uedp.privacy.bad": planted("bad", "import prefect\nfrom uedp.tasks.train import train_task\n"),
+        "uedp.tasks.a": planted("a", "from uedp.tasks import b\n"),
+        "uedp.tasks.b": planted("b", "import uedp.tasks.a\nif config.mechanism in ('dpsgd', 'x'):\n    pass\n"),
+    }
+    violations = layer_violations(mods)
+    assert any("imports uedp.tasks.train" in v for v in violations)
+    assert any("must not import prefect" in v for v in violations)
+    assert import_cycles(mods) == [["uedp.tasks.a", "uedp.tasks.b"]]
+    assert mechanism_names_in_control_flow(mods, mechanism_names()) == [f"{mods['uedp.tasks.b']}:2 ('dpsgd')"]
