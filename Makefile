@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test browser constraints clean
+.PHONY: setup demo test lint wheel browser constraints clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,8 +18,15 @@ setup: $(STAMP)  ## create .venv and install uedp with pinned dependencies
 demo: $(STAMP)  ## install, then run the end-to-end demo (ingest, detect, train, evaluate, log to MLflow)
 	$(BIN)/uedp demo
 
-test: $(STAMP) browser  ## install, then run the whole test suite
+test: $(STAMP) browser lint  ## install, lint and type-check, then run the whole test suite
 	$(BIN)/python -m pytest
+
+lint: $(STAMP)  ## ruff, and mypy on the installed layout of the package (strict on the privacy core)
+	$(BIN)/ruff check .
+	$(BIN)/python scripts/typecheck.py
+
+wheel: $(STAMP)  ## build dist/uedp-*.whl (one import package, `uedp`; install it with -c constraints.txt)
+	$(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir dist .
 
 browser:  ## Debian's chromium, for the end-to-end UI test (installed when missing; needs root or sudo)
 	@command -v chromium >/dev/null || { \

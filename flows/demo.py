@@ -30,14 +30,14 @@ class DemoConfig(BaseModel):
 
     home: str = Field(description="data home (datasets, MLflow store)")
     dataset: str = "demo"
-    mechanisms: list[MechanismName] = Field(default_factory=lambda: ["noiseless", "deid", "userdp", "uedp"])  # type: ignore[valid-type]
+    mechanisms: list[MechanismName] = Field(default_factory=lambda: ["noiseless", "deid", "userdp", "uedp"])
     categories: Categories = Field(default_factory=default_categories, validate_default=True)
     seed: int = 0
     # Seeded, so the demo's table is reproducible; its runs are tagged and their statements say the
     # guarantee does not hold against anyone who knows the seed.
     randomness: Literal["secure", "seeded"] = Field("seeded", description=RANDOMNESS_HELP)
     device: str = "auto"
-    settings: MechanismSettings = Field(default_factory=MechanismSettings,  # type: ignore[valid-type]
+    settings: MechanismSettings = Field(default_factory=MechanismSettings,
                                         description="mechanism parameters (each mechanism takes the ones it knows)")
 
     @model_validator(mode="before")

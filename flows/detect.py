@@ -37,7 +37,7 @@ class ScaleOut(BaseModel):
     def task_runner(self) -> TaskRunner:
         if self.runner == "threads":
             return ThreadPoolTaskRunner(max_workers=self.dask_workers)
-        from prefect_dask import DaskTaskRunner
+        from prefect_dask.task_runners import DaskTaskRunner
 
         if self.dask_address:
             return DaskTaskRunner(address=self.dask_address)
@@ -67,5 +67,5 @@ def detect_flow(home: str, dataset: str, detector: DetectorConfig, progress: boo
     shards = shards_to_detect(data_home, dataset, detector, scale_out.rows_per_shard, scale_out.store)
     if isinstance(shards, DetectResult):  # same corpus and detector configuration: nothing to do
         return shards
-    sharded = detect_shards_flow.with_options(task_runner=scale_out.task_runner())
+    sharded = detect_shards_flow.with_options(task_runner=scale_out.task_runner())  # type: ignore[arg-type]  # Prefect types runners by future kind
     return sharded(home, dataset, detector, shards, scale_out.store)

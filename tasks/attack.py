@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -94,7 +95,8 @@ def _load_run(tracker: RunTracker, device: torch.device):  # type: ignore[no-unt
         if model_dir is None:
             raise UedpError(f"run {tracker.run_id} has no stored model; train with --log-model (or --canaries)")
         tokenizer = load_tokenizer(model_dir)
-        model = (load_lstm(model_dir) if config.model == "lstm" else load_gpt2(model_dir)).to(device)
+        model: torch.nn.Module = load_lstm(model_dir) if config.model == "lstm" else load_gpt2(model_dir)
+        model = model.to(device)
         canaries_file = tracker.download("canaries.json", Path(tmp))
         canaries = [Canary(**c) for c in json.loads(canaries_file.read_text())] if canaries_file else []
     return config, model, tokenizer, canaries
@@ -118,7 +120,7 @@ def _membership(catalog: Catalog, config: TrainConfig, nll, limit: int, seed: in
     unseen = {k: v for k, v in _entity_groups(catalog, config, "test", test).items() if k not in member_entities}
     metrics: dict[str, float] = {}
     for calibration in ("none", "zlib") + (("reference",) if reference is not None else ()):
-        member, outside = (sentence_scores(texts[split], nll, calibration, reference)  # type: ignore[arg-type]
+        member, outside = (sentence_scores(texts[split], nll, calibration, reference)
                            for split in ("train", "test"))
         levels = {"sentence": (member, outside),
                   "user": (grouped_scores(member, user_groups["train"]), grouped_scores(outside, user_groups["test"]))}
@@ -135,7 +137,7 @@ def _membership(catalog: Catalog, config: TrainConfig, nll, limit: int, seed: in
     return metrics
 
 
-def _once(score):  # type: ignore[no-untyped-def]
+def _once(score: Callable[[list[str]], np.ndarray]) -> Callable[[list[str]], np.ndarray]:
     """``score`` memoised on the texts: the calibrations reuse one model pass per split."""
     seen: dict[tuple[str, ...], np.ndarray] = {}
 

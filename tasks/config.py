@@ -11,7 +11,7 @@ keys that are not shared settings go to the mechanism's parameters.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 from pydantic.fields import FieldInfo
@@ -27,9 +27,14 @@ from uedp.privacy.randomness import RandomnessMode
 from uedp.privacy.sanitization.release import LOCAL_DP, local_dp_kind
 from uedp.storage.home import validate_dataset_name
 
-MechanismName = registry.name_literal()
-LocalDpName = Literal[tuple(LOCAL_DP)]  # type: ignore[valid-type]
-MechanismParamsUnion = registry.params_union()
+if TYPE_CHECKING:  # the registry builds these at import; to a type checker they are their common bases
+    MechanismName = str
+    LocalDpName = str
+    MechanismParamsUnion = MechanismParams
+else:
+    MechanismName = registry.name_literal()  # a choice list in the Prefect UI and in JSON schemas
+    LocalDpName = Literal[tuple(LOCAL_DP)]
+    MechanismParamsUnion = registry.params_union()  # discriminated by ``mechanism``
 RANDOMNESS_HELP = ("secure (default): sampling, noise and batch order from the operating system, never stored; "
                    "seeded: from the seed, reproducible, and the guarantee does not hold against anyone who knows it")
 
@@ -77,7 +82,7 @@ class TrainConfig(RunSettings):
                                    description="entity categories treated as sensitive (names, aliases such as PER, "
                                                "or composites such as PII)")
     seed: int = Field(0, description="initial weights (always); sampling and noise too only with randomness=seeded")
-    params: MechanismParamsUnion = Field(description="the mechanism and its parameters")  # type: ignore[valid-type]
+    params: MechanismParamsUnion = Field(description="the mechanism and its parameters")
 
     @model_validator(mode="before")
     @classmethod

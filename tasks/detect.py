@@ -19,8 +19,7 @@ from typing import Any
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
-from prefect import get_run_logger, task
-from prefect.cache_policies import NO_CACHE
+from prefect import get_run_logger
 from tqdm.auto import tqdm
 
 from uedp.detection.categories import taxonomy
@@ -30,7 +29,7 @@ from uedp.storage.home import DataHome
 from uedp.storage.remote import TableStore, open_store
 from uedp.storage.schemas import ENTITIES
 from uedp.storage.tables import DATA_FILE, TableWriter, hash_config, is_current, read_manifest
-from uedp.tasks.retry import RETRIES, transient_only
+from uedp.tasks.retry import retried_task
 
 COLUMNS = ["sentence_id", "user_id", "text", "gold_spans"]
 STAGING_PREFIX = ".entities.shards-"
@@ -143,7 +142,7 @@ class Staging:
         self.folder = posixpath.join(base.rstrip("/"), STAGING_PREFIX + plan.key[:16])
 
     def has(self, shard: Shard) -> bool:
-        return self.fs.exists(posixpath.join(self.folder, shard.part_name))
+        return bool(self.fs.exists(posixpath.join(self.folder, shard.part_name)))
 
     def put(self, local_file: Path, shard: Shard) -> None:
         """Upload under a temporary name, then move: a part is either complete or absent."""
@@ -222,7 +221,7 @@ def merge_shards(home: DataHome, dataset: str, config: DetectorConfig, shards: l
     return DetectResult(dataset, plan.detector, False, writer.rows, len(shards))
 
 
-@task(name="detect-entities", cache_policy=NO_CACHE, retry_condition_fn=transient_only, **RETRIES)
+@retried_task("detect-entities")
 def detect_task(home: DataHome, dataset: str, config: DetectorConfig | None = None,
                 progress: bool = False, store_url: str | None = None) -> DetectResult:
     store = open_store(store_url)
@@ -236,14 +235,13 @@ def detect_task(home: DataHome, dataset: str, config: DetectorConfig | None = No
     return result
 
 
-@task(name="detect-shard", cache_policy=NO_CACHE, retry_condition_fn=transient_only, task_run_name="detect-shard-{shard.index}",
-      **RETRIES)
+@retried_task("detect-shard", task_run_name="detect-shard-{shard.index}")
 def detect_shard_task(home: DataHome, dataset: str, config: DetectorConfig, shard: Shard,
                       store_url: str | None = None) -> int:
     return detect_shard(home, dataset, config, shard, store_url)
 
 
-@task(name="merge-entity-shards", cache_policy=NO_CACHE, retry_condition_fn=transient_only, **RETRIES)
+@retried_task("merge-entity-shards")
 def merge_shards_task(home: DataHome, dataset: str, config: DetectorConfig, shards: list[Shard],
                       store_url: str | None = None) -> DetectResult:
     result = merge_shards(home, dataset, config, shards, store_url)

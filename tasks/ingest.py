@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
-from prefect import get_run_logger, task
-from prefect.cache_policies import NO_CACHE
+from prefect import get_run_logger
 
 from uedp.storage.home import DataHome
 from uedp.storage.ingest import IngestOptions, IngestResult, conll_options, ingest
 from uedp.storage.remote import fetch_inputs, open_store
-from uedp.tasks.retry import RETRIES, transient_only
+from uedp.tasks.retry import retried_task
 
 __all__ = ["conll_options", "ingest_task"]
 
 
-@task(name="ingest-corpus", cache_policy=NO_CACHE, retry_condition_fn=transient_only, **RETRIES)
-def ingest_task(home: DataHome, dataset: str, files: list[str | Path], options: IngestOptions,
+@retried_task("ingest-corpus")
+def ingest_task(home: DataHome, dataset: str, files: Sequence[str | Path], options: IngestOptions,
                 progress: bool = False, store_url: str | None = None) -> IngestResult:
     """Ingest local files or fsspec URLs (copied under ``<home>/inputs`` first); publish to the store."""
     store = open_store(store_url)

@@ -93,7 +93,7 @@ def markdown(rows: list[ReportRow], title: str) -> str:
                      f"| {r.randomness if r.randomness != 'none' else '-'} "
                      f"| {_num(r.valid)} | {_num(r.test)} | {_num(r.test_spread, 2)} | {r.seeds} "
                      f"| {' '.join(run[:8] for run in r.run_ids)} |")
-    caveats = {}
+    caveats: dict[str, list[str]] = {}
     for r in rows:
         for caveat in r.caveats:
             caveats.setdefault(caveat, []).append(r.mechanism)

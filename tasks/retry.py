@@ -4,16 +4,29 @@ A retried training resumes from its last checkpoint, so a retry spends no privac
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
+from prefect import Task, task
+from prefect.cache_policies import NO_CACHE
 from pydantic import ValidationError
 
 from uedp.errors import UedpError
 
 PERMANENT = (UedpError, ValidationError, ValueError, TypeError, KeyError)
-RETRIES = {"retries": 2, "retry_delay_seconds": 30}
+RETRIES = 2
+RETRY_DELAY_SECONDS = 30
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def transient_only(task: Any, task_run: Any, state: Any) -> bool:
     """Prefect's ``retry_condition_fn``: retry unless the failure's exception is a permanent kind."""
     return not isinstance(state.data, PERMANENT)
+
+
+def retried_task(name: str, task_run_name: str | None = None) -> Callable[[Callable[P, R]], Task[P, R]]:
+    """uedp's tasks: never cached (inputs are content-keyed by the tasks themselves), retried on transient
+    failures only."""
+    return task(name=name, cache_policy=NO_CACHE, task_run_name=task_run_name, retries=RETRIES,
+                retry_delay_seconds=RETRY_DELAY_SECONDS, retry_condition_fn=transient_only)

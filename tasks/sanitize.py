@@ -17,8 +17,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from prefect import get_run_logger, task
-from prefect.cache_policies import NO_CACHE
+from prefect import get_run_logger
 from tqdm.auto import tqdm
 
 from uedp.errors import UedpError
@@ -32,7 +31,7 @@ from uedp.storage.home import DataHome
 from uedp.storage.schemas import ENTITIES, SENTENCES, USERS
 from uedp.storage.tables import TableWriter, hash_config, is_current, read_manifest, read_table
 from uedp.tasks.config import SanitizeConfig
-from uedp.tasks.retry import RETRIES, transient_only
+from uedp.tasks.retry import retried_task
 
 __all__ = ["SanitizeConfig", "SanitizeResult", "sanitize_dataset", "sanitize_task"]
 
@@ -83,7 +82,7 @@ class Segmenter:
         token = self.embeddings.tokens[index]
         if self.tokenizer is None:
             return token
-        return self.tokenizer.convert_tokens_to_string([token]).strip()  # type: ignore[attr-defined]
+        return str(self.tokenizer.convert_tokens_to_string([token])).strip()  # type: ignore[attr-defined]
 
 
 def _index(found: int | None) -> int:
@@ -160,8 +159,10 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
 
     result = _summary(config, sampler, unprotected, table, rows, records, released)
     if config.attack_model:
-        result = replace(result, **_mask_inference(config, [texts[r] for r in rows], segmented, records, released,
-                                                   segmenter))
+        attack = _mask_inference(config, [texts[r] for r in rows], segmented, records, released, segmenter)
+        result = replace(result, mask_inference_success=attack["mask_inference_success"],
+                         mask_inference_success_sanitized=attack["mask_inference_success_sanitized"],
+                         mask_inference_success_original=attack["mask_inference_success_original"])
     sanitized = table.set_column(table.schema.get_field_index("text"), "text", pa.array(new_texts, pa.string()))
     spans_column = pa.array([[] if is_train else s for is_train, s in zip(train, table["gold_spans"].to_pylist())],
                             SENTENCES.field("gold_spans").type)
@@ -250,7 +251,7 @@ def _summary(config: SanitizeConfig, sampler: Sampler, unprotected: float, table
     )
 
 
-@task(name="sanitize-dataset", cache_policy=NO_CACHE, retry_condition_fn=transient_only, **RETRIES)
+@retried_task("sanitize-dataset")
 def sanitize_task(home: DataHome, config: SanitizeConfig, progress: bool = False) -> SanitizeResult:
     result = sanitize_dataset(home, config, progress)
     # Figures only: no text of either corpus goes to the logs.

@@ -32,7 +32,7 @@ class SweepConfig(BaseModel):
 
     home: str = Field(description="data home (datasets, MLflow store)")
     dataset: str
-    mechanisms: list[MechanismName] = Field(default_factory=lambda: ["noiseless", "userdp", "uedp"],  # type: ignore[valid-type]
+    mechanisms: list[MechanismName] = Field(default_factory=lambda: ["noiseless", "userdp", "uedp"],
                                             min_length=1)
     category_sets: list[Categories] = Field(default_factory=lambda: [["PERSON", "LOC", "ORG"]], min_length=1,
                                             description="each entry is one set of sensitive categories")
@@ -40,7 +40,7 @@ class SweepConfig(BaseModel):
                                          "each; empty: use the noise multiplier")
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     run: RunSettings = Field(default_factory=RunSettings, description="settings every configuration shares")
-    settings: MechanismSettings = Field(default_factory=MechanismSettings,  # type: ignore[valid-type]
+    settings: MechanismSettings = Field(default_factory=MechanismSettings,
                                         description="mechanism parameters (each mechanism takes the ones it knows)")
     store: str | None = Field(None, description="fsspec URL of the shared table store (s3://bucket/uedp); "
                                                 "empty: the data home only")

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import math
 
-from prefect import get_run_logger, task
-from prefect.cache_policies import NO_CACHE
+from prefect import get_run_logger
 
 from uedp.storage.home import DataHome
 from uedp.storage.remote import open_store
 from uedp.tasks.config import TrainConfig
-from uedp.tasks.retry import RETRIES, transient_only
+from uedp.tasks.retry import retried_task
 from uedp.tasks.torchrun import train_with_torchrun
 from uedp.tasks.training import (
     TrainResult,
@@ -44,8 +43,7 @@ def run_training(home: DataHome, config: TrainConfig, flow_run_id: str | None = 
     return train_configuration(home, config, flow_run_id, parent_run_id)
 
 
-@task(name="train-configuration", cache_policy=NO_CACHE, task_run_name="train-{config.mechanism}",
-      retry_condition_fn=transient_only, **RETRIES)
+@retried_task("train-configuration", task_run_name="train-{config.mechanism}")
 def train_task(home: DataHome, config: TrainConfig, flow_run_id: str | None = None,
                parent_run_id: str | None = None, store_url: str | None = None) -> TrainResult:
     result = run_training(home, config, flow_run_id, parent_run_id, store_url)

@@ -130,7 +130,7 @@ def evaluate(model: torch.nn.Module, examples: Sequence[Example], config: TrainC
         return math.nan
     if config.task == "classification":
         return classification_error(model, examples, pad_id, device)
-    return perplexity(model, examples, pad_id, device)
+    return perplexity(model, [e for e in examples if isinstance(e, torch.Tensor)], pad_id, device)
 
 
 def keyed_table_id(home: DataHome, dataset: str, table: str) -> str:

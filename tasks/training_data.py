@@ -3,6 +3,7 @@ entity keys for the chosen categories, the redacted variant, and the evaluation 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from transformers import PreTrainedTokenizerBase
@@ -97,7 +98,7 @@ def prepare_data(catalog: Catalog, config: TrainConfig, tokenizer: PreTrainedTok
         if not texts:
             return []
         ids = encode(tokenizer, texts, config.max_len)
-        return ids if labels is None else [(row, index[label]) for row, label in zip(ids, labels)]
+        return list(ids) if labels is None else [(row, index[label]) for row, label in zip(ids, labels)]
 
     def labels_of(user: str) -> list[str] | None:
         return training.labels[user] if training.labels is not None else None
@@ -106,9 +107,11 @@ def prepare_data(catalog: Catalog, config: TrainConfig, tokenizer: PreTrainedTok
     redacted = ({u: examples(t, labels_of(u)) for u, t in training.redacted.items()}
                 if "redacted" in needs else None)
     masks = None
+    by_user: dict[str, list[Example]]
     if "private_masks" in needs:  # e.g. Selective-DPSGD: which tokens are private
         pairs = {u: encode_with_private_mask(tokenizer, t, training.spans[u], config.max_len) for u, t in training.texts.items()}
-        by_user, masks = {u: ids for u, (ids, _) in pairs.items()}, {u: m for u, (_, m) in pairs.items()}
+        by_user = {u: list[Example](ids) for u, (ids, _) in pairs.items()}
+        masks = {u: m for u, (_, m) in pairs.items()}
     else:
         by_user = {u: examples(t, labels_of(u)) for u, t in training.texts.items()}
     entities = training.entities if "entities" in needs else None
@@ -118,7 +121,8 @@ def prepare_data(catalog: Catalog, config: TrainConfig, tokenizer: PreTrainedTok
                         _split(catalog, config, "test", examples, index), classes, training.canaries)
 
 
-def _split(catalog: Catalog, config: TrainConfig, split: str, examples, index: dict[str, int]) -> list[Example]:  # type: ignore[no-untyped-def]
+def _split(catalog: Catalog, config: TrainConfig, split: str,
+           examples: Callable[[list[str], list[str] | None], list[Example]], index: dict[str, int]) -> list[Example]:
     rows = catalog.sentences(split)
     if config.task == "lm":
         return examples([text for _, _, text in rows], None)

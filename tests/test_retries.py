@@ -12,7 +12,7 @@ from uedp.tasks.train import train_task
 CALLS: list[str] = []
 
 
-@task(retry_condition_fn=transient_only, retries=RETRIES["retries"], retry_delay_seconds=0)
+@task(retry_condition_fn=transient_only, retries=RETRIES, retry_delay_seconds=0)
 def flaky(kind: str) -> str:
     CALLS.append(kind)
     if len(CALLS) == 1:
@@ -39,4 +39,4 @@ def test_the_pipeline_tasks_use_that_policy() -> None:
     from uedp.tasks.ingest import ingest_task
 
     for t in (ingest_task, detect_task, train_task):
-        assert t.retries == RETRIES["retries"] and t.retry_condition_fn is transient_only
+        assert t.retries == RETRIES and t.retry_condition_fn is transient_only

@@ -255,7 +255,7 @@ def detect(
         recognizers=str(recognizers) if recognizers else None, score_threshold=score_threshold, workers=workers,
         batch_size=batch_size,
     )
-    scale_out = ScaleOut(rows_per_shard=shard_rows, runner=runner, dask_address=dask_address,  # type: ignore[arg-type]
+    scale_out = ScaleOut(rows_per_shard=shard_rows, runner=runner, dask_address=dask_address,
                          dask_workers=dask_workers, store=store)
     result = detect_flow(str(data_home.root), dataset, config, progress=sys.stderr.isatty(), scale_out=scale_out)
     verb = "reused (same corpus and detector configuration)" if result.reused else "wrote"
@@ -489,7 +489,7 @@ def sweep(
     base = merged(config_file, settings, set_, LISTED)
     if seeded:
         base["randomness"] = "seeded"
-    config = SweepConfig(home=str(data_home.root), dataset=dataset, mechanisms=_csv(mechanisms),  # type: ignore[arg-type]
+    config = SweepConfig(home=str(data_home.root), dataset=dataset, mechanisms=_csv(mechanisms),
                          category_sets=categories, target_epsilons=targets, seeds=seed_list, store=store, **base)
     items = config.plan()
     _check_before_running([item.config for item in items], config.run.device)
