@@ -13,8 +13,9 @@ from pathlib import Path
 from prefect import flow, get_run_logger, runtime
 
 from uedp.storage.home import DataHome
+from uedp.tasks.config import SweepConfig
 from uedp.tasks.report import report_task
-from uedp.tasks.sweep import SweepConfig, SweepOutcome, SweepRun
+from uedp.tasks.sweep import SweepOutcome, SweepRun
 from uedp.tasks.train import train_task
 
 __all__ = ["SweepConfig", "SweepOutcome", "sweep_flow"]

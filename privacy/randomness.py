@@ -129,8 +129,8 @@ class Randomness:
 @dataclass(frozen=True)
 class RoundRandomness:
     """The run's randomness seen from one round: every draw is keyed by the round, which the round
-    loop (:mod:`privacy.mechanisms.loop`) fixes, so no mechanism can draw a round's coins twice or
-    from another round's stream."""
+    loop (:mod:`privacy.mechanisms.loop`) fixes, so a round body that draws only through this view
+    draws from its own round's streams (the loop hands no other view to it)."""
 
     source: Randomness
     round: int

@@ -88,7 +88,7 @@ def _load_run(tracker: RunTracker, device: torch.device):  # type: ignore[no-unt
         config_file = tracker.download("resolved_config.json", Path(tmp))
         if config_file is None:
             raise UedpError(f"run {tracker.run_id} has no resolved_config.json: not a uedp training run")
-        config = TrainConfig(**json.loads(config_file.read_text(encoding="utf-8"))["config"])
+        config = TrainConfig.from_logged(json.loads(config_file.read_text(encoding="utf-8"))["config"])
         if config.task != "lm":
             raise UedpError(f"the attacks target language models; run {tracker.run_id} trained a classifier")
         model_dir = tracker.download("model", Path(tmp))

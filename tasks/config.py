@@ -11,6 +11,8 @@ keys that are not shared settings go to the mechanism's parameters.
 from __future__ import annotations
 
 import hashlib
+import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
@@ -113,6 +115,18 @@ class TrainConfig(RunSettings):
                 params[name] = values[chosen]
         return cls(**own, params=params)
 
+    @classmethod
+    def from_logged(cls, data: dict[str, Any]) -> TrainConfig:
+        """The configuration a run logged (``resolved_config.json``), also from runs logged before the
+        parameters were nested: those are flat, hold every mechanism's fields and a ``local_dp`` block."""
+        if "params" in data:
+            return cls.model_validate(data)
+        legacy = {k: v for k, v in data.items() if k != "local_dp"} | dict(data.get("local_dp") or {})
+        mechanism = str(legacy.pop("mechanism"))
+        if "rounds" not in legacy and "rounds" in parameter_names(registry.get(mechanism).params):
+            legacy["rounds"] = legacy.pop("steps", None)  # flat runs counted userdp/uedp rounds as steps
+        return cls.for_mechanism(mechanism, **{k: v for k, v in legacy.items() if v is not None or k == "noise_multiplier"})
+
     @property
     def mechanism(self) -> str:
         return str(self.params.mechanism)
@@ -211,7 +225,9 @@ class SanitizeConfig(SanitizationSettings):
     mechanism: LocalDpName = "custext"
     epsilon: float = Field(gt=0, description="per-token epsilon of the exponential mechanism")
     embeddings: str = Field(description="a vector file (GloVe/word2vec text, .npz) or model:<pretrained folder>")
-    categories: Categories = Field(default_factory=default_categories, validate_default=True)
+    categories: Categories = Field(default_factory=lambda: ["PII"], validate_default=True,
+                                   description="with keep=non-entities: the categories whose entities are sanitized "
+                                               "(default: every personal-information category)")
     seed: int = Field(0, description="seed of the draws with randomness=seeded (and of the attack's sample)")
     randomness: RandomnessMode = Field(
         "secure", description="secure: OS randomness, never stored (a real release); seeded: from the seed, "
@@ -231,3 +247,100 @@ class SanitizeConfig(SanitizationSettings):
         plus = {"none": "", "stopwords": "-plus", "non-entities": "-entities"}[self.keep]
         k = f"-k{self.k}" if local_dp_kind(self.mechanism).has_output_sets else ""
         return f"{self.dataset}-{self.mechanism}-e{self.epsilon:g}{k}-{self.strategy}{plus}"
+
+
+class SweepConfig(BaseModel):
+    """Parameters of a sweep; the Prefect UI renders these as a form (the base as nested forms). Like a
+    training configuration it can be written flat: ``SweepConfig(..., model="lstm", q_user=0.1)``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    home: str = Field(description="data home (datasets, MLflow store)")
+    dataset: str
+    mechanisms: list[MechanismName] = Field(default_factory=lambda: ["noiseless", "userdp", "uedp"],
+                                            min_length=1)
+    category_sets: list[Categories] = Field(default_factory=lambda: [["PERSON", "LOC", "ORG"]], min_length=1,
+                                            description="each entry is one set of sensitive categories")
+    target_epsilons: list[float] = Field(default_factory=list, description="calibrate each private mechanism to "
+                                         "each; empty: use the noise multiplier")
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    run: RunSettings = Field(default_factory=RunSettings, description="settings every configuration shares")
+    settings: MechanismSettings = Field(default_factory=MechanismSettings,
+                                        description="mechanism parameters (each mechanism takes the ones it knows)")
+    store: str | None = Field(None, description="fsspec URL of the shared table store (s3://bucket/uedp); "
+                                                "empty: the data home only")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_form(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return nest_flat(data, set(cls.model_fields), "settings", {"run": set(RunSettings.model_fields)})
+        return data
+
+    @model_validator(mode="after")
+    def _valid(self) -> SweepConfig:
+        if any(not (e > 0 and math.isfinite(e)) for e in self.target_epsilons):
+            raise ValueError("target epsilons must be positive numbers")
+        self.plan()  # every configuration validates before any work starts
+        return self
+
+    def plan(self) -> list[SweepItem]:
+        """Every configuration with the target epsilon it was calibrated to (None: noise multiplier given)."""
+        base = {**self.settings.model_dump(), **self.run.model_dump()}
+        items: list[SweepItem] = []
+        for seed in self.seeds:
+            for mechanism in self.mechanisms:
+                spec = registry.get(mechanism)
+                targets: list[float | None] = list(self.target_epsilons) if spec.private and self.target_epsilons else [None]
+                for target in targets:
+                    # A grid epsilon replaces any budget in the base (custext/santext: the per-token epsilon).
+                    budget = ({"noise_multiplier": None, "target_epsilon": target, "epsilon": target}
+                              if target is not None else {})
+                    values = {**base, **budget}
+                    configs = [TrainConfig.for_mechanism(mechanism, **values, dataset=self.dataset,
+                                                         categories=categories, seed=seed)
+                               for categories in self.category_sets]
+                    if not spec.uses_categories(configs[0].params):
+                        configs = configs[:1]  # categories change nothing: train once
+                    # The epsilon each run is set to reach: the grid's, or a budget given in the base.
+                    items.extend(SweepItem(config, config.params.budget if spec.private else None)
+                                 for config in configs)
+        return items
+
+
+@dataclass(frozen=True)
+class SweepItem:
+    config: TrainConfig
+    target: float | None  # the target epsilon it was calibrated to; None: noise multiplier given
+
+
+class DemoConfig(BaseModel):
+    """Parameters of the demo flow; the Prefect UI renders these as a form. Mechanism parameters may be
+    given flat (``DemoConfig(home=..., q_user=0.2)``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    home: str = Field(description="data home (datasets, MLflow store)")
+    dataset: str = "demo"
+    mechanisms: list[MechanismName] = Field(default_factory=lambda: ["noiseless", "deid", "userdp", "uedp"])
+    categories: Categories = Field(default_factory=default_categories, validate_default=True)
+    seed: int = 0
+    # Seeded, so the demo's table is reproducible; its runs are tagged and their statements say the
+    # guarantee does not hold against anyone who knows the seed.
+    randomness: Literal["secure", "seeded"] = Field("seeded", description=RANDOMNESS_HELP)
+    device: str = "auto"
+    settings: MechanismSettings = Field(default_factory=MechanismSettings,
+                                        description="mechanism parameters (each mechanism takes the ones it knows)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_form(cls, data: Any) -> Any:
+        return nest_flat(data, set(cls.model_fields), "settings") if isinstance(data, dict) else data
+
+    def train_configs(self) -> list[TrainConfig]:
+        settings = self.settings.model_dump()
+        if settings.get("target_epsilon") is not None:
+            settings["noise_multiplier"] = None
+        return [TrainConfig.for_mechanism(mechanism, **settings, dataset=self.dataset, categories=self.categories,
+                                          seed=self.seed, device=self.device, randomness=self.randomness)
+                for mechanism in self.mechanisms]

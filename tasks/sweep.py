@@ -1,4 +1,4 @@
-"""A sweep: one base configuration (shared run settings and every mechanism parameter, each with its
+"""A sweep's parent MLflow run (its configuration, base plus grid, is :class:`tasks.config.SweepConfig`): one base configuration (shared run settings and every mechanism parameter, each with its
 one default) plus a grid (mechanisms x entity category sets x target epsilons x seeds), expanded into
 training configurations; and the parent MLflow run that the sweep's runs nest under.
 
@@ -9,80 +9,13 @@ since categories do not change it): the registry says which settings a mechanism
 from __future__ import annotations
 
 import datetime as dt
-import math
 from dataclasses import dataclass, field
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from uedp.detection.categories import Categories
 from uedp.errors import UedpError
-from uedp.privacy.mechanisms import registry
 from uedp.storage.home import DataHome
-from uedp.tasks.config import MechanismName, MechanismSettings, RunSettings, TrainConfig, nest_flat
+from uedp.tasks.config import SweepConfig, SweepItem
 from uedp.tasks.tracking import RunTracker
 from uedp.tasks.training import TrainResult
-
-
-class SweepConfig(BaseModel):
-    """Parameters of a sweep; the Prefect UI renders these as a form (the base as nested forms). Like a
-    training configuration it can be written flat: ``SweepConfig(..., model="lstm", q_user=0.1)``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    home: str = Field(description="data home (datasets, MLflow store)")
-    dataset: str
-    mechanisms: list[MechanismName] = Field(default_factory=lambda: ["noiseless", "userdp", "uedp"],
-                                            min_length=1)
-    category_sets: list[Categories] = Field(default_factory=lambda: [["PERSON", "LOC", "ORG"]], min_length=1,
-                                            description="each entry is one set of sensitive categories")
-    target_epsilons: list[float] = Field(default_factory=list, description="calibrate each private mechanism to "
-                                         "each; empty: use the noise multiplier")
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
-    run: RunSettings = Field(default_factory=RunSettings, description="settings every configuration shares")
-    settings: MechanismSettings = Field(default_factory=MechanismSettings,
-                                        description="mechanism parameters (each mechanism takes the ones it knows)")
-    store: str | None = Field(None, description="fsspec URL of the shared table store (s3://bucket/uedp); "
-                                                "empty: the data home only")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _flat_form(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            return nest_flat(data, set(cls.model_fields), "settings", {"run": set(RunSettings.model_fields)})
-        return data
-
-    @model_validator(mode="after")
-    def _valid(self) -> SweepConfig:
-        if any(not (e > 0 and math.isfinite(e)) for e in self.target_epsilons):
-            raise ValueError("target epsilons must be positive numbers")
-        self.plan()  # every configuration validates before any work starts
-        return self
-
-    def plan(self) -> list[SweepItem]:
-        """Every configuration with the target epsilon it was calibrated to (None: noise multiplier given)."""
-        base = {**self.settings.model_dump(), **self.run.model_dump()}
-        items: list[SweepItem] = []
-        for seed in self.seeds:
-            for mechanism in self.mechanisms:
-                spec = registry.get(mechanism)
-                targets: list[float | None] = list(self.target_epsilons) if spec.private and self.target_epsilons else [None]
-                for target in targets:
-                    budget = {"noise_multiplier": None, "target_epsilon": target} if target is not None else {}
-                    values = {**base, **budget}
-                    configs = [TrainConfig.for_mechanism(mechanism, **values, dataset=self.dataset,
-                                                         categories=categories, seed=seed)
-                               for categories in self.category_sets]
-                    if not spec.uses_categories(configs[0].params):
-                        configs = configs[:1]  # categories change nothing: train once
-                    items.extend(SweepItem(config, target) for config in configs)
-        return items
-
-
-@dataclass(frozen=True)
-class SweepItem:
-    config: TrainConfig
-    target: float | None  # the target epsilon it was calibrated to; None: noise multiplier given
 
 
 @dataclass(frozen=True)
@@ -112,8 +45,8 @@ class SweepRun:
                             "target_epsilons": config.target_epsilons or "none", "seeds": config.seeds,
                             "model": config.run.model, "model_size": config.run.model_size,
                             "configurations": len(items), "randomness": config.run.randomness,
-                            "noise_multiplier": config.settings.noise_multiplier  # type: ignore[attr-defined]
-                            if not config.target_epsilons else "calibrated"})
+                            "noise_multiplier": "calibrated" if any(i.target is not None for i in items)
+                            else config.settings.noise_multiplier})  # type: ignore[attr-defined]
         return cls(config, items, tracker)
 
     @property

@@ -153,6 +153,9 @@ def mechanism_names_in_control_flow(mods: dict[str, Path], names: set[str]) -> l
                 constants += [k for k in node.keys if k is not None]
             elif isinstance(node, ast.MatchValue):
                 constants.append(node.value)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                    "get", "startswith", "endswith", "index", "count", "removeprefix", "removesuffix"):
+                constants += node.args  # registry.get("dpsgd"), name.startswith("uedp")
             found += [f"{path}:{node.lineno} ({c.value!r})" for c in constants  # type: ignore[attr-defined]
                       if isinstance(c, ast.Constant) and c.value in names]
     return found
@@ -186,10 +189,12 @@ def test_the_architecture_checks_catch_planted_violations(tmp_path: Path) -> Non
     mods = {
         "uedp.privacy.bad": planted("bad", "import prefect\nfrom uedp.tasks.train import train_task\n"),
         "uedp.tasks.a": planted("a", "from uedp.tasks import b\n"),
-        "uedp.tasks.b": planted("b", "import uedp.tasks.a\nif config.mechanism in ('dpsgd', 'x'):\n    pass\n"),
+        "uedp.tasks.b": planted("b", "import uedp.tasks.a\nif config.mechanism in ('dpsgd', 'x'):\n    pass\n"
+                                     "spec = registry.get('uedp-naive')\n"),
     }
     violations = layer_violations(mods)
     assert any("imports uedp.tasks.train" in v for v in violations)
     assert any("must not import prefect" in v for v in violations)
     assert import_cycles(mods) == [["uedp.tasks.a", "uedp.tasks.b"]]
-    assert mechanism_names_in_control_flow(mods, mechanism_names()) == [f"{mods['uedp.tasks.b']}:2 ('dpsgd')"]
+    assert mechanism_names_in_control_flow(mods, mechanism_names()) == [f"{mods['uedp.tasks.b']}:2 ('dpsgd')",
+                                                                        f"{mods['uedp.tasks.b']}:4 ('uedp-naive')"]

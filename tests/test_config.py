@@ -3,6 +3,8 @@ nested forms, the sweep's base plus grid, and the CLI options derived from the m
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,10 +18,15 @@ from uedp.options import merged, parse_sets
 from uedp.privacy.mechanisms import registry
 from uedp.privacy.mechanisms.params import UeDpParams, UserDpParams
 from uedp.privacy.mechanisms.registry import MechanismSpec, register
-from uedp.tasks.config import MechanismSettings, TrainConfig
-from uedp.tasks.sweep import SweepConfig
+from uedp.tasks.config import MechanismSettings, SweepConfig, TrainConfig
 
 runner = CliRunner()
+
+
+def uedp(*args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI in its own process (commands that import Prefect keep handles to the streams they saw)."""
+    return subprocess.run([sys.executable, "-m", "uedp.cli", *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
 
 
 def test_every_mechanism_is_registered_with_a_params_model_that_admits_its_name() -> None:
@@ -135,3 +142,53 @@ def test_importing_the_cli_imports_neither_prefect_nor_mlflow() -> None:
     code = "import sys, uedp.cli; print(sorted(m for m in ('prefect', 'mlflow') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
     assert out.stdout.strip() == "[]"
+
+
+def test_a_logged_configuration_feeds_back_with_config_and_the_named_dataset_wins(tmp_path: Path) -> None:
+    logged = TrainConfig(dataset="elsewhere", mechanism="userdp", rounds=3, q_user=0.2)
+    resolved = tmp_path / "resolved_config.json"
+    resolved.write_text(json.dumps({"config": logged.model_dump(), "privacy": {}}), encoding="utf-8")
+    result = uedp("train", "missing", "--home", str(tmp_path / "home"), "--config", str(resolved), "--set", "seed=1")
+    assert result.returncode == 2, result.stderr  # one line naming the dataset given, not a TypeError
+    assert "missing" in result.stderr and "elsewhere" not in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_local_dp_takes_its_epsilon_from_target_epsilon_on_the_command_line(tmp_path: Path) -> None:
+    result = uedp("train", "missing", "--home", str(tmp_path), "--mechanism", "custext", "--target-epsilon", "2",
+                  "--embeddings", "v.txt")
+    assert result.returncode == 2 and "noise_multiplier" not in result.stderr and "missing" in result.stderr
+    config = TrainConfig(dataset="d", mechanism="custext", target_epsilon=2.0, embeddings="v.txt")
+    assert config.params.epsilon == 2.0 and config.params.budget == 2.0
+
+
+def test_a_target_epsilon_replaces_the_default_noise_multiplier() -> None:
+    config = TrainConfig(dataset="d", mechanism="userdp", target_epsilon=4.0)
+    assert config.params.noise_multiplier is None and config.params.budget == 4.0
+
+
+def test_the_planner_refuses_a_parameter_its_mechanism_does_not_take() -> None:
+    result = runner.invoke(app, ["epsilon", "--mechanism", "dpsgd", "--users", "100", "--rounds", "5"])
+    assert result.exit_code == 2 and "invalid rounds" in result.stderr
+
+
+def test_grid_epsilons_replace_a_budget_in_the_base() -> None:
+    sweep = SweepConfig(home="h", dataset="d", mechanisms=["custext", "userdp"], target_epsilons=[1.0, 8.0],
+                        embeddings="v.txt", epsilon=3.0, target_epsilon=5.0)
+    assert sorted((i.config.mechanism, i.config.params.budget, i.target) for i in sweep.plan()) == [
+        ("custext", 1.0, 1.0), ("custext", 8.0, 8.0), ("userdp", 1.0, 1.0), ("userdp", 8.0, 8.0)]
+    based = SweepConfig(home="h", dataset="d", mechanisms=["userdp"], target_epsilon=5.0)
+    assert [i.target for i in based.plan()] == [5.0]  # a budget in the base is still what the run reaches
+
+
+def test_runs_logged_before_the_nested_configuration_still_load() -> None:
+    """``uedp attack`` reads old runs' flat resolved_config.json (every mechanism's fields, local_dp block)."""
+    flat = {"dataset": "d", "mechanism": "uedp", "steps": 7, "q_user": 0.2, "q_entity": 0.3, "lr": 0.001,
+            "batch_size": 16, "public_steps": 300, "hidden_clip": 1.0, "noise_multiplier": 1.0,
+            "target_epsilon": None, "local_dp": None, "categories": ["PERSON"], "model": "gpt2"}
+    config = TrainConfig.from_logged(flat)
+    assert config.params.rounds == 7 and config.params.q_entity == 0.3 and config.categories == ["PERSON"]
+    local = TrainConfig.from_logged({"dataset": "d", "mechanism": "custext", "steps": 5, "target_epsilon": 2.0,
+                                     "noise_multiplier": None, "q_user": 0.5,
+                                     "local_dp": {"embeddings": "v.txt", "k": 10, "strategy": "token"}})
+    assert local.params.epsilon == 2.0 and local.params.k == 10 and local.params.steps == 5
+    assert TrainConfig.from_logged(config.model_dump()) == config

@@ -18,9 +18,9 @@ from typing import Any, Optional, TypeVar
 import typer
 
 from uedp.errors import UedpError
-from uedp.options import CONFIG_HELP, SET_HELP, derived_parameters, list_fields, merged, with_options
+from uedp.options import CONFIG_HELP, SET_HELP, default_of, derived_parameters, list_fields, merged, with_options
 from uedp.privacy.mechanisms import registry
-from uedp.tasks.config import MechanismSettings, RunSettings, SanitizeConfig, TrainConfig
+from uedp.tasks.config import DemoConfig, MechanismSettings, RunSettings, SanitizeConfig, SweepConfig, TrainConfig
 
 app = typer.Typer(
     name="uedp",
@@ -130,15 +130,18 @@ def _fmt(value: float, digits: int = 3) -> str:
 @with_options(DEMO_OPTIONS)
 def demo(
     home: Optional[Path] = HOME_OPTION,
-    mechanisms: str = typer.Option("noiseless,deid,userdp,uedp", help=f"Comma-separated mechanisms to train: "
-                                   f"{MECHANISMS_HELP}."),
+    mechanisms: Optional[str] = typer.Option(None, help="Comma-separated mechanisms to train: "
+                                             f"{MECHANISMS_HELP} {default_of(DemoConfig, 'mechanisms')}",
+                                             show_default=False),
     categories: Optional[str] = typer.Option(None, help="Entity categories treated as sensitive (names, aliases such "
-                                             "as PER, or composites such as PII) \\[default: PERSON,LOC,ORG,"
-                                             "PHONE_NUMBER,EMAIL_ADDRESS]", show_default=False),
-    seed: int = typer.Option(0, help="Seed for data splits, initialisation, sampling and noise."),
+                                             "as PER, or composites such as PII) "
+                                             f"{default_of(DemoConfig, 'categories')}", show_default=False),
+    seed: Optional[int] = typer.Option(None, help="Seed for data splits, initialisation, sampling and noise "
+                                       f"{default_of(DemoConfig, 'seed')}", show_default=False),
     secure: bool = typer.Option(False, "--secure", help="Draw sampling and noise from the operating system (as "
                                 "`uedp train` does by default) instead of --seed: results then differ run to run."),
-    device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
+    device: Optional[str] = typer.Option(None, help=f"auto, cpu, cuda or cuda:N {default_of(DemoConfig, 'device')}",
+                                         show_default=False),
     config_file: Optional[Path] = CONFIG_OPTION,
     set_: Optional[list[str]] = SET_OPTION,
     **settings: Any,
@@ -151,15 +154,15 @@ def demo(
     flag (--rounds, --q-user, ...) or --set key=value.
     """
     data_home = _prepare_runtime(home)
-    from uedp.flows.demo import DemoConfig, demo_flow
+    from uedp.flows.demo import demo_flow
     from uedp.tasks.tracking import ui_command
 
-    config = DemoConfig(
-        home=str(data_home.root), mechanisms=_csv(mechanisms), seed=seed, device=device,
-        randomness="secure" if secure else "seeded", **({"categories": categories} if categories else {}),
-        **merged(config_file, settings, set_, LISTED),
+    given = {"mechanisms": _csv(mechanisms) if mechanisms else None, "categories": categories, "seed": seed,
+             "device": device, "randomness": "secure" if secure else None}
+    values = merged(config_file, settings, set_, LISTED) | {k: v for k, v in given.items() if v is not None}
+    config = DemoConfig(**{**values, "home": str(data_home.root)},
     )
-    _check_before_running(config.train_configs(), device)
+    _check_before_running(config.train_configs(), config.device)
     typer.echo(f"uedp demo: data home {data_home.root}")
     outcome = demo_flow(config)
     ing, det = outcome.ingest, outcome.detect
@@ -282,8 +285,8 @@ def sanitize(
     from uedp.flows.sanitize import sanitize_flow
     from uedp.privacy.sanitization.release import local_dp_kind
 
-    config = SanitizeConfig(dataset=dataset, randomness="seeded" if seeded else "secure",
-                            **merged(config_file, settings, set_, LISTED))
+    values = merged(config_file, settings, set_, LISTED) | ({"randomness": "seeded"} if seeded else {})
+    config = SanitizeConfig(**{**values, "dataset": dataset})
     result = sanitize_flow(str(data_home.root), config, progress=sys.stderr.isatty())
     verb = "reused (same source and settings: the same release)" if result.reused else "wrote"
     typer.echo(f"{result.dataset}: {verb}")
@@ -379,12 +382,12 @@ def epsilon(
     if spec is None or spec.plan is None:
         raise UedpError(f"unknown mechanism {mechanism!r} for planning; valid: "
                         + ", ".join(n for n, s in registry.mechanisms().items() if s.plan))
-    values = merged(config_file, settings, set_, LISTED)
-    if values.get("target_epsilon") is not None and "noise_multiplier" not in values:
-        values["noise_multiplier"] = None
+    values = {k: v for k, v in merged(config_file, settings, set_, LISTED).items()
+              if k in MechanismSettings.model_fields or k == "steps"}  # a file may hold run settings too
     if values.get("noise_multiplier") is not None and values.get("target_epsilon") is not None:
         raise UedpError("give at most one of --noise-multiplier and --target-epsilon")
-    params = TrainConfig.for_mechanism(mechanism, **values, dataset="plan").params
+    # Strict: a parameter this mechanism does not take is an error, not a silently different plan.
+    params = TrainConfig(**{**values, "dataset": "plan", "mechanism": mechanism}).params
     noise = count_noise if count_noise is not None else RunSettings.model_fields["count_noise"].default
     try:
         warning = check_delta(params.delta, users)  # type: ignore[attr-defined]
@@ -436,11 +439,9 @@ def train(
         raise UedpError(f"unknown mechanism {values.get('mechanism')!r}; valid: {MECHANISMS_HELP}")
     if values.get("noise_multiplier") is not None and values.get("target_epsilon") is not None:
         raise UedpError("give at most one of --noise-multiplier and --target-epsilon")
-    if values.get("target_epsilon") is not None:
-        values.setdefault("noise_multiplier", None)
     if seeded:
         values["randomness"] = "seeded"
-    config = TrainConfig(dataset=dataset, **values)
+    config = TrainConfig(**{**values, "dataset": dataset})  # the named dataset wins over a config file's
     result = run_training(data_home, config, store_url=store)
     if result.resumed_from:
         typer.echo(f"resumed from the checkpoint of round {result.resumed_from}")
@@ -459,12 +460,15 @@ def train(
 @with_options(SWEEP_OPTIONS)
 def sweep(
     dataset: str = typer.Argument(..., help="An ingested and detected dataset."),
-    mechanisms: str = typer.Option("noiseless,userdp,uedp", help=f"Comma-separated: {MECHANISMS_HELP}."),
-    categories: list[str] = typer.Option(["PERSON,LOC,ORG"], help="A set of sensitive categories; repeat the "
+    mechanisms: Optional[str] = typer.Option(None, help=f"Comma-separated: {MECHANISMS_HELP} "
+                                             f"{default_of(SweepConfig, 'mechanisms')}", show_default=False),
+    categories: Optional[list[str]] = typer.Option(None, show_default=False, help="A set of sensitive categories "
+                                                   f"{default_of(SweepConfig, 'category_sets')}; repeat the "
                                          "option for several sets (e.g. --categories PERSON --categories PII)."),
     epsilons: Optional[str] = typer.Option(None, help="Comma-separated target epsilons for every private mechanism "
                                            "(default: the noise multiplier)."),
-    seeds: str = typer.Option("0", help="Comma-separated seeds (initial weights; sampling and noise too with --seeded)."),
+    seeds: Optional[str] = typer.Option(None, show_default=False, help="Comma-separated seeds (initial weights; "
+                                        f"sampling and noise too with --seeded) {default_of(SweepConfig, 'seeds')}"),
     seeded: bool = SEEDED_OPTION,
     store: Optional[str] = typer.Option(None, help=STORE_HELP),
     home: Optional[Path] = HOME_OPTION,
@@ -478,7 +482,7 @@ def sweep(
     The grid is set by the options above; the base configuration by every other flag (defaults from the
     configuration), --config or --set key=value."""
     data_home = _prepare_runtime(home)
-    from uedp.flows.sweep import SweepConfig, sweep_flow
+    from uedp.flows.sweep import sweep_flow
     from uedp.tasks.tracking import ui_command
 
     try:
@@ -486,11 +490,11 @@ def sweep(
         seed_list = [int(s) for s in _csv(seeds)]
     except ValueError as exc:
         raise UedpError(f"--epsilons and --seeds take comma-separated numbers: {exc}") from None
-    base = merged(config_file, settings, set_, LISTED)
-    if seeded:
-        base["randomness"] = "seeded"
-    config = SweepConfig(home=str(data_home.root), dataset=dataset, mechanisms=_csv(mechanisms),
-                         category_sets=categories, target_epsilons=targets, seeds=seed_list, store=store, **base)
+    grid = {"mechanisms": _csv(mechanisms) if mechanisms else None, "category_sets": categories or None,
+            "target_epsilons": targets or None, "seeds": seed_list or None, "store": store,
+            "randomness": "seeded" if seeded else None}
+    values = merged(config_file, settings, set_, LISTED) | {k: v for k, v in grid.items() if v is not None}
+    config = SweepConfig(**{**values, "home": str(data_home.root), "dataset": dataset})
     items = config.plan()
     _check_before_running([item.config for item in items], config.run.device)
     typer.echo(f"uedp sweep: {len(items)} configurations on {dataset!r}")

@@ -41,8 +41,14 @@ def _describe_default(value: Any) -> str:
     if value is None:
         return "unset"
     if isinstance(value, list):
-        return ",".join(map(str, value)) or "none"
+        return " ".join(_describe_default(v) for v in value) if value and isinstance(value[0], list) else \
+            (",".join(map(str, value)) or "none")
     return str(value)
+
+
+def default_of(model: type[BaseModel], name: str) -> str:
+    """``[default: ...]`` for a field, as derived options show it (escaped for rich's markup)."""
+    return f"\\[default: {_describe_default(model.model_fields[name].get_default(call_default_factory=True))}]"
 
 
 def derived_parameters(models: list[type[BaseModel]], skip: set[str] = frozenset(),  # type: ignore[assignment]
@@ -56,14 +62,13 @@ def derived_parameters(models: list[type[BaseModel]], skip: set[str] = frozenset
             if name in skip or name in seen:
                 continue
             seen.add(name)
-            default = info.get_default(call_default_factory=True)
             flags = [f"--{name.replace('_', '-')}", *(aliases or {}).get(name, [])]
             kind = _cli_type(info.annotation)
             if kind is bool:
                 flags = [f"--{name.replace('_', '-')}/--no-{name.replace('_', '-')}"]
             listed = typing.get_origin(info.annotation) is list
             help_text = (info.description or name.replace("_", " ")).rstrip(".")
-            help_text = f"{help_text}{' (comma-separated)' if listed else ''} \\[default: {_describe_default(default)}]"
+            help_text = f"{help_text}{' (comma-separated)' if listed else ''} {default_of(model, name)}"
             option = typer.Option(None, *flags, help=help_text, show_default=False)
             out.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
                                          annotation=Optional[kind]))

@@ -112,7 +112,6 @@ RoundBody = Callable[[int, RoundRandomness], RoundOutput]
 @dataclass(frozen=True)
 class LoopOutcome:
     rounds: int  # rounds done in all, counting rounds restored from a checkpoint
-    resumed_from: int  # rounds restored from a checkpoint (0: a fresh start)
     stopped: str = ""  # why the loop ended early, or ""
 
 
@@ -143,7 +142,7 @@ class RoundLoop:
             on_round(RoundReport(round_index, output.loss, epsilon, self.delta, output.participants))
             checkpoint.maybe_save(self.scope, round_index, objects)
             last = round_index
-        return LoopOutcome(last, done, stopped)
+        return LoopOutcome(last, stopped)
 
 
 def private_statement(mechanism: str, unit: str, ledger: Ledger, outcome: LoopOutcome, *, delta: float,

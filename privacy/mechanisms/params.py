@@ -7,7 +7,7 @@ checks it)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -39,7 +39,8 @@ class NoiselessParams(MechanismParams):
     """Ordinary training (noiseless, deid, and training on a local-DP release)."""
 
     mechanism: Literal["noiseless", "deid"] = "noiseless"
-    steps: int = Field(300, ge=1, description="optimizer steps; for userdp/uedp the rounds, unless rounds is set")
+    steps: int = Field(300, ge=1, description="optimizer steps of step-based training (noiseless, deid, dpsgd, "
+                                              "selective, local DP); userdp/uedp count rounds instead")
     batch_size: int = Field(16, ge=1, description="batch size; dpsgd: expected Poisson batch size")
     lr: float = Field(1e-3, gt=0, description="learning rate (Adam) of step-based training")
 
@@ -62,6 +63,14 @@ class PrivateParams(MechanismParams):
     @property
     def budget(self) -> float | None:
         return self.target_epsilon
+
+    @model_validator(mode="before")
+    @classmethod
+    def _target_replaces_noise(cls, data: Any) -> Any:
+        """A target epsilon without an explicit noise multiplier: z is calibrated, not the default 1."""
+        if isinstance(data, dict) and data.get("target_epsilon") is not None and "noise_multiplier" not in data:
+            return {**data, "noise_multiplier": None}
+        return data
 
     @model_validator(mode="after")
     def _noise_or_target(self) -> PrivateParams:

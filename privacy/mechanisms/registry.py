@@ -133,7 +133,7 @@ def _discover() -> None:
 
 
 def mechanisms() -> dict[str, MechanismSpec]:
-    """Every registered mechanism, in registration order."""
+    """Every registered mechanism, in listing order (``rank``: baselines first, then by unit)."""
     _discover()
     return dict(sorted(_REGISTRY.items(), key=lambda item: item[1].rank))
 
