@@ -48,8 +48,9 @@ def test_deployed_demo_runs_on_a_worker_and_both_uis_show_it(tmp_path: Path) -> 
     with LocalStack(home, free_port(), free_port()) as stack, SyncPrefectClient(stack.prefect_api) as api:
         # Prefect's own client: the endpoints the UI calls, with its retries when a busy server answers 503.
         deployment = api.read_deployment_by_name("uedp-demo/uedp-demo")
-        config = {"home": str(home.root), "mechanisms": ["noiseless", "userdp"], "steps": 40, "rounds": 2,
-                  "categories": ["PERSON", "LOC"]}
+        # The form's shape: the mechanism parameters are a nested block (the server checks the JSON schema).
+        config = {"home": str(home.root), "mechanisms": ["noiseless", "userdp"], "categories": ["PERSON", "LOC"],
+                  "settings": {"steps": 40, "rounds": 2}}
         # The UI's Run button: POST /deployments/{id}/create_flow_run with the form's parameters.
         run = api.create_flow_run_from_deployment(deployment.id, parameters={"config": config})
         deadline, state = time.monotonic() + 420, ""
