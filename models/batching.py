@@ -8,11 +8,13 @@ examples in lists and never look inside them, so every mechanism trains either k
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
 import torch
-from transformers import PreTrainedTokenizerBase
+
+if TYPE_CHECKING:  # transformers is heavy to import; only its tokenizer type is named here
+    from transformers import PreTrainedTokenizerBase
 
 IGNORE = -100
 Example = Union[torch.Tensor, tuple[torch.Tensor, int]]

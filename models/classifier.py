@@ -5,27 +5,11 @@ a size preset for small runs and tests."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TypedDict
 
 from transformers import AutoModelForSequenceClassification, BertConfig, BertForSequenceClassification, PreTrainedModel
 
 from uedp.errors import UedpError
-
-
-class BertPreset(TypedDict):
-    hidden_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    intermediate_size: int
-    max_position_embeddings: int
-
-
-BERT_PRESETS: dict[str, BertPreset] = {
-    "tiny": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
-             "max_position_embeddings": 128},
-    "small": {"hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 512,
-              "max_position_embeddings": 256},
-}
+from uedp.models.presets import BERT_PRESETS
 
 
 def build_bert_classifier(preset: str, vocab_size: int, num_labels: int, pad_token_id: int) -> BertForSequenceClassification:

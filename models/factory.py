@@ -4,24 +4,16 @@ torch model, and what it is trained for: next-word prediction or sequence classi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from uedp.models.classifier import BERT_PRESETS, build_bert_classifier, load_classifier
-from uedp.models.gpt2 import PRESETS, build_gpt2, load_gpt2
-from uedp.models.lstm import LSTM_PRESETS, build_lstm, load_lstm
+from uedp.models.classifier import build_bert_classifier, load_classifier
+from uedp.models.gpt2 import build_gpt2, load_gpt2
+from uedp.models.lstm import build_lstm, load_lstm
+from uedp.models.presets import BERT_PRESETS, LSTM_PRESETS, PRESETS, SIZE_PRESETS, ModelKind, Task, task_of
 
-ModelKind = Literal["gpt2", "lstm", "bert"]
-Task = Literal["lm", "classification"]
-MODEL_KINDS: tuple[str, ...] = ("gpt2", "lstm", "bert")
-SIZE_PRESETS: dict[str, tuple[str, ...]] = {"gpt2": tuple(PRESETS), "lstm": tuple(LSTM_PRESETS),
-                                            "bert": tuple(BERT_PRESETS)}
-
-
-def task_of(kind: ModelKind) -> Task:
-    return "classification" if kind == "bert" else "lm"
+__all__ = ["SIZE_PRESETS", "ModelKind", "Task", "build_model", "task_of"]
 
 
 def build_model(kind: ModelKind, size: str, tokenizer: PreTrainedTokenizerBase,

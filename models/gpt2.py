@@ -4,25 +4,11 @@ from a named size preset for small runs, demos and tests."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TypedDict
 
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from uedp.errors import UedpError
-
-
-class Gpt2Preset(TypedDict):
-    n_layer: int
-    n_head: int
-    n_embd: int
-    n_positions: int
-
-
-# Presets small enough for CPU demos and tests; "gpt2" itself is loaded with from_pretrained.
-PRESETS: dict[str, Gpt2Preset] = {
-    "tiny": {"n_layer": 2, "n_head": 4, "n_embd": 64, "n_positions": 128},
-    "small": {"n_layer": 4, "n_head": 4, "n_embd": 128, "n_positions": 256},
-}
+from uedp.models.presets import PRESETS
 
 
 def build_gpt2(preset: str, vocab_size: int, eos_token_id: int) -> GPT2LMHeadModel:

@@ -17,7 +17,6 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TypedDict
 
 import torch
 from opacus.layers import DPLSTM
@@ -25,6 +24,7 @@ from torch import nn
 from transformers.modeling_outputs import CausalLMOutput
 
 from uedp.errors import UedpError
+from uedp.models.presets import LSTM_PRESETS
 
 WEIGHTS = "lstm.pt"
 CONFIG = "lstm_config.json"
@@ -36,18 +36,6 @@ class LstmConfig:
     embedding_size: int = 200
     hidden_size: int = 200
     tie_weights: bool = False
-
-
-class LstmPreset(TypedDict):
-    embedding_size: int
-    hidden_size: int
-
-
-# "paper" is the Selective-DP paper's model; "tiny" is for CPU tests and demos.
-LSTM_PRESETS: dict[str, LstmPreset] = {
-    "paper": {"embedding_size": 200, "hidden_size": 200},
-    "tiny": {"embedding_size": 48, "hidden_size": 64},
-}
 
 
 class LstmLanguageModel(nn.Module):

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 from pydantic.fields import FieldInfo
 
 from uedp.detection.categories import Categories, default_categories
-from uedp.models.factory import SIZE_PRESETS, ModelKind, Task, task_of
+from uedp.models.presets import SIZE_PRESETS, ModelKind, Task, task_of
 from uedp.privacy.attacks.canaries import canary_format
 from uedp.privacy.mechanisms import registry
 from uedp.privacy.mechanisms.params import MechanismParams, PrivateParams, SanitizationSettings

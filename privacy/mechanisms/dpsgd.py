@@ -13,11 +13,13 @@ by dp_accounting. Sampling and noise come from the run's :class:`privacy.randomn
 from __future__ import annotations
 
 import warnings
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import dp_accounting
 import torch
-from opacus import GradSampleModule
+
+if TYPE_CHECKING:  # Opacus is imported when a run trains (the registry is read by `uedp --help`)
+    from opacus import GradSampleModule
 
 from uedp.models.batching import collate
 from uedp.models.device import autocast
@@ -76,6 +78,8 @@ class DpSgd:
         check_delta(p.delta, round(self.population.value))
         accountant = RoundAccountant(self.round_event(z), p.delta, p.accountant, self.adjacency,
                                      initial=self.population.event())
+        from opacus import GradSampleModule
+
         with warnings.catch_warnings():  # Opacus warns about modules it does not validate strictly
             warnings.simplefilter("ignore")
             private = GradSampleModule(model, strict=False, loss_reduction=self.loss_reduction)

@@ -27,16 +27,19 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dp_accounting
 import torch
 import torch.nn.functional as F
-from opacus import GradSampleModule
+
+if TYPE_CHECKING:  # Opacus and the LSTM (transformers) load when a run trains, not when the registry is read
+    from opacus import GradSampleModule
+
+    from uedp.models.lstm import LstmLanguageModel
 
 from uedp.models.batching import IGNORE, collate
 from uedp.models.device import autocast
-from uedp.models.lstm import LstmLanguageModel
 from uedp.privacy.accounting import Adjacency
 from uedp.privacy.mechanisms.base import LossFn, TrainData
 from uedp.privacy.mechanisms.dpsgd import DpSgd, sum_clipped_grad_samples
@@ -76,6 +79,8 @@ class SelectiveRecurrent(DpSgd):
 
     def examples(self, model: torch.nn.Module, data: TrainData) -> list[Any]:
         """(sequence, private-token mask) pairs; ``loss_fn`` is unused: the loss is split by token privacy."""
+        from uedp.models.lstm import LstmLanguageModel
+
         if not isinstance(model, LstmLanguageModel):
             raise ValueError("recurrent selective trains the LSTM language model (--model lstm)")
         if data.private_masks is None:
@@ -92,6 +97,8 @@ class SelectiveRecurrent(DpSgd):
     def step_gradient(self, private: GradSampleModule, model: torch.nn.Module, params: list[torch.Tensor],
                       batch: list[Any], loss_fn: LossFn, device: torch.device, pad_id: int,
                       noise_gen: RandomSource) -> list[torch.Tensor]:
+        from uedp.models.lstm import LstmLanguageModel
+
         assert isinstance(model, LstmLanguageModel)
         return self.step_gradients(private, model, params, [s for s, _ in batch], [m for _, m in batch], pad_id,
                                    device, noise_gen)
@@ -147,6 +154,8 @@ class SelectiveRecurrent(DpSgd):
     @staticmethod
     def _token_nll(model: LstmLanguageModel | GradSampleModule, ids: torch.Tensor, is_private: torch.Tensor,
                    release: Release, targets: torch.Tensor) -> torch.Tensor:
+        from opacus import GradSampleModule
+
         base = model._module if isinstance(model, GradSampleModule) else model
         logits = base.forward_releasing_states(ids, is_private, release)
         return F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), targets, ignore_index=IGNORE, reduction="none")

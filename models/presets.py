@@ -1,0 +1,59 @@
+"""Model size presets and kinds: plain data, so configurations and the CLI can name and validate models
+without importing torch or transformers."""
+
+from __future__ import annotations
+
+from typing import Literal, TypedDict
+
+ModelKind = Literal["gpt2", "lstm", "bert"]
+Task = Literal["lm", "classification"]
+
+
+class Gpt2Preset(TypedDict):
+    n_layer: int
+    n_head: int
+    n_embd: int
+    n_positions: int
+
+
+# Presets small enough for CPU demos and tests; "gpt2" itself is loaded with from_pretrained.
+PRESETS: dict[str, Gpt2Preset] = {
+    "tiny": {"n_layer": 2, "n_head": 4, "n_embd": 64, "n_positions": 128},
+    "small": {"n_layer": 4, "n_head": 4, "n_embd": 128, "n_positions": 256},
+}
+
+
+class LstmPreset(TypedDict):
+    embedding_size: int
+    hidden_size: int
+
+
+# "paper" is the Selective-DP paper's model; "tiny" is for CPU tests and demos.
+LSTM_PRESETS: dict[str, LstmPreset] = {
+    "paper": {"embedding_size": 200, "hidden_size": 200},
+    "tiny": {"embedding_size": 48, "hidden_size": 64},
+}
+
+
+class BertPreset(TypedDict):
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    max_position_embeddings: int
+
+
+BERT_PRESETS: dict[str, BertPreset] = {
+    "tiny": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
+             "max_position_embeddings": 128},
+    "small": {"hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 512,
+              "max_position_embeddings": 256},
+}
+
+
+SIZE_PRESETS: dict[str, tuple[str, ...]] = {"gpt2": tuple(PRESETS), "lstm": tuple(LSTM_PRESETS),
+                                            "bert": tuple(BERT_PRESETS)}
+
+
+def task_of(kind: ModelKind) -> Task:
+    return "classification" if kind == "bert" else "lm"
