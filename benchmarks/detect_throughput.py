@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 CONLL = REPO.parent / "shared" / "data" / "conll2003"
 CACHE = Path.home() / ".cache" / "uedp" / "benchmarks"
 SPACY_LABELS = {"PER": "PERSON", "ORG": "ORG", "LOC": "GPE", "MISC": "NORP"}

@@ -13,13 +13,9 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from uedp.models.batching import encode
 from uedp.models.device import resolve_device

@@ -14,14 +14,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from uedp.privacy.primitives import gaussian_noise
 from uedp.privacy.randomness import Randomness

@@ -8,14 +8,10 @@ and SanText.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from uedp.privacy.sanitization.embeddings import Embeddings
 from uedp.privacy.sanitization.mapping import build_mapping, nearest

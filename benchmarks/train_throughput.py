@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 MECHANISMS = ("noiseless", "deid", "dpsgd", "selective", "userdp", "uedp")
 

@@ -25,7 +25,7 @@ from uedp.privacy.mechanisms.params import Keep
 from uedp.privacy.randomness import Randomness
 from uedp.privacy.sanitization.embeddings import Embeddings, from_model, load_vectors
 from uedp.privacy.sanitization.mechanisms import KEEP, UNKNOWN, Sampler, privatize
-from uedp.privacy.sanitization.release import local_dp_kind, release_figures
+from uedp.privacy.sanitization.release import ReleaseFigures, local_dp_kind, release_figures
 from uedp.storage.catalog import Catalog
 from uedp.storage.home import DataHome
 from uedp.storage.schemas import ENTITIES, SENTENCES, USERS
@@ -40,18 +40,11 @@ WORD = re.compile(r"\w+(?:['’-]\w+)*|[^\w\s]")
 
 
 @dataclass(frozen=True)
-class SanitizeResult:
+class SanitizeResult(ReleaseFigures):
+    """A release's figures (:class:`privacy.sanitization.release.ReleaseFigures`), its dataset and statement."""
+
     dataset: str
     reused: bool
-    per_token_epsilon: float
-    record_epsilon_max: float
-    record_epsilon_median: float
-    user_epsilon_max: float
-    tokens: int
-    sanitized_share: float  # of train tokens, how many went through the mechanism
-    unchanged_share: float  # of train tokens, how many are the original token after sanitizing (Table 3.6)
-    sanitized_unchanged_share: float  # of sanitized tokens, how many came out as themselves
-    unknown_share: float  # of sanitized tokens, how many had no embedding
     unprotected_share: float  # custext: vocabulary tokens of type 1-N (no adjacent token)
     statement: str
     randomness: str = "secure"

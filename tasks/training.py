@@ -28,7 +28,7 @@ from uedp.privacy.mechanisms.base import Checkpointer, LossFn, Mechanism, RoundR
 from uedp.privacy.mechanisms.registry import BuildContext
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
-from uedp.privacy.sanitization.release import ReleaseFigures, trained_on_release
+from uedp.privacy.sanitization.release import trained_on_release
 from uedp.storage.catalog import Catalog
 from uedp.storage.home import DataHome
 from uedp.storage.tables import read_manifest
@@ -256,10 +256,6 @@ def sanitize_for(home: DataHome, config: TrainConfig) -> SanitizeResult:
     return sanitize_dataset(home, sanitize_config(config))
 
 
-def release_figures_of(release: SanitizeResult) -> ReleaseFigures:
-    return ReleaseFigures(**{name: getattr(release, name) for name in ReleaseFigures.__dataclass_fields__})
-
-
 def train_replica(home: DataHome, config: TrainConfig) -> None:
     """A torchrun process other than the main one: train its share of every round, log nothing."""
     s = set_up(home, config, Ranks.current())
@@ -311,7 +307,7 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         statement = mechanism.train(model, data.train, loss_function(config), device, on_round, checkpoint)
         if s.release is not None:  # training on a local-DP release: the guarantee is the release's
             r = s.release
-            statement = trained_on_release(statement, config.mechanism, r.statement, release_figures_of(r),
+            statement = trained_on_release(statement, config.mechanism, r.statement, r,
                                            r.unprotected_share, r.randomness, r.caveats, r.mask_inference_success)
             tracker.log_metrics(statement.extra)  # kept-token share, attack success: comparable across runs
         statement = replace(statement, caveats=(*statement.caveats, *s.caveats),

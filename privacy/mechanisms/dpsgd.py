@@ -172,9 +172,7 @@ def sum_clipped_grad_samples(params: list[torch.Tensor], batch_size: int, clip: 
 
 
 def _build(params: DpSgdParams, context: BuildContext) -> DpSgd:
-    if context.population is None:
-        raise ValueError("needs the count of its privacy units (public or DP)")
-    return DpSgd(params, context.population, context.randomness)
+    return DpSgd(params, context.counted(), context.randomness)
 
 
 def _plan(params: DpSgdParams, population: Population) -> EpsilonPlan:

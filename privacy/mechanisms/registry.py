@@ -54,6 +54,12 @@ class BuildContext:
     n_examples: int = 0  # training sequences, where neighbours have the same number (selective)
     public_loss: LossFn | None = None  # the ordinary objective, for a noiseless phase
 
+    def counted(self) -> Population:
+        """The count of units of a mechanism that counts them (``spec.counts``); building one without is a bug."""
+        if self.population is None:
+            raise ValueError("needs the count of its privacy units (public or DP)")
+        return self.population
+
 
 @dataclass(frozen=True)
 class EpsilonPlan:

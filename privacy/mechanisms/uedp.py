@@ -142,9 +142,7 @@ class UeDp:
 
 
 def _build(params: UeDpParams, context: BuildContext) -> UeDp:
-    if context.population is None:
-        raise ValueError("needs the count of its privacy units (public or DP)")
-    return UeDp(params, context.population, context.randomness)
+    return UeDp(params, context.counted(), context.randomness)
 
 
 def _plan(params: UeDpParams, population: Population) -> EpsilonPlan:

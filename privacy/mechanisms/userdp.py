@@ -101,9 +101,7 @@ def make_local_trainer(p: UserDpParams, model: torch.nn.Module, loss_fn: LossFn,
 
 
 def _build(params: UserDpParams, context: BuildContext) -> UserDp:
-    if context.population is None:
-        raise ValueError("needs the count of its privacy units (public or DP)")
-    return UserDp(params, context.population, context.randomness)
+    return UserDp(params, context.counted(), context.randomness)
 
 
 def _plan(params: UserDpParams, population: Population) -> EpsilonPlan:
