@@ -6,6 +6,10 @@ Same users, same data, same batches in the same order, same GPT-2 config; the cl
 within float tolerance. Prints the median of several repeats.
 
     python benchmarks/fedavg_round.py [--users 16] [--local-steps 5] [--preset tiny|small] [--repeats 5]
+    python benchmarks/fedavg_round.py --conll ../shared/data/conll2003/eng.train [--q-user 0.05]
+
+With ``--conll``, the round is CoNLL-2003's: every document is a user (946 in eng.train), each sampled
+with probability ``--q-user`` (about 47 at 0.05), its sentences encoded as training encodes them.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import argparse
 import copy
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -21,10 +26,12 @@ from uedp.models.batching import encode
 from uedp.models.device import resolve_device
 from uedp.models.gpt2 import build_gpt2
 from uedp.models.metrics import causal_lm_loss
+from uedp.models.threads import use_threads
 from uedp.models.tokenization import byte_level_tokenizer
 from uedp.privacy.mechanisms.fedavg import LocalTrainer
 from uedp.privacy.mechanisms.vectorized import VectorizedLocalTrainer
 from uedp.privacy.primitives import flatten
+from uedp.storage.formats.conll import conll_records
 
 
 class DeepCopyPerUser(LocalTrainer):
@@ -49,13 +56,26 @@ def main() -> None:
     parser.add_argument("--preset", default="tiny")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--conll", type=Path, default=None, help="a CoNLL-2003 file: its documents are the users")
+    parser.add_argument("--q-user", type=float, default=0.05, help="with --conll: each user's sampling probability")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: uedp's default)")
     args = parser.parse_args()
+    use_threads(args.threads)
     device = resolve_device(args.device)
     tokenizer = byte_level_tokenizer()
     torch.manual_seed(0)
     model = build_gpt2(args.preset, len(tokenizer), tokenizer.eos_token_id).to(device)
-    users = [encode(tokenizer, [f"user {u} note {i}: the clinic in Leeds called about the tablets"
-                                for i in range(args.sentences_per_user)], 64) for u in range(args.users)]
+    if args.conll is not None:
+        documents: dict[str, list[str]] = {}
+        for record in conll_records(args.conll):
+            documents.setdefault(record.user, []).append(record.text)
+        sampled = (torch.rand(len(documents), generator=torch.Generator().manual_seed(0)) < args.q_user).tolist()
+        users = [encode(tokenizer, texts, 96) for keep, texts in zip(sampled, documents.values()) if keep]
+        print(f"{args.conll.name}: {len(documents)} users, {len(users)} sampled at q_u = {args.q_user}")
+        args.users = len(users)
+    else:
+        users = [encode(tokenizer, [f"user {u} note {i}: the clinic in Leeds called about the tablets"
+                                    for i in range(args.sentences_per_user)], 64) for u in range(args.users)]
     theta = flatten([p for p in model.parameters() if p.requires_grad])
     results, times = {}, {}
     contenders = (("deep copy per user (reference code)", DeepCopyPerUser), ("uedp: one reused worker", LocalTrainer),
@@ -80,7 +100,7 @@ def main() -> None:
     for name in times:
         print(f"{name:<40}{args.users:>6}{args.local_steps:>4}{params:>12,}{times[name]:>10.3f}"
               f"{times[baseline] / times[name]:>8.2f}")
-    print(f"equal clipped sums (rtol 1e-4): {equal}; device: {device}")
+    print(f"equal clipped sums (rtol 1e-4): {equal}; device: {device} ({torch.get_num_threads()} threads)")
 
 
 if __name__ == "__main__":

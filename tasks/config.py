@@ -60,6 +60,8 @@ class RunSettings(BaseModel):
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
     processes: int = Field(1, ge=1, description="torchrun processes (one per GPU); they split each round's users or "
                                                 "examples and sum their clipped contributions")
+    threads: int | None = Field(None, ge=1, description="torch threads per process (default: OMP_NUM_THREADS if set, "
+                                "else the CPUs this process may use, shared among its torchrun processes)")
     checkpoint_every: int = Field(25, ge=0, description="save a resumable checkpoint every N rounds (0: never)")
     canaries: int = Field(0, ge=0, description="made-up secrets planted in the training text, for `uedp attack`")
     canary_repeats: int = Field(1, ge=1, description="times each canary is planted")
@@ -170,7 +172,7 @@ class TrainConfig(RunSettings):
 
     def fingerprint(self) -> str:
         """Content hash of everything that shapes training (not the device): names its checkpoint."""
-        fields = self.model_dump(exclude={"device", "log_model", "checkpoint_every"})
+        fields = self.model_dump(exclude={"device", "threads", "log_model", "checkpoint_every"})
         return hashlib.sha256(repr(sorted(fields.items())).encode()).hexdigest()[:16]
 
 

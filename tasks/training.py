@@ -23,6 +23,7 @@ from uedp.models.device import resolve_device
 from uedp.models.factory import build_model
 from uedp.models.metrics import causal_lm_loss, classification_error, classification_loss, perplexity
 from uedp.models.parallel import Ranks
+from uedp.models.threads import use_threads
 from uedp.models.tokenization import load_tokenizer
 from uedp.privacy.mechanisms.base import Checkpointer, LossFn, Mechanism, RoundReport
 from uedp.privacy.mechanisms.registry import BuildContext
@@ -189,6 +190,7 @@ class Setup:
 def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
     """``custext``/``santext`` read the sanitized dataset (its valid and test splits are the original ones)."""
     device = resolve_device(config.device)
+    use_threads(config.threads)
     torch.manual_seed(config.seed)  # the same initial weights in every process
     tokenizer = load_tokenizer(config.tokenizer)
     release = sanitize_for(home, config) if config.spec.text == "sanitized" else None

@@ -10,6 +10,11 @@ import pytest
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One torch thread per process, set before torch loads (uedp's default then follows OMP_NUM_THREADS, in
+# this process and in the torchrun and Prefect worker processes the tests start): a shared 2-core
+# machine oversubscribed by default threads runs a step ten times slower, and seeded runs replay
+# exactly only with a fixed thread count.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from support import SHARED_CONLL
 

@@ -100,3 +100,26 @@ def test_calibration_counts_the_dp_count_and_refuses_a_target_it_alone_spends() 
     with pytest.raises(ValueError, match="spent by the DP count"):
         calibrate_noise_multiplier(lambda noise: poisson_gaussian_round(0.1, noise), 50, 0.2, 1e-5, "rdp",
                                    initial=dp_accounting.GaussianDpEvent(5.0))
+
+
+def test_pld_reports_are_exact_at_block_ends_and_close_upper_bounds_inside_blocks() -> None:
+    event = poisson_gaussian_round(0.05, 1.0)
+    accountant = RoundAccountant(event, 1e-5, "pld")
+    reports = [accountant.step() for _ in range(40)]
+    for rounds in (1, 7, 9, 10, 13, 16, 21, 40):
+        exact = epsilon_after(event, rounds, 1e-5, "pld")
+        assert exact * (1 - 1e-6) <= reports[rounds - 1] <= exact * 1.15, rounds  # never below the true figure
+    for block_end in (1, 2, 8, 10, 16, 20, 40):  # k = 1 up to round 8, then the largest power of two <= rounds / 4
+        assert reports[block_end - 1] == pytest.approx(epsilon_after(event, block_end, 1e-5, "pld"), rel=1e-6)
+    assert reports[8] == reports[9] and reports[8] > epsilon_after(event, 9, 1e-5, "pld")  # round 9 reports round 10's
+    assert accountant.epsilon == pytest.approx(epsilon_after(event, 40, 1e-5, "pld"), rel=1e-6)
+
+
+def test_the_budget_stop_is_exact_inside_a_block() -> None:
+    event = poisson_gaussian_round(0.05, 1.0)
+    at_22, at_23 = (epsilon_after(event, t, 1e-5, "pld") for t in (22, 23))
+    accountant = RoundAccountant(event, 1e-5, "pld")
+    while not accountant.would_exceed((at_22 + at_23) / 2):
+        accountant.step()
+    assert accountant.rounds == 22  # not 20, the start of the block whose end exceeds the budget
+    assert accountant.epsilon == pytest.approx(at_22, rel=1e-6)

@@ -174,7 +174,7 @@ def test_train_with_canaries_then_attack_logs_scores_to_the_run(home) -> None:  
     for mechanism, extra in (("noiseless", ["--steps", "400", "--lr", "3e-3"]),
                              ("dpsgd", ["--steps", "60", "--noise-multiplier", "3", "--lr", "3e-3"])):
         trained = runner.invoke(app, ["train", "demo", "--home", str(home.root), "--mechanism", mechanism,
-                                      "--canaries", "2", "--canary-repeats", "12", "--canary-formats", "digits:4",
+                                      "--canaries", "2", "--seeded", "--canary-repeats", "12", "--canary-formats", "digits:4",
                                       "--categories", "PER", *extra])
         assert trained.exit_code == 0, trained.output
         runs[mechanism] = trained.stdout.split("MLflow run: ")[1].split()[0]

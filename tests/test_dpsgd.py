@@ -1,5 +1,6 @@
-"""DP-SGD on Opacus' per-example gradients: exact per-example gradients, clipping and sensitivity,
-noise scale, accounting against dp_accounting and Opacus' own accountant, training, seeds."""
+"""DP-SGD: exact per-example gradients (Opacus' path), clipping and sensitivity and noise scale on both
+per-example engines (ghost clipping and Opacus), accounting against dp_accounting and Opacus' own
+accountant, training, seeds. The ghost engine's per-layer exactness is in test_ghost_clipping.py."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from uedp.models.metrics import per_sequence_lm_loss, perplexity
 from uedp.privacy.accounting import epsilon_after, poisson_gaussian_round
 from uedp.privacy.mechanisms.base import TrainData
 from uedp.privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
+from uedp.privacy.per_sample import per_sample_clipping
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
 
@@ -48,16 +50,21 @@ def test_per_example_gradients_equal_single_example_gradients() -> None:
             assert torch.allclose(p.grad_sample[i], r.grad, atol=1e-6, rtol=1e-4), name
 
 
-def test_clipped_sum_moves_by_at_most_clip_when_one_example_is_added() -> None:
-    mechanism = DpSgd(DpSgdParams(clip=0.01, expected_batch_size=4), Population.declared(10))
+ENGINES = ("ghost", "opacus")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_clipped_sum_moves_by_at_most_clip_when_one_example_is_added(engine: str) -> None:
+    mechanism = DpSgd(DpSgdParams(clip=0.01, expected_batch_size=4, per_sample=engine), Population.declared(10))
     seqs = encode(TOKENIZER, TEXTS, 48)
 
     def summed(batch: list[torch.Tensor]) -> torch.Tensor:
-        private = _private(_model())
-        params = [p for p in private.parameters() if p.requires_grad]
-        out = mechanism.clipped_gradient_sum(private, params, batch, per_sequence_lm_loss, torch.device("cpu"),
+        model = _model()
+        clipping = mechanism.per_sample_clipping(model)
+        params = [p for p in model.parameters() if p.requires_grad]
+        out = mechanism.clipped_gradient_sum(clipping, params, batch, per_sequence_lm_loss, torch.device("cpu"),
                                              TOKENIZER.pad_token_id)
-        private.remove_hooks()
+        clipping.close()
         return torch.cat([t.reshape(-1) for t in out])
 
     base, added = summed(seqs[:3]), summed(seqs)
@@ -66,12 +73,14 @@ def test_clipped_sum_moves_by_at_most_clip_when_one_example_is_added() -> None:
     assert float(torch.linalg.vector_norm(summed(seqs[:1]))) <= 0.01 * (1 + 1e-4)
 
 
-def test_noise_standard_deviation_is_z_times_clip_over_expected_batch() -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_noise_standard_deviation_is_z_times_clip_over_expected_batch(engine: str) -> None:
     z, clip, batch = 1.7, 0.5, 8
-    mechanism = DpSgd(DpSgdParams(noise_multiplier=z, clip=clip, expected_batch_size=batch), Population.declared(100))
-    private = _private(_model())
-    params = [p for p in private.parameters() if p.requires_grad]
-    grads = mechanism.noisy_gradient(private, params, [], per_sequence_lm_loss, torch.device("cpu"),
+    mechanism = DpSgd(DpSgdParams(noise_multiplier=z, clip=clip, expected_batch_size=batch, per_sample=engine),
+                      Population.declared(100))
+    model = _model()
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = mechanism.noisy_gradient(per_sample_clipping(model, engine), params, [], per_sequence_lm_loss, torch.device("cpu"),
                                      TOKENIZER.pad_token_id, torch.Generator().manual_seed(2))
     noise = torch.cat([g.reshape(-1) for g in grads]).double() * batch  # empty batch: pure noise
     chi = float((noise**2).sum()) / (z * clip) ** 2
@@ -91,9 +100,11 @@ def test_epsilon_per_step_matches_dp_accounting_and_opacus() -> None:
     assert statement.epsilon == pytest.approx(opacus.get_epsilon(1e-5), rel=0.05)
 
 
-def test_dpsgd_trains_and_is_reproducible() -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_dpsgd_trains_and_is_reproducible(engine: str) -> None:
     data = _data(60)
-    params = DpSgdParams(steps=40, expected_batch_size=12, noise_multiplier=0.6, clip=1.0, lr=3e-3, accountant="rdp")
+    params = DpSgdParams(steps=40, expected_batch_size=12, noise_multiplier=0.6, clip=1.0, lr=3e-3, accountant="rdp",
+                         per_sample=engine)
     a, b = _model(), _model()
     before = perplexity(a, data.sequences, data.pad_id, torch.device("cpu"))
     statement = DpSgd(params, Population.declared(60), Randomness.seeded(1)).train(a, data, per_sequence_lm_loss, torch.device("cpu"), lambda r: None)

@@ -1,9 +1,10 @@
 """``dpsgd``: example-level DP-SGD (Abadi et al. 2016); the privacy unit is one training sequence.
 
 Per step: Poisson-sample sequences with ``q = expected_batch_size / N`` (each sequence by its own coin;
-N is a public or DP count of sequences, :mod:`privacy.population`); per-example gradients come
-from Opacus' ``GradSampleModule``; each example's gradient is clipped to ``clip`` in L2 over all
-trainable parameters (flat clipping); Gaussian noise with standard deviation ``z * clip`` is added
+N is a public or DP count of sequences, :mod:`privacy.population`); each example's gradient is
+clipped to ``clip`` in L2 over all trainable parameters (flat clipping) and the clipped gradients are
+summed, by ghost clipping (:mod:`privacy.per_sample.ghost`, the default) or from Opacus' materialised
+per-sample gradients (``per_sample="opacus"``); Gaussian noise with standard deviation ``z * clip`` is added
 once to the sum, which is divided by the fixed expected batch size, and the optimizer (Adam, or any
 other: post-processing) steps. An empty Poisson batch still adds noise and counts as a step.
 Accounting: the DP count of sequences (if any), then ``steps``-fold ``PoissonSampled(q, Gaussian(z))``
@@ -12,14 +13,10 @@ by dp_accounting. Sampling and noise come from the run's :class:`privacy.randomn
 
 from __future__ import annotations
 
-import warnings
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Literal
 
 import dp_accounting
 import torch
-
-if TYPE_CHECKING:  # Opacus is imported when a run trains (the registry is read by `uedp --help`)
-    from opacus import GradSampleModule
 
 from uedp.models.batching import collate
 from uedp.models.device import autocast
@@ -36,11 +33,12 @@ from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, On
 from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, private_statement
 from uedp.privacy.mechanisms.params import DpSgdParams
 from uedp.privacy.mechanisms.registry import BuildContext, EpsilonPlan, MechanismSpec, register
+from uedp.privacy.per_sample import PerSampleClipping, per_sample_clipping
 from uedp.privacy.population import Population
 from uedp.privacy.primitives import gaussian_noise
 from uedp.privacy.randomness import Randomness, RandomSource, RoundRandomness
 
-__all__ = ["DpSgd", "DpSgdParams", "sum_clipped_grad_samples"]
+__all__ = ["DpSgd", "DpSgdParams"]
 
 
 class DpSgd:
@@ -48,7 +46,7 @@ class DpSgd:
 
     name = "dpsgd"
     unit = "one training sequence"
-    loss_reduction = "mean"  # how the loss sums examples, for Opacus' per-sample gradient scaling
+    loss_reduction: Literal["mean", "sum"] = "mean"  # how the loss combines examples (per-example scaling)
 
     adjacency: Adjacency = "add_remove"  # "replace" when the unit is a value inside a sequence (selective)
 
@@ -78,17 +76,13 @@ class DpSgd:
         check_delta(p.delta, round(self.population.value))
         accountant = RoundAccountant(self.round_event(z), p.delta, p.accountant, self.adjacency,
                                      initial=self.population.event())
-        from opacus import GradSampleModule
-
-        with warnings.catch_warnings():  # Opacus warns about modules it does not validate strictly
-            warnings.simplefilter("ignore")
-            private = GradSampleModule(model, strict=False, loss_reduction=self.loss_reduction)
-        params = [q_ for q_ in private.parameters() if q_.requires_grad]
+        clipping = self.per_sample_clipping(model)
+        params: list[torch.Tensor] = [q_ for q_ in model.parameters() if q_.requires_grad]
         optimizer = torch.optim.Adam(params, lr=p.lr)
 
         def one_step(step: int, rng: RoundRandomness) -> RoundOutput:
             batch = [examples[i] for i in rng.poisson_sample("sample-examples", example_ids, q)]
-            gradients = self.step_gradient(private, model, params, batch, loss_fn, device, data.pad_id,
+            gradients = self.step_gradient(clipping, model, params, batch, loss_fn, device, data.pad_id,
                                            rng.stream("noise"))
             for param, grad in zip(params, gradients):
                 param.grad = grad
@@ -98,11 +92,11 @@ class DpSgd:
 
         loop = RoundLoop(scope or self.name, p.steps, accountant, self.randomness, p.delta, p.max_epsilon, "step",
                          state={"model": model, "optimizer": optimizer})
-        private.train()
+        model.train()
         try:
             outcome = loop.run(one_step, on_round, checkpoint)
         finally:
-            private.remove_hooks()  # the caller gets its plain model back
+            clipping.close()  # the caller gets its plain model back
         return private_statement(
             self.name, self.unit, accountant, outcome, delta=p.delta, accountant=p.accountant, noise_multiplier=z,
             sampling_probability=q, randomness=self.randomness, population=self.population,
@@ -116,16 +110,20 @@ class DpSgd:
     def statement_extra(self) -> dict[str, float]:
         return {}
 
+    def per_sample_clipping(self, model: torch.nn.Module) -> PerSampleClipping:
+        """The engine that clips and sums per-example gradients (``params.per_sample``)."""
+        return per_sample_clipping(model, self.params.per_sample, self.loss_reduction)
+
     def statement_caveats(self) -> tuple[str, ...]:
         """What this mechanism's epsilon does not cover, beyond what every run says."""
         return ()
 
-    def step_gradient(self, private: GradSampleModule, model: torch.nn.Module, params: list[torch.Tensor],
+    def step_gradient(self, clipping: PerSampleClipping, model: torch.nn.Module, params: list[torch.Tensor],
                       batch: list[Any], loss_fn: LossFn, device: torch.device, pad_id: int,
                       noise_gen: RandomSource) -> list[torch.Tensor]:
-        return self.noisy_gradient(private, params, batch, loss_fn, device, pad_id, noise_gen)
+        return self.noisy_gradient(clipping, params, batch, loss_fn, device, pad_id, noise_gen)
 
-    def noisy_gradient(self, private: GradSampleModule, params: list[torch.Tensor], batch: list[torch.Tensor],
+    def noisy_gradient(self, clipping: PerSampleClipping, params: list[torch.Tensor], batch: list[torch.Tensor],
                        loss_fn: LossFn, device: torch.device, pad_id: int,
                        noise_gen: RandomSource) -> list[torch.Tensor]:
         """``(sum_i clip(g_i) + N(0, (z clip)^2 I)) / expected_batch_size``, per parameter.
@@ -134,41 +132,23 @@ class DpSgd:
         noise, which every process draws alike from the same generator."""
         sigma = self.noise_multiplier * self.params.clip
         ranks = Ranks.current()
-        summed = ranks.sum_(self.clipped_gradient_sum(private, params, ranks.mine(batch), loss_fn, device, pad_id))
+        summed = ranks.sum_(self.clipped_gradient_sum(clipping, params, ranks.mine(batch), loss_fn, device, pad_id))
         return [(total + gaussian_noise(total.shape, sigma, noise_gen, total.dtype, total.device)) / self.params.batch_size
                 for total in summed]
 
-    def clipped_gradient_sum(self, private: GradSampleModule, params: list[torch.Tensor],
-                              batch: list[torch.Tensor], loss_fn: LossFn, device: torch.device,
-                              pad_id: int) -> list[torch.Tensor]:
-        """``sum_i clip(g_i, clip)`` per parameter, from Opacus' per-example gradients (flat clipping)."""
+    def clipped_gradient_sum(self, clipping: PerSampleClipping, params: list[torch.Tensor],
+                             batch: list[torch.Tensor], loss_fn: LossFn, device: torch.device,
+                             pad_id: int) -> list[torch.Tensor]:
+        """``sum_i clip(g_i, clip)`` per parameter (flat clipping over all trainable parameters)."""
         if not batch:
             return [torch.zeros_like(param) for param in params]
         inputs = {k: v.to(device) for k, v in collate(batch, pad_id).items()}
-        with autocast(device):
-            loss = loss_fn(private, inputs)
-        with warnings.catch_warnings():  # PyTorch notes that Opacus' hooks fire on outputs only: expected
-            warnings.filterwarnings("ignore", message="Full backward hook is firing")
-            loss.backward()  # type: ignore[no-untyped-call]
-        # loss_reduction="mean": Opacus scales per-sample gradients back to per-example losses.
-        return sum_clipped_grad_samples(params, len(batch), self.params.clip)
 
+        def loss(model: torch.nn.Module, batch_inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+            with autocast(device):  # the forward pass only: clipping works in float32
+                return loss_fn(model, batch_inputs)
 
-def sum_clipped_grad_samples(params: list[torch.Tensor], batch_size: int, clip: float) -> list[torch.Tensor]:
-    """``sum_i clip(g_i, clip)`` per parameter from Opacus' ``grad_sample`` (flat clipping over all
-    parameters; a non-finite example counts 0); clears ``grad_sample`` and ``grad`` afterwards."""
-    # grad_sample is the attribute Opacus' hooks attach to each parameter at run time.
-    samples = [param.grad_sample if param.grad_sample is not None  # type: ignore[attr-defined]
-               else torch.zeros((batch_size, *param.shape), device=param.device) for param in params]
-    # builtins.sum is typed ``Tensor | Literal[0]`` (its start 0, for an empty input): over parameters it is a Tensor.
-    norms = torch.sqrt(cast(torch.Tensor, sum(g.reshape(batch_size, -1).pow(2).sum(1) for g in samples)))
-    scale = torch.clamp(clip / (norms + 1e-12), max=1.0)
-    scale = torch.where(torch.isfinite(norms), scale, torch.zeros_like(scale))
-    summed = [torch.einsum("b,b...->...", scale, torch.nan_to_num(g)) for g in samples]
-    for param in params:
-        param.grad_sample = None  # type: ignore[attr-defined]
-        param.grad = None
-    return summed
+        return clipping.clipped_sum(loss, inputs, len(batch), self.params.clip)
 
 
 def _build(params: DpSgdParams, context: BuildContext) -> DpSgd:

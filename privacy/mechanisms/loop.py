@@ -6,9 +6,9 @@ The loop owns what must be done the same way everywhere, so a defect here is fix
   unless the run is seeded); nothing stateful is kept or checkpointed;
 * **checkpoints**: the state a mechanism names (weights, optimizer) and its ledger are restored before
   the first round and saved every ``checkpoint.every`` rounds;
-* **the budget stop**: before a round, the ledger says what epsilon would be after it; a round that
-  would exceed ``max_epsilon`` does not run (nothing is released for it);
-* **reports**: after each round, epsilon and (for mechanisms without a guarantee only) loss and batch
+* **the budget stop**: before a round, the ledger says (exactly) whether epsilon after it would exceed
+  ``max_epsilon``; such a round does not run (nothing is released for it);
+* **reports**: after each round, epsilon (exact, or a close upper bound: see ``RoundAccountant``) and (for mechanisms without a guarantee only) loss and batch
   size go to ``on_round``.
 
 A mechanism supplies only what differs: the round body (who is sampled, each unit's contribution, the
@@ -30,7 +30,8 @@ from uedp.privacy.randomness import Randomness, RoundRandomness
 
 
 class Ledger(Protocol):
-    """What the loop needs of an accountant: epsilon now, after one more round, and a checkpointable state."""
+    """What the loop needs of an accountant: epsilon now, whether one more round would exceed a budget,
+    the epsilon to report for a round it spends, and a checkpointable state."""
 
     @property
     def epsilon(self) -> float: ...
@@ -38,7 +39,7 @@ class Ledger(Protocol):
     @property
     def rounds(self) -> int: ...
 
-    def peek(self) -> float: ...
+    def would_exceed(self, budget: float) -> bool: ...
 
     def step(self) -> float: ...
 
@@ -54,8 +55,8 @@ class NoLedger:
     rounds: int = 0
     epsilon: float = math.inf
 
-    def peek(self) -> float:
-        return math.inf
+    def would_exceed(self, budget: float) -> bool:
+        return True
 
     def step(self) -> float:
         self.rounds += 1
@@ -83,8 +84,8 @@ class WorstCaseLedger:
     def rounds(self) -> int:
         return min(a.rounds for a in self.cases.values())
 
-    def peek(self) -> float:
-        return max(a.peek() for a in self.cases.values())
+    def would_exceed(self, budget: float) -> bool:
+        return any(a.would_exceed(budget) for a in self.cases.values())
 
     def step(self) -> float:
         return max(a.step() for a in self.cases.values())
@@ -133,7 +134,7 @@ class RoundLoop:
         done = int((checkpoint.restore(self.scope, objects) or {"round": 0})["round"])
         last, stopped = done, ""
         for round_index in range(done + 1, self.rounds + 1):
-            if self.max_epsilon is not None and self.ledger.peek() > self.max_epsilon:
+            if self.max_epsilon is not None and self.ledger.would_exceed(self.max_epsilon):
                 stopped = (f"stopped before {self.word} {round_index}: epsilon would exceed the budget "
                            f"{self.max_epsilon:g}")
                 break

@@ -85,6 +85,10 @@ class DpSgdParams(PrivateParams):
     batch_size: int = Field(16, ge=1, validation_alias=AliasChoices("batch_size", "expected_batch_size"),
                             description="batch size; dpsgd: expected Poisson batch size")
     lr: float = Field(1e-3, gt=0, description="learning rate (Adam) of step-based training")
+    per_sample: Literal["ghost", "opacus"] = Field(
+        "ghost", description="dpsgd, selective: per-example clipping by ghost norms (fast; layers without a rule are "
+                             "materialised exactly) or by Opacus' per-sample gradients (slow reference; recurrent "
+                             "selective always uses Opacus)")
 
     @property
     def steps_run(self) -> int:

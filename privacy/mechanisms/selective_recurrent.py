@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import dp_accounting
 import torch
@@ -42,8 +42,10 @@ from uedp.models.batching import IGNORE, collate
 from uedp.models.device import autocast
 from uedp.privacy.accounting import Adjacency
 from uedp.privacy.mechanisms.base import LossFn, TrainData
-from uedp.privacy.mechanisms.dpsgd import DpSgd, sum_clipped_grad_samples
+from uedp.privacy.mechanisms.dpsgd import DpSgd
 from uedp.privacy.mechanisms.params import SelectiveParams
+from uedp.privacy.per_sample import PerSampleClipping
+from uedp.privacy.per_sample.opacus_path import OpacusClipping, sum_clipped_grad_samples
 from uedp.privacy.population import Population
 from uedp.privacy.primitives import gaussian_noise
 from uedp.privacy.randomness import Randomness, RandomSource
@@ -66,7 +68,7 @@ class SelectiveRecurrent(DpSgd):
 
     name = "selective"
     unit = "one sensitive token's value (Selective-DPSGD, replace-one; spans the detector missed are not covered)"
-    loss_reduction = "sum"  # the private loss is a sum of per-sequence losses
+    loss_reduction: Literal["mean", "sum"] = "sum"  # the private loss is a sum of per-sequence losses
     adjacency: Adjacency = "replace"  # Selective DP's F-neighbours; the only adjacency this mechanism accounts
 
     def __init__(self, params: SelectiveParams, n_examples: int, randomness: Randomness | None = None):
@@ -94,13 +96,17 @@ class SelectiveRecurrent(DpSgd):
     def statement_extra(self) -> dict[str, float]:
         return {"hidden_noise_std": self.noise_multiplier * self.params.hidden_clip, "releases_per_step": 2.0}
 
-    def step_gradient(self, private: GradSampleModule, model: torch.nn.Module, params: list[torch.Tensor],
+    def per_sample_clipping(self, model: torch.nn.Module) -> PerSampleClipping:
+        """Opacus' path always: the step switches its hooks off for the regular update and on for the private one."""
+        return OpacusClipping(model, self.loss_reduction)
+
+    def step_gradient(self, clipping: PerSampleClipping, model: torch.nn.Module, params: list[torch.Tensor],
                       batch: list[Any], loss_fn: LossFn, device: torch.device, pad_id: int,
                       noise_gen: RandomSource) -> list[torch.Tensor]:
         from uedp.models.lstm import LstmLanguageModel
 
-        assert isinstance(model, LstmLanguageModel)
-        return self.step_gradients(private, model, params, [s for s, _ in batch], [m for _, m in batch], pad_id,
+        assert isinstance(model, LstmLanguageModel) and isinstance(clipping, OpacusClipping)
+        return self.step_gradients(clipping.module, model, params, [s for s, _ in batch], [m for _, m in batch], pad_id,
                                    device, noise_gen)
 
     def step_gradients(self, private: GradSampleModule, model: LstmLanguageModel, params: list[torch.Tensor],
