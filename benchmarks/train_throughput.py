@@ -34,7 +34,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of userdp and uedp")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: uedp's default)")
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--mechanisms", default=",".join(MECHANISMS))
+    parser.add_argument("--mechanisms", default=",".join(MECHANISMS),
+                        help="comma-separated; dpsgd:opacus or selective:opacus for Opacus' per-example path")
     parser.add_argument("--device", default="auto")
     args = parser.parse_args()
 
@@ -68,10 +69,12 @@ def main() -> None:
         tokenizer = load_tokenizer("byte")
         for model_name, mechanism in [(m, k) for m in args.models.split(",") for k in args.mechanisms.split(",")]:
             kind, size = model_name.split(":")
-            rounds = "rounds" in registry.get(mechanism).params.model_fields
+            mechanism_name, _, engine = mechanism.partition(":")  # "dpsgd:opacus": the per-example engine to use
+            rounds = "rounds" in registry.get(mechanism_name).params.model_fields
             config = TrainConfig.for_mechanism(
-                mechanism, dataset="demo", model=kind, model_size=size, rounds=args.rounds if rounds else None,
+                mechanism_name, dataset="demo", model=kind, model_size=size, rounds=args.rounds if rounds else None,
                 steps=args.steps, public_steps=args.steps // 2, batch_size=args.batch_size, noise_multiplier=1.0,
+                **({"per_sample": engine} if engine else {}),
                 q_user=0.5, checkpoint_every=0, device=str(device))
             with Catalog(home, "demo") as catalog:
                 data = prepare_data(catalog, config, tokenizer)
@@ -107,11 +110,11 @@ def main() -> None:
             rows.append((model_name, mechanism, statement.rounds, unit, tokens[0], seconds, tokens[0] / seconds))
             print(f"  {model_name} {mechanism}: {tokens[0]} tokens in {seconds:.1f} s", file=sys.stderr)
 
-    print(f"\n{'model':<12}{'mechanism':<11}{'work':>12}{'tokens':>10}{'s':>8}{'tokens/s':>11}{'vs noiseless':>14}")
+    print(f"\n{'model':<12}{'mechanism':<18}{'work':>12}{'tokens':>10}{'s':>8}{'tokens/s':>11}{'vs noiseless':>14}")
     for model_name, mechanism, work, unit, count, seconds, rate in rows:
         base = next((r[6] for r in rows if r[0] == model_name and r[1] == "noiseless"), None)
         ratio = f"{rate / base:.2f}x" if base else "-"
-        print(f"{model_name:<12}{mechanism:<11}{f'{work} {unit}':>12}{count:>10}{seconds:>8.1f}{rate:>11.0f}{ratio:>14}")
+        print(f"{model_name:<12}{mechanism:<18}{f'{work} {unit}':>12}{count:>10}{seconds:>8.1f}{rate:>11.0f}{ratio:>14}")
     print(f"device: {name}; torch {torch.__version__}")
     if any(r[1].endswith("*") for r in rows):
         print("* tokens estimated as sampled sequences x mean sequence length (the mechanism computes its own loss)")

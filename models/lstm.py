@@ -1,7 +1,7 @@
 """A one-layer LSTM language model: the Selective-DP paper's recurrent model (embedding 200, hidden 200).
 
 The recurrence is Opacus' ``DPLSTM``, a drop-in ``nn.LSTM`` built from linear layers, so one and the
-same architecture trains under every mechanism: Opacus computes per-example gradients for it
+same architecture trains under every mechanism: per-example gradients exist for its linear layers
 (``nn.LSTM``'s fused kernel has no per-sample gradient rule), and noiseless training of the identical
 model keeps the privacy-utility comparison fair.
 

@@ -157,11 +157,11 @@ class RoundAccountant:
     loss distribution), as much as a training step of a small model, so with ``pld`` and a
     Poisson-sampled Gaussian round (all of DP-SGD, DP-FedAvg and uedp's cases) the one-round PLD is
     built once by dp_accounting and composed in *blocks*: a block is ``k`` rounds, ``k`` the largest
-    power of two at most ``rounds / 8``, composed at once (``self_compose(k)``, cached per ``k``). A
+    power of two at most ``rounds / 4``, composed at once (``self_compose(k)``, cached per ``k``). A
     round's report is the epsilon at the end of its block: exact at a block's end, and within a block
-    an upper bound (epsilon never decreases with rounds) at most about 6% above the exact value. The
-    budget stop and ``epsilon`` (what the statement reports) are always exact. A run of T rounds
-    computes epsilon about ``8 log2(T / 8)`` times, not T times.
+    an upper bound (epsilon never decreases with rounds): the epsilon of at most 25% more rounds, about
+    12% more epsilon where it grows as the square root of the rounds. The budget stop and ``epsilon`` (what the statement reports) are always exact. A run of T rounds
+    computes epsilon about ``8 + 4 log2(T / 8)`` times, not T times.
     """
 
     BLOCK_DIVISOR = 4  # a block is at most 1/4 of the rounds before it

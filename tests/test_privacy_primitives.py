@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from uedp.privacy.primitives import clip_l2, gaussian_noise
+from uedp.privacy.primitives import PARALLEL_NOISE_VALUES, clip_l2, gaussian_noise, gaussian_noise_like
 from uedp.privacy.randomness import Randomness
 
 
@@ -73,3 +73,27 @@ def test_secure_mode_seeds_from_the_os_and_seeded_mode_reproduces() -> None:
     d = gaussian_noise((8,), 1.0, Randomness.secure().stream("noise", 1))
     assert not torch.equal(c, d)
     assert "root" not in repr(Randomness.secure()) and "_root" not in repr(Randomness.secure())
+
+
+def test_noise_drawn_in_parallel_chunks_is_one_iid_gaussian_and_replays_when_seeded() -> None:
+    """A draw large enough to be split over threads: every chunk has standard deviation sigma, chunks are
+    uncorrelated (the child streams are independent), shapes and dtypes follow the tensors, and a
+    seeded stream gives the same noise again."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        shapes = [torch.zeros(3, 5, dtype=torch.float64), torch.zeros(2 * PARALLEL_NOISE_VALUES + 7)]
+        first = gaussian_noise_like(shapes, 1.5, Randomness.seeded(3).stream("noise", 1))
+        again = gaussian_noise_like(shapes, 1.5, Randomness.seeded(3).stream("noise", 1))
+        other = gaussian_noise_like(shapes, 1.5, Randomness.seeded(3).stream("noise", 2))
+    finally:
+        torch.set_num_threads(before)
+    assert [t.shape for t in first] == [s.shape for s in shapes] and first[0].dtype == torch.float64
+    assert all(torch.equal(a, b) for a, b in zip(first, again)) and not torch.equal(first[1], other[1])
+    big = first[1].double()
+    half = big.numel() // 2
+    for chunk in (big[:half], big[half:]):
+        chi = float((chunk**2).sum()) / 1.5**2
+        assert stats.chi2.ppf(1e-6, chunk.numel()) <= chi <= stats.chi2.ppf(1 - 1e-6, chunk.numel())
+    correlation = float(torch.corrcoef(torch.stack([big[:half][:100_000], big[half:][:100_000]]))[0, 1])
+    assert abs(correlation) < 5 / math.sqrt(100_000)

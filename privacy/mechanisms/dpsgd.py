@@ -35,7 +35,7 @@ from uedp.privacy.mechanisms.params import DpSgdParams
 from uedp.privacy.mechanisms.registry import BuildContext, EpsilonPlan, MechanismSpec, register
 from uedp.privacy.per_sample import PerSampleClipping, per_sample_clipping
 from uedp.privacy.population import Population
-from uedp.privacy.primitives import gaussian_noise
+from uedp.privacy.primitives import gaussian_noise_like
 from uedp.privacy.randomness import Randomness, RandomSource, RoundRandomness
 
 __all__ = ["DpSgd", "DpSgdParams"]
@@ -133,8 +133,8 @@ class DpSgd:
         sigma = self.noise_multiplier * self.params.clip
         ranks = Ranks.current()
         summed = ranks.sum_(self.clipped_gradient_sum(clipping, params, ranks.mine(batch), loss_fn, device, pad_id))
-        return [(total + gaussian_noise(total.shape, sigma, noise_gen, total.dtype, total.device)) / self.params.batch_size
-                for total in summed]
+        noises = gaussian_noise_like(summed, sigma, noise_gen)
+        return [(total + noise) / self.params.batch_size for total, noise in zip(summed, noises)]
 
     def clipped_gradient_sum(self, clipping: PerSampleClipping, params: list[torch.Tensor],
                              batch: list[torch.Tensor], loss_fn: LossFn, device: torch.device,

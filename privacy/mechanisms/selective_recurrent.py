@@ -47,7 +47,7 @@ from uedp.privacy.mechanisms.params import SelectiveParams
 from uedp.privacy.per_sample import PerSampleClipping
 from uedp.privacy.per_sample.opacus_path import OpacusClipping, sum_clipped_grad_samples
 from uedp.privacy.population import Population
-from uedp.privacy.primitives import gaussian_noise
+from uedp.privacy.primitives import gaussian_noise, gaussian_noise_like
 from uedp.privacy.randomness import Randomness, RandomSource
 
 # release(h, c, rows, t) -> the released (h, c) of those rows: see LstmLanguageModel.forward_releasing_states.
@@ -114,7 +114,7 @@ class SelectiveRecurrent(DpSgd):
                        noise_gen: RandomSource) -> list[torch.Tensor]:
         """Regular gradient of the public losses plus the noised, clipped private gradient, per parameter."""
         p, z = self.params, self.noise_multiplier
-        private_noise = [gaussian_noise(t.shape, z * p.clip, noise_gen, t.dtype, t.device) for t in params]
+        private_noise = gaussian_noise_like(params, z * p.clip, noise_gen)
         if not batch:
             return [noise / p.batch_size for noise in private_noise]
         inputs = {k: v.to(device) for k, v in collate(batch, pad_id).items()}

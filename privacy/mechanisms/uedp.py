@@ -34,7 +34,7 @@ from uedp.privacy.mechanisms.params import UeDpParams
 from uedp.privacy.mechanisms.registry import BuildContext, EpsilonPlan, MechanismSpec, register
 from uedp.privacy.mechanisms.userdp import check_vectorizable, make_local_trainer
 from uedp.privacy.population import Population
-from uedp.privacy.primitives import assign_flat_, flatten, gaussian_noise
+from uedp.privacy.primitives import assign_flat_, flatten, gaussian_noise_like
 from uedp.privacy.randomness import Randomness, RoundRandomness
 
 __all__ = ["UeDp", "UeDpParams", "usable_sequences"]
@@ -125,7 +125,7 @@ class UeDp:
             streams = [rng.stream("local-batches", users[u]) for u in sampled_users]
             theta = flatten(params)
             total = trainer.clipped_sum(theta, groups, [WEIGHT_CEILING] * len(groups), streams)
-            noise = gaussian_noise(theta.shape, sigma, rng.stream("noise"), theta.dtype, theta.device)
+            noise = gaussian_noise_like([theta], sigma, rng.stream("noise"))[0]
             assign_flat_(params, theta + p.server_lr * (total + noise) / self.denominator)
             return RoundOutput()
 

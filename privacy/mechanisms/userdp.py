@@ -35,7 +35,7 @@ from uedp.privacy.mechanisms.params import UserDpParams
 from uedp.privacy.mechanisms.registry import BuildContext, EpsilonPlan, MechanismSpec, RunShape, register
 from uedp.privacy.mechanisms.vectorized import VectorizedLocalTrainer
 from uedp.privacy.population import Population
-from uedp.privacy.primitives import assign_flat_, flatten, gaussian_noise
+from uedp.privacy.primitives import assign_flat_, flatten, gaussian_noise_like
 from uedp.privacy.randomness import Randomness, RoundRandomness
 
 __all__ = ["UserDp", "UserDpParams", "make_local_trainer"]
@@ -76,7 +76,7 @@ class UserDp:
             streams = [rng.stream("local-batches", user_ids[i]) for i in sampled]
             theta = flatten(params)
             total = trainer.clipped_sum(theta, [user_sequences[i] for i in sampled], weights[sampled].tolist(), streams)
-            noise = gaussian_noise(theta.shape, sigma, rng.stream("noise"), theta.dtype, theta.device)
+            noise = gaussian_noise_like([theta], sigma, rng.stream("noise"))[0]
             assign_flat_(params, theta + p.server_lr * (total + noise) / self.denominator)
             return RoundOutput()  # neither the local losses nor the number of sampled users is released
 
