@@ -30,6 +30,8 @@ ENGINES = ("ghost:auto", "ghost:ghost", "ghost:materialise", "opacus")
 
 
 def best_seconds(step: Callable[[], None], steps: int, device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     for _ in range(3):
         step()
     best = float("inf")
@@ -43,6 +45,13 @@ def best_seconds(step: Callable[[], None], steps: int, device: torch.device) -> 
             torch.cuda.synchronize()
         best = min(best, (time.perf_counter() - start) / steps)
     return best
+
+
+def peak(device: torch.device) -> str:
+    """Peak GPU memory since the last reset, as a column (empty on CPU)."""
+    if device.type != "cuda":
+        return ""
+    return f"{torch.cuda.max_memory_allocated(device) / 2**20:>12.0f} MiB"
 
 
 def measure(preset: str, batch: dict[str, torch.Tensor], batch_size: int, steps: int, device: torch.device,
@@ -60,7 +69,7 @@ def measure(preset: str, batch: dict[str, torch.Tensor], batch_size: int, steps:
         optimizer.step()
 
     base = best_seconds(noiseless, steps, device)
-    print(f"{preset:<8}{'noiseless':<20}{base * 1e3:>9.1f}{1.0:>13.2f}x")
+    print(f"{preset:<8}{'noiseless':<20}{base * 1e3:>9.1f}{1.0:>13.2f}x{peak(device)}")
     for engine in ENGINES:
         clipping = (OpacusClipping(model) if engine == "opacus"
                     else GhostClipping(model, "mean", engine.split(":")[1]))  # type: ignore[arg-type]
@@ -73,7 +82,7 @@ def measure(preset: str, batch: dict[str, torch.Tensor], batch_size: int, steps:
 
         seconds = best_seconds(private, steps, device)
         clipping.close()
-        print(f"{preset:<8}{engine:<20}{seconds * 1e3:>9.1f}{base / seconds:>13.2f}x")
+        print(f"{preset:<8}{engine:<20}{seconds * 1e3:>9.1f}{base / seconds:>13.2f}x{peak(device)}")
 
 
 def main() -> None:

@@ -202,9 +202,14 @@ class RoundAccountant:
         return self._exact[rounds]
 
     def _power(self, k: int) -> Any:
-        if k not in self._powers:
-            self._powers[k] = self._one_round if k == 1 else self._one_round.self_compose(k)  # type: ignore[attr-defined]
-        return self._powers[k]
+        """The PLD of k rounds; block lengths (powers of two) are kept, other lengths (an exact figure
+        inside a block) are not, so the cache stays small over any number of rounds."""
+        if k in self._powers:
+            return self._powers[k]
+        power = self._one_round if k == 1 else self._one_round.self_compose(k)  # type: ignore[attr-defined]
+        if k & (k - 1) == 0:
+            self._powers[k] = power
+        return power
 
     def _pld_after(self, rounds: int) -> Any:
         extra = rounds - self._knot
@@ -251,7 +256,9 @@ class RoundAccountant:
                 "initial": repr(self.initial), "delta": self.delta, "kind": self.kind, "adjacency": self.adjacency}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
-        """Continue after ``state['rounds']`` rounds (recomposed in the same blocks, so figures match)."""
+        """Continue after ``state['rounds']`` rounds, recomposed in blocks. A run that had gone round by round
+        near its budget resumes with the regular blocks, so a resumed epsilon can differ from the
+        uninterrupted one in the last digits (both are dp_accounting's pessimistic PLD figures)."""
         mine = {"event": repr(self.round_event), "initial": repr(self.initial), "delta": self.delta, "kind": self.kind,
                 "adjacency": self.adjacency}
         if any(state.get(key) != value for key, value in mine.items()):

@@ -72,9 +72,9 @@ def gaussian_noise_like(tensors: Sequence[torch.Tensor], std: float,
                         source: np.random.Generator | torch.Generator) -> list[torch.Tensor]:
     """N(0, std^2 I) shaped like each of ``tensors`` (their dtype and device), drawn as one flat vector.
 
-    From a secret stream, a large draw is split into contiguous chunks, each filled by its own child
+    From a secret stream, a large draw is split into fixed-size chunks, each filled by its own child
     stream (``Generator.spawn``: independent streams derived from this one's secret seed), on torch's
-    intra-op threads. Deterministic for a seeded run: the chunks depend on the size and thread count only."""
+    intra-op threads. Deterministic for a seeded run: the chunks depend on the size only."""
     if std < 0:
         raise ValueError(f"noise standard deviation must be >= 0, got {std}")
     sizes = [t.numel() for t in tensors]
@@ -91,18 +91,24 @@ def gaussian_noise_like(tensors: Sequence[torch.Tensor], std: float,
 
 
 def _parallel_standard_normal(source: np.random.Generator, count: int) -> np.ndarray:
-    workers = min(torch.get_num_threads(), max(1, count // PARALLEL_NOISE_VALUES))
+    """``count`` standard normals; above one chunk, chunk i (of a fixed size) comes from child stream i,
+    so the values do not depend on how many threads fill them (a seeded run resumed with other
+    ``--threads`` replays)."""
     out = np.empty(count, dtype=np.float32)
-    if workers == 1:
+    if count <= PARALLEL_NOISE_VALUES:
         source.standard_normal(out=out, dtype=np.float32)
         return out
-    bounds = np.linspace(0, count, workers + 1).astype(int)
-    children = source.spawn(workers)
-    list(_noise_pool(workers).map(lambda i: children[i].standard_normal(out=out[bounds[i]:bounds[i + 1]],
-                                                                        dtype=np.float32), range(workers)))
+    starts = range(0, count, PARALLEL_NOISE_VALUES)
+    children = source.spawn(len(starts))
+
+    def fill(i: int) -> None:
+        start = starts[i]
+        children[i].standard_normal(out=out[start:start + PARALLEL_NOISE_VALUES], dtype=np.float32)
+
+    list(_noise_pool(max(1, torch.get_num_threads())).map(fill, range(len(starts))))
     return out
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=1)  # one pool, resized if the thread count changes
 def _noise_pool(workers: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(workers, thread_name_prefix="uedp-noise")

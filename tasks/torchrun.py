@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from uedp.models.threads import available_cpus
 from uedp.storage.home import DataHome
 from uedp.tasks.config import TrainConfig
 from uedp.tasks.training import TrainResult, train_configuration, train_replica
@@ -41,7 +42,11 @@ def train_with_torchrun(home: DataHome, config: TrainConfig, flow_run_id: str | 
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                    f"--nproc-per-node={config.processes}", "-m", "uedp.tasks.torchrun", str(request), str(result)]
         tail: deque[str] = deque(maxlen=40)
-        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        # torch.distributed.run sets OMP_NUM_THREADS=1 for several processes unless it is set: give each
+        # process its share of the CPUs this one may use (or what the user chose) instead.
+        share = os.environ.get("OMP_NUM_THREADS", str(max(1, available_cpus() // config.processes)))
+        env = os.environ | {"OMP_NUM_THREADS": str(config.threads) if config.threads else share}
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                               text=True) as process:
             assert process.stdout is not None
             for line in process.stdout:

@@ -194,3 +194,41 @@ def test_an_embedding_padding_index_gets_no_gradient_as_in_pytorch() -> None:
         return nn.functional.cross_entropy(m(batch["ids"]), batch["y"])
 
     _check(model, loss_fn, {"ids": ids, "y": y}, [{"ids": ids[i:i + 1], "y": y[i:i + 1]} for i in range(3)], "ghost")
+
+
+def test_layers_ghost_clipping_cannot_see_are_refused_not_left_out() -> None:
+    """A layer with parameters that returns a tuple, or whose output is changed in place afterwards, would
+    have its gradient silently left out: both are errors that name the layer."""
+    lstm = nn.Sequential(nn.LSTM(3, 4, batch_first=True))
+    engine = GhostClipping(lstm, "mean")
+    with pytest.raises(ValueError, match="LSTM, whose output is not one tensor"):
+        engine.clipped_sum(lambda m, b: m(b["x"])[0].sum(), {"x": torch.randn(2, 5, 3)}, 2, 1.0)
+    engine.close()
+
+    class InPlace(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(3, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.linear(x)
+            y.mul_(2)
+            return y
+
+    engine = GhostClipping(InPlace(), "mean")
+    with pytest.raises(ValueError, match="Linear was changed in place"):
+        engine.clipped_sum(lambda m, b: m(b["x"]).sum(), {"x": torch.randn(2, 3)}, 2, 1.0)
+    engine.close()
+
+
+def test_an_unverified_architecture_takes_opacus_path_with_a_warning() -> None:
+    from uedp.privacy.per_sample import per_sample_clipping
+    from uedp.privacy.per_sample.opacus_path import OpacusClipping
+
+    with pytest.warns(UserWarning, match="using Opacus' per-sample gradients"):
+        clipping = per_sample_clipping(nn.Sequential(nn.Linear(3, 2)), "ghost")
+    assert isinstance(clipping, OpacusClipping)
+    clipping.close()
+    verified = per_sample_clipping(tiny_gpt2(), "ghost")
+    assert isinstance(verified, GhostClipping)
+    verified.close()

@@ -86,10 +86,13 @@ def test_noise_drawn_in_parallel_chunks_is_one_iid_gaussian_and_replays_when_see
         first = gaussian_noise_like(shapes, 1.5, Randomness.seeded(3).stream("noise", 1))
         again = gaussian_noise_like(shapes, 1.5, Randomness.seeded(3).stream("noise", 1))
         other = gaussian_noise_like(shapes, 1.5, Randomness.seeded(3).stream("noise", 2))
+        torch.set_num_threads(1)  # a resumed run with other --threads draws the same noise
+        one_thread = gaussian_noise_like(shapes, 1.5, Randomness.seeded(3).stream("noise", 1))
     finally:
         torch.set_num_threads(before)
     assert [t.shape for t in first] == [s.shape for s in shapes] and first[0].dtype == torch.float64
-    assert all(torch.equal(a, b) for a, b in zip(first, again)) and not torch.equal(first[1], other[1])
+    assert all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in zip(first, again, one_thread))
+    assert not torch.equal(first[1], other[1])
     big = first[1].double()
     half = big.numel() // 2
     for chunk in (big[:half], big[half:]):

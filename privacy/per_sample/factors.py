@@ -71,9 +71,16 @@ class Outer:
         return torch.bmm(self.left, other.left.transpose(1, 2))
 
     def inner(self, other: Outer) -> torch.Tensor:
-        """``<G_i, H_i>`` per example, from Gram matrices (nothing of size m x n is formed)."""
-        right = torch.bmm(self.right, other.right.transpose(1, 2))
-        return (self.left_gram(other) * right).sum(dim=(1, 2))
+        """``<G_i, H_i>`` per example, from Gram matrices (nothing of size m x n is formed), in float64:
+        the sum has terms of both signs (and a shared parameter's cross terms are negative at times), so
+        float32 cancellation could understate a norm, and clipping would then clip too little."""
+        a, b = self.to_double(), other.to_double()
+        right = torch.bmm(a.right, b.right.transpose(1, 2))
+        return (a.left_gram(b) * right).sum(dim=(1, 2))
+
+    def to_double(self) -> Outer:
+        left = self.left if self.one_hot else self.left.double()
+        return Outer(left, self.right.double(), self.rows, self.one_hot)
 
     def materialise(self) -> torch.Tensor:
         """The (B, m, n) per-example gradients."""

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from uedp.privacy.per_sample.factors import Dense, Factor, Outer
-from uedp.privacy.per_sample.layers import Rule, rule_for
+from uedp.privacy.per_sample.layers import Rule, own_parameters, rule_for
 
 __all__ = ["GhostClipping", "Strategy"]
 
@@ -46,6 +46,7 @@ class _Call:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     output: torch.Tensor | None
+    version: int  # the output's version when recorded: a later in-place change would hide its gradient
     grad: torch.Tensor | None = field(default=None)
 
 
@@ -68,8 +69,7 @@ class GhostClipping:
         self.materialise_bytes = materialise_bytes  # per parameter: B * numel * 4 at most
         self.params = [p for p in model.parameters() if p.requires_grad]
         self._calls: list[_Call] | None = None
-        self._rules = {module: rule_for(module) for module in model.modules()
-                       if any(p.requires_grad for p in module.parameters(recurse=False))}
+        self._rules = {module: rule_for(module) for module in model.modules() if own_parameters(module)}
         self._handles = [module.register_forward_hook(self._record, with_kwargs=True) for module in self._rules]
 
     def close(self) -> None:
@@ -79,14 +79,19 @@ class GhostClipping:
         self._handles = []
 
     def _record(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
-        if self._calls is None or not isinstance(output, torch.Tensor) or not output.requires_grad:
+        if self._calls is None:
+            return
+        if not isinstance(output, torch.Tensor):  # its parameters' gradients would silently be left out
+            raise ValueError(f"ghost clipping has no per-example rule for {type(module).__name__}, whose output is "
+                             "not one tensor; use per_sample='opacus'")
+        if not output.requires_grad:
             return
         call = _Call(module, self._rules[module], tuple(_compute(a) for a in args),
-                     {k: _compute(v) for k, v in kwargs.items()}, output)
+                     {k: _compute(v) for k, v in kwargs.items()}, output, output._version)
 
         def keep(grad: torch.Tensor) -> None:
             call.grad = grad.detach() if call.grad is None else call.grad + grad.detach()
-        output.register_hook(keep)  # type: ignore[no-untyped-call]  # on this version of the output, even if a later op changes it in place
+        output.register_hook(keep)  # type: ignore[no-untyped-call]
         self._calls.append(call)
 
     def clipped_sum(self, loss_fn: Loss, inputs: dict[str, torch.Tensor], batch_size: int,
@@ -113,6 +118,10 @@ class GhostClipping:
         finally:
             self._calls = None
         scale = float(batch_size) if self.loss_reduction == "mean" else 1.0
+        for call in calls:
+            if call.output is not None and call.output._version != call.version:
+                raise ValueError(f"the output of {type(call.module).__name__} was changed in place after the layer; "
+                                 "ghost clipping cannot see its gradient: use per_sample='opacus'")
         if calls:  # backward to the layers' outputs only (the hooks keep each gradient): no weight gradient
             torch.autograd.grad(loss * scale, [c.output for c in calls if c.output is not None], allow_unused=True)
         for call in calls:

@@ -23,7 +23,7 @@ from torch.func import functional_call, vjp, vmap
 
 from uedp.privacy.per_sample.factors import Dense, Factor, Outer
 
-__all__ = ["Rule", "per_sample_by_functorch", "register_rule", "rule_for", "rule_name"]
+__all__ = ["Rule", "own_parameters", "per_sample_by_functorch", "register_rule", "rule_for", "rule_name"]
 
 # (layer, positional inputs, keyword inputs, gradient at the output) -> factors of its trainable parameters
 Rule = Callable[[nn.Module, tuple[Any, ...], dict[str, Any], torch.Tensor], dict[nn.Parameter, Factor]]
@@ -55,6 +55,14 @@ def rule_for(module: nn.Module) -> Rule:
 def rule_name(module: nn.Module) -> str:
     """``"ghost"`` where a factored rule covers the layer, ``"materialised"`` where torch.func does."""
     return "materialised" if rule_for(module) is per_sample_by_functorch else "ghost"
+
+
+def own_parameters(module: nn.Module) -> dict[str, nn.Parameter]:
+    """The trainable parameters a module uses itself: registered on it and not also a parameter of one of
+    its submodules (Opacus' ``DPLSTM`` registers its cells' weights again under ``nn.LSTM``'s names; those
+    belong to the cells' linear layers, and counting them twice would double their gradient)."""
+    inner = {id(p) for child in module.children() for p in child.parameters()}
+    return {name: p for name, p in module.named_parameters(recurse=False) if p.requires_grad and id(p) not in inner}
 
 
 def _tokens(tensor: torch.Tensor) -> torch.Tensor:
@@ -133,7 +141,7 @@ def per_sample_by_functorch(module: nn.Module, args: tuple[Any, ...], kwargs: di
 
     Tensor inputs are split along dimension 0; keyword inputs must not be tensors (they would be
     shared by all examples, which a per-example split cannot know to be right)."""
-    own = {name: p for name, p in module.named_parameters(recurse=False) if p.requires_grad}
+    own = own_parameters(module)
     if not own:
         return {}
     if any(isinstance(v, torch.Tensor) for v in kwargs.values()):
