@@ -87,14 +87,7 @@ def test_tied_embedding_norm_includes_the_cross_term() -> None:
     model = tiny_gpt2().double()
     batch = _lm_batch(TEXTS)
     engine = GhostClipping(model, "mean", "ghost")
-    calls: list = []
-    engine._calls = calls
-    loss = per_sequence_lm_loss(model, batch)
-    engine._calls = None
-    torch.autograd.grad(loss * len(TEXTS), [c.output for c in calls])
-    for c in calls:
-        c.output = None
-    factors = engine._factors(calls, len(TEXTS))[model.transformer.wte.weight]
+    factors = engine._recorded_factors(per_sequence_lm_loss, batch, len(TEXTS))[model.transformer.wte.weight]
     engine.close()
     embedding, head = sorted(factors, key=lambda f: not isinstance(f, Outer) or not f.one_hot)
     assert isinstance(embedding, Outer) and embedding.one_hot and isinstance(head, Outer) and not head.one_hot

@@ -79,27 +79,28 @@ def _bias(module: nn.Module, grad: torch.Tensor) -> dict[nn.Parameter, Factor]:
     return {bias: Dense(grad.sum(dim=1))} if _trainable(bias) else {}
 
 
-@register_rule("torch.nn.modules.linear.Linear")
-def linear(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], grad: torch.Tensor) -> dict[nn.Parameter, Factor]:
-    """``y = x W^T + b``, W (out, in): ``G_i = sum_t g_it (x) x_it``."""
-    x, g = _tokens(args[0]), _tokens(grad)
+def _affine(module: nn.Module, x: torch.Tensor, grad: torch.Tensor, output_rows: bool) -> dict[nn.Parameter, Factor]:
+    """An affine layer's weight as one outer product per token, the output side first when the weight's
+    rows are outputs (``Linear``: W is (out, in)) or second when they are inputs (``Conv1D``: (in, out))."""
+    x, g = _tokens(x), _tokens(grad)
     out: dict[nn.Parameter, Factor] = _bias(module, g)
     weight = getattr(module, "weight", None)
     if _trainable(weight):
-        out[weight] = Outer(g, x, g.shape[-1])
+        out[weight] = Outer(g, x, g.shape[-1]) if output_rows else Outer(x, g, x.shape[-1])
     return out
+
+
+@register_rule("torch.nn.modules.linear.Linear")
+def linear(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], grad: torch.Tensor) -> dict[nn.Parameter, Factor]:
+    """``y = x W^T + b``, W (out, in): ``G_i = sum_t g_it (x) x_it``."""
+    return _affine(module, args[0], grad, output_rows=True)
 
 
 @register_rule("transformers.pytorch_utils.Conv1D")
 def conv1d_transposed_linear(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                              grad: torch.Tensor) -> dict[nn.Parameter, Factor]:
     """GPT-2's ``Conv1D``: ``y = x W + b``, W (in, out): ``G_i = sum_t x_it (x) g_it``."""
-    x, g = _tokens(args[0]), _tokens(grad)
-    out: dict[nn.Parameter, Factor] = _bias(module, g)
-    weight = getattr(module, "weight", None)
-    if _trainable(weight):
-        out[weight] = Outer(x, g, x.shape[-1])
-    return out
+    return _affine(module, args[0], grad, output_rows=False)
 
 
 @register_rule("torch.nn.modules.sparse.Embedding")
