@@ -60,6 +60,25 @@ def poisson_gaussian_round(sampling_probability: float, noise_multiplier: float)
     return dp_accounting.PoissonSampledDpEvent(sampling_probability, dp_accounting.GaussianDpEvent(noise_multiplier))
 
 
+def group_replace_round(sampling_probability: float, noise_multiplier: float, group_size: int
+                        ) -> dp_accounting.DpEvent:
+    """One round in which changing a privacy unit changes up to ``group_size`` contributions, each
+    sampled by its own coin with probability q and each moved from one vector of norm <= 1 (in units of
+    the clip) to another, under one Gaussian of std ``z`` (uedp-bounded's (user, entity) group).
+
+    Conservative, by post-processing: split the noise into ``g`` independent shares of std ``z / sqrt(g)``
+    and pair each changed contribution with one share. The round's output is the sum of ``g`` independent
+    releases (plus what the unit does not change), each a Poisson-sampled Gaussian under replace-one
+    adjacency with noise multiplier ``z / sqrt(g)``; the sum is post-processing of those releases, so
+    their g-fold composition bounds the round. Exact for q = 1 (one Gaussian of sensitivity 2g); for
+    small q it gives up part of the amplification by sampling (docs/PRIVACY.md, uedp-bounded).
+    """
+    if group_size < 1:
+        raise ValueError(f"group size must be >= 1, got {group_size}")
+    single = poisson_gaussian_round(sampling_probability, noise_multiplier / math.sqrt(group_size))
+    return single if group_size == 1 else dp_accounting.SelfComposedDpEvent(single, group_size)
+
+
 def with_initial(event: dp_accounting.DpEvent, initial: dp_accounting.DpEvent | None) -> dp_accounting.DpEvent:
     """``event`` preceded by a one-time release (a DP count of the units), composed, when there is one."""
     return event if initial is None else dp_accounting.ComposedDpEvent([initial, event])
@@ -86,10 +105,13 @@ def calibrate_noise_multiplier(
     kind: AccountantKind = "pld",
     adjacency: Adjacency = "add_remove",
     initial: dp_accounting.DpEvent | None = None,
+    floor: float = MIN_NOISE_MULTIPLIER,
 ) -> float:
     """Smallest noise multiplier z (bisection, by dp_accounting) whose epsilon after ``rounds`` (and the
     one-time ``initial`` release, whose noise z does not change) is <= target.
 
+    ``floor`` is the least z searched: ``MIN_NOISE_MULTIPLIER`` for one Gaussian per round, scaled up
+    where the round's event divides z (uedp-bounded's group event: ``MIN_NOISE_MULTIPLIER * sqrt(g)``).
     The result is within 0.1% of the boundary in z, so its epsilon lies just below the target.
     """
     if target_epsilon <= 0 or not math.isfinite(target_epsilon):
@@ -103,10 +125,10 @@ def calibrate_noise_multiplier(
 
     # Below z = MIN_NOISE_MULTIPLIER the PLD discretisation needs tens of GiB and epsilon is in the
     # hundreds anyway: a target that such little noise already meets is reported, not searched.
-    floor_epsilon = epsilon_after(round_event_for(MIN_NOISE_MULTIPLIER), rounds, delta, kind, adjacency, initial)
+    floor_epsilon = epsilon_after(round_event_for(floor), rounds, delta, kind, adjacency, initial)
     if floor_epsilon <= target_epsilon:
         raise ValueError(
-            f"target epsilon {target_epsilon:g} is met even with noise multiplier {MIN_NOISE_MULTIPLIER} "
+            f"target epsilon {target_epsilon:g} is met even with noise multiplier {floor:.3g} "
             f"(epsilon {floor_epsilon:.3g}); give a noise multiplier instead"
         )
     z = dp_accounting.calibrate_dp_mechanism(
@@ -114,7 +136,7 @@ def calibrate_noise_multiplier(
         event,
         target_epsilon,
         delta,
-        bracket_interval=dp_accounting.LowerEndpointAndGuess(MIN_NOISE_MULTIPLIER, 1.0),
+        bracket_interval=dp_accounting.LowerEndpointAndGuess(floor, max(1.0, 2 * floor)),
         tol=1e-3,
     )
     return float(z)
@@ -123,10 +145,11 @@ def calibrate_noise_multiplier(
 def resolve_noise_multiplier(mechanism: str, noise_multiplier: float | None, target_epsilon: float | None,
                              round_event_for: Callable[[float], dp_accounting.DpEvent], rounds: int, delta: float,
                              kind: AccountantKind, adjacency: Adjacency = "add_remove",
-                             initial: dp_accounting.DpEvent | None = None) -> float:
+                             initial: dp_accounting.DpEvent | None = None, floor: float = MIN_NOISE_MULTIPLIER) -> float:
     """The z a run uses: calibrated to ``target_epsilon`` when given, else the given positive one."""
     if target_epsilon is not None:
-        return calibrate_noise_multiplier(round_event_for, rounds, target_epsilon, delta, kind, adjacency, initial)
+        return calibrate_noise_multiplier(round_event_for, rounds, target_epsilon, delta, kind, adjacency, initial,
+                                          floor)
     if noise_multiplier is None or noise_multiplier <= 0:
         raise ValueError(f"{mechanism} needs a positive noise multiplier or a target epsilon")
     return noise_multiplier
@@ -273,7 +296,11 @@ class RoundAccountant:
 
 @functools.lru_cache(maxsize=16)  # uedp builds one per case; sweeps and tests rebuild the same ones
 def _round_pld(event: dp_accounting.DpEvent, adjacency: Adjacency) -> object | None:
-    """dp_accounting's PLD of one Poisson-sampled Gaussian round, built as its PLDAccountant builds it."""
+    """dp_accounting's PLD of one Poisson-sampled Gaussian round (or of a fixed number of them composed),
+    built as its PLDAccountant builds it."""
+    if isinstance(event, dp_accounting.SelfComposedDpEvent):
+        single = _round_pld(event.event, adjacency)
+        return None if single is None else single.self_compose(event.count)  # type: ignore[attr-defined]
     if not (isinstance(event, dp_accounting.PoissonSampledDpEvent)
             and isinstance(event.event, dp_accounting.GaussianDpEvent)):
         return None

@@ -11,6 +11,7 @@ keys that are not shared settings go to the mechanism's parameters.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -164,7 +165,12 @@ class TrainConfig(RunSettings):
     def run_name(self) -> str:
         budget = self.params.budget
         suffix = f"-eps{budget:g}" if budget and self.is_private else ""
-        return f"{self.mechanism}-{self.model}-{'+'.join(self.categories)}{suffix}-s{self.seed}"
+        return f"{self.label}-{self.model}-{'+'.join(self.categories)}{suffix}-s{self.seed}"
+
+    @property
+    def label(self) -> str:
+        """The mechanism as reports and run names show it (with k for uedp-bounded)."""
+        return self.spec.label_of(self.params)
 
     def flat(self) -> dict[str, Any]:
         """Shared settings and the mechanism's parameters side by side (MLflow params, one level)."""
@@ -271,6 +277,21 @@ class SweepConfig(BaseModel):
                                         description="mechanism parameters (each mechanism takes the ones it knows)")
     store: str | None = Field(None, description="fsspec URL of the shared table store (s3://bucket/uedp); "
                                                 "empty: the data home only")
+    grid: dict[str, list[Any]] = Field(default_factory=dict, description="more axes: a mechanism parameter and its "
+                                       "values; each mechanism that takes the parameter runs once per value "
+                                       "(e.g. holders_per_entity: [1, 4, 16])")
+
+    @field_validator("grid")
+    @classmethod
+    def _grid_of_parameters(cls, grid: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        known = set(MechanismSettings.model_fields) - {"target_epsilon", "noise_multiplier", "epsilon"}
+        for name, values in grid.items():
+            if name not in known:
+                raise ValueError(f"grid axis {name!r} is not a mechanism parameter (epsilons: target_epsilons); "
+                                 f"valid: {', '.join(sorted(known))}")
+            if not values:
+                raise ValueError(f"grid axis {name!r} has no values")
+        return grid
 
     @model_validator(mode="before")
     @classmethod
@@ -294,11 +315,12 @@ class SweepConfig(BaseModel):
             for mechanism in self.mechanisms:
                 spec = registry.get(mechanism)
                 targets: list[float | None] = list(self.target_epsilons) if spec.private and self.target_epsilons else [None]
-                for target in targets:
+                axes = {name: values for name, values in self.grid.items() if name in spec.params.model_fields}
+                for target, point in itertools.product(targets, _points(axes)):
                     # A grid epsilon replaces any budget in the base (custext/santext: the per-token epsilon).
                     budget = ({"noise_multiplier": None, "target_epsilon": target, "epsilon": target}
                               if target is not None else {})
-                    values = {**base, **budget}
+                    values = {**base, **point, **budget}
                     configs = [TrainConfig.for_mechanism(mechanism, **values, dataset=self.dataset,
                                                          categories=categories, seed=seed)
                                for categories in self.category_sets]
@@ -308,6 +330,11 @@ class SweepConfig(BaseModel):
                     items.extend(SweepItem(config, config.params.budget if spec.private else None)
                                  for config in configs)
         return items
+
+
+def _points(axes: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Every combination of the grid axes a mechanism takes ([{}] when it takes none)."""
+    return [dict(zip(axes, combination)) for combination in itertools.product(*axes.values())]
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -59,6 +60,12 @@ class TrainResult:
     randomness: str = "none"  # secure, seeded, or none (no guarantee)
     caveats: tuple[str, ...] = ()  # what the epsilon does not cover, shown next to it
     public: tuple[str, ...] = ()  # what the guarantee treats as public
+    label: str = ""  # the mechanism as reports show it (uedp-bounded-k4); empty: the mechanism's name
+    wall_seconds: float = 0.0  # set-up, training and evaluation of this run (this invocation, if resumed)
+
+    @property
+    def shown_as(self) -> str:
+        return self.label or self.mechanism
 
 
 def loss_function(config: TrainConfig) -> LossFn:
@@ -267,6 +274,7 @@ def train_replica(home: DataHome, config: TrainConfig) -> None:
 def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | None = None,
                         parent_run_id: str | None = None, progress: bool = True) -> TrainResult:
     """Train and evaluate one configuration; every figure goes to one MLflow run (torchrun: the main process)."""
+    started = time.perf_counter()
     ranks = Ranks.current()
     s = set_up(home, config, ranks)
     device, tokenizer, data, model, mechanism, checkpoint = s.device, s.tokenizer, s.data, s.model, s.mechanism, s.checkpoint
@@ -348,4 +356,5 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         utility_metric=metric, utility_valid=valid, utility_test=test, rounds=statement.rounds,
         resumed_from=resumed_from, notes=statement.notes, privacy_extra=dict(statement.extra),
         randomness=statement.randomness, caveats=statement.caveats, public=statement.public,
+        label=config.label, wall_seconds=time.perf_counter() - started,
     )

@@ -142,7 +142,7 @@ FORBIDDEN = ("n_train_users", "n_train_sentences", "privacy_entities_E", "privac
              "privacy_rounds_truncated", "uedp.dataset_key", "uedp.entities_key")
 
 
-@pytest.mark.parametrize("mechanism", ["dpsgd", "selective", "userdp", "uedp", "uedp-naive"])
+@pytest.mark.parametrize("mechanism", ["dpsgd", "selective", "userdp", "uedp", "uedp-naive", "uedp-bounded"])
 def test_an_mlflow_run_read_back_holds_no_exact_count_of_private_data(home, demo: str, mechanism: str) -> None:
     # One set of settings for every mechanism; each takes the ones it knows.
     config = TrainConfig.for_mechanism(mechanism, dataset=demo, steps=2, public_steps=2, q_user=0.5, local_steps=1,
@@ -168,6 +168,12 @@ def test_an_mlflow_run_read_back_holds_no_exact_count_of_private_data(home, demo
     if mechanism == "selective":  # replace-one neighbours have as many sequences: their count is public
         assert "public under replace-one" in run.data.params["privacy_public"]
         allowed |= {"privacy_population_used", "artifact:extra.population_used"}
+    if mechanism == "uedp-bounded":  # substitution: the user count is public; the graph is declared public
+        assert "public under replace-one" in run.data.params["privacy_public"]
+        assert "attribution graph" in run.data.params["privacy_public"]
+        graph_figures = ("population_used", "sensitive_sentences", "sensitive_sentences_kept", "sentences_without_entity",
+                         "group_size", "holders_per_entity")  # the last two: 1 + k and k, set by the user
+        allowed |= {f"{prefix}{name}" for name in graph_figures for prefix in ("privacy_", "artifact:extra.")}
     for key, value in released.items():
         if key in allowed:
             continue  # set by the user or the model, or public by the adjacency
@@ -178,7 +184,7 @@ def test_an_mlflow_run_read_back_holds_no_exact_count_of_private_data(home, demo
         assert number not in exact, f"{key}={value} equals an exact count of private data"
     assert run.data.params["privacy_randomness"] == "secure"
     assert "held-out users' text" in run.data.params["privacy_caveats"]
-    if mechanism in ("selective", "uedp", "uedp-naive"):
+    if mechanism in ("selective", "uedp", "uedp-naive", "uedp-bounded"):
         assert "not protected as entities" in run.data.params["privacy_caveats"]
     history = [m.step for m in client.get_metric_history(run.info.run_id, "epsilon")]
     assert history and not client.get_metric_history(run.info.run_id, "participants")

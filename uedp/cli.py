@@ -397,7 +397,7 @@ def epsilon(
     except ValueError as exc:
         raise UedpError(str(exc)) from None
     units = {"sequences": "sequences", "users": "users", "writers": "users (the writers' roster)"}[spec.counts or "users"]
-    counted = "" if count_public else f" (incl. the DP count of {units}, noise std {noise:g})"
+    counted = "" if count_public or spec.counts is None else f" (incl. the DP count of {units}, noise std {noise:g})"
     lines = list(plan.lines)
     typer.echo(lines[0] + counted)
     for line in lines[1:]:
@@ -469,6 +469,9 @@ def sweep(
                                            "(default: the noise multiplier)."),
     seeds: Optional[str] = typer.Option(None, show_default=False, help="Comma-separated seeds (initial weights; "
                                         f"sampling and noise too with --seeded) {default_of(SweepConfig, 'seeds')}"),
+    grid_axes: Optional[list[str]] = typer.Option(None, "--grid", show_default=False, help="NAME=V1,V2,...: one more "
+                                                  "axis over a mechanism parameter; each mechanism that takes it runs "
+                                                  "once per value (e.g. --grid holders_per_entity=1,4,16); repeatable."),
     seeded: bool = SEEDED_OPTION,
     store: Optional[str] = typer.Option(None, help=STORE_HELP),
     home: Optional[Path] = HOME_OPTION,
@@ -492,7 +495,7 @@ def sweep(
         raise UedpError(f"--epsilons and --seeds take comma-separated numbers: {exc}") from None
     grid = {"mechanisms": _csv(mechanisms) if mechanisms else None, "category_sets": categories or None,
             "target_epsilons": targets or None, "seeds": seed_list or None, "store": store,
-            "randomness": "seeded" if seeded else None}
+            "randomness": "seeded" if seeded else None, "grid": _grid_axes(grid_axes or []) or None}
     values = merged(config_file, settings, set_, LISTED) | {k: v for k, v in grid.items() if v is not None}
     config = SweepConfig(**{**values, "home": str(data_home.root), "dataset": dataset})
     items = config.plan()
@@ -502,6 +505,26 @@ def sweep(
     _print_summary(outcome.runs, title=f"uedp sweep on {dataset}")
     typer.echo(f"\nreport: {outcome.report[0] if outcome.report else '-'}")
     typer.echo(f"MLflow parent run: {outcome.parent_run_id}   (browse: {ui_command(data_home)})")
+
+
+def _grid_axes(axes: list[str]) -> dict[str, list[Any]]:
+    """``--grid name=1,4,16`` -> ``{"name": [1, 4, 16]}`` (numbers where they parse, text otherwise)."""
+    out: dict[str, list[Any]] = {}
+    for axis in axes:
+        name, sep, values = axis.partition("=")
+        if not sep or not name.strip() or not values.strip():
+            raise UedpError(f"--grid takes NAME=V1,V2,... (e.g. holders_per_entity=1,4,16), got {axis!r}")
+        out[name.strip().replace("-", "_")] = [_scalar(v) for v in _csv(values)]
+    return out
+
+
+def _scalar(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 @app.command()
@@ -605,7 +628,7 @@ def _print_summary(runs: list[Any], title: str = "uedp demo results") -> None:
         table.add_column(column, justify="right" if column in ("epsilon", "delta", "z", "rounds", metric) else "left")
     for r in runs:
         table.add_row(
-            r.mechanism, ",".join(r.categories), _fmt(r.epsilon), f"{r.delta:g}" if r.delta else "-",
+            r.shown_as, ",".join(r.categories), _fmt(r.epsilon), f"{r.delta:g}" if r.delta else "-",
             f"{r.noise_multiplier:.3g}" if r.noise_multiplier else "-", r.randomness if r.randomness != "none" else "-",
             str(r.rounds), f"{r.utility_test:.4g}", r.run_id,
         )

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from uedp.privacy.attribution import HolderChoice
 from uedp.privacy.sanitization.mapping import MappingMode, Metric
 from uedp.privacy.sanitization.mechanisms import check_strategy
 
@@ -148,6 +149,24 @@ class UeDpParams(UserDpParams):
         if self.weight_cap != 1.0:
             raise ValueError("uedp weighs every user 1: a weight counting a user's sentences changes when an entity "
                              "is added, even in rounds where it is not sampled (weight_cap applies to userdp only)")
+        return self
+
+
+class UeDpBoundedParams(UserDpParams):
+    """userdp's parameters plus the bound on holders per entity (multi-attribution DP)."""
+
+    mechanism: Literal["uedp-bounded"] = "uedp-bounded"  # type: ignore[assignment]
+    holders_per_entity: int = Field(4, ge=0, description="uedp-bounded: k, the most users per entity whose sentences "
+                                    "with it are kept; noise grows with 1 + k")
+    holder_choice: HolderChoice = Field("best", description="uedp-bounded: how holders are chosen from the attribution "
+                                        "graph: best (of gain and top-count, each improved by local search, and the "
+                                        "baseline), gain, top-count, ascending-degree (the baseline greedy)")
+
+    @model_validator(mode="after")
+    def _pld_only(self) -> UeDpBoundedParams:
+        if self.accountant != "pld":
+            raise ValueError("uedp-bounded is accounted under substitution (replace-one), which only the pld "
+                             "accountant supports for Poisson sampling")
         return self
 
 

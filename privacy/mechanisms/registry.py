@@ -97,6 +97,12 @@ class MechanismSpec:
     early_calibration: bool = False
     check: Callable[[Any, RunShape], None] = lambda p, shape: None  # raises ValueError on a combination it refuses
     rank: int = 100  # where it is listed (help, forms): baselines first, then by unit
+    # The name a run of these parameters is shown under (report rows, run names): the mechanism's name,
+    # plus a parameter that makes a different mechanism of it (uedp-bounded's k).
+    label: Callable[[Any], str] | None = None
+
+    def label_of(self, params: Any) -> str:
+        return self.name if self.label is None else self.label(params)
 
     @property
     def private(self) -> bool:

@@ -19,9 +19,12 @@ Randomness: sampling, noise and every user's batch order come from the run's
 
 from __future__ import annotations
 
+import dp_accounting
 import torch
 
 from uedp.privacy.accounting import (
+    MIN_NOISE_MULTIPLIER,
+    Adjacency,
     RoundAccountant,
     check_delta,
     epsilon_after,
@@ -42,28 +45,61 @@ __all__ = ["UserDp", "UserDpParams", "make_local_trainer"]
 
 
 class UserDp:
+    """DP-FedAvg. Subclasses change what it trains on (:meth:`prepare`), the round's privacy event and
+    adjacency (:meth:`round_event`), and what the statement adds (:meth:`statement_extra`)."""
+
     name = "userdp"
     unit = "one user (all of their sentences)"
+    adjacency: Adjacency = "add_remove"
+    noise_floor = MIN_NOISE_MULTIPLIER  # the least z a calibration searches (see calibrate_noise_multiplier)
 
-    def __init__(self, params: UserDpParams, population: Population, randomness: Randomness | None = None):
+    def __init__(self, params: UserDpParams, population: Population | None, randomness: Randomness | None = None):
         self.params = params
-        self.population = population
+        self.population = population  # None: the number of users is public by the adjacency (read at train)
         self.randomness = randomness or Randomness.secure()
         self.noise_multiplier = resolve_noise_multiplier(
-            self.name, params.noise_multiplier, params.target_epsilon, lambda z: poisson_gaussian_round(params.q_user, z),
-            params.rounds, params.delta, params.accountant, initial=population.event())
+            self.name, params.noise_multiplier, params.target_epsilon, self.round_event, params.rounds,
+            params.delta, params.accountant, self.adjacency, initial=self.initial_event(), floor=self.noise_floor)
+
+    def round_event(self, noise_multiplier: float) -> dp_accounting.DpEvent:
+        """One round: users Poisson-sampled with ``q_user``, one Gaussian of std ``z`` times the sensitivity."""
+        return poisson_gaussian_round(self.params.q_user, noise_multiplier)
+
+    def initial_event(self) -> dp_accounting.DpEvent | None:
+        return self.population.event() if self.population is not None else None
+
+    def epsilon(self, rounds: int | None = None) -> float:
+        """Epsilon after ``rounds`` (default: all), as the run would report it."""
+        p = self.params
+        return epsilon_after(self.round_event(self.noise_multiplier), p.rounds if rounds is None else rounds, p.delta,
+                             p.accountant, self.adjacency, initial=self.initial_event())
+
+    def prepare(self, data: TrainData) -> TrainData:
+        """What the rounds train on (userdp: every sentence)."""
+        return data
+
+    def statement_extra(self) -> dict[str, float]:
+        return {}
+
+    def denominator_for(self, population: Population) -> float:
+        """``q_user * N``: the expected number of sampled users, fixed before training."""
+        return self.params.q_user * population.value
 
     @property
     def denominator(self) -> float:
-        """``q_user * N``: the expected number of sampled users, fixed before training."""
-        return self.params.q_user * self.population.value
+        if self.population is None:
+            raise ValueError(f"{self.name}: the number of users is read from the data at training")
+        return self.denominator_for(self.population)
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
               on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> PrivacyStatement:
         p, z = self.params, self.noise_multiplier
-        check_delta(p.delta, round(self.population.value))
-        accountant = RoundAccountant(poisson_gaussian_round(p.q_user, z), p.delta, p.accountant,
-                                     initial=self.population.event())
+        data = self.prepare(data)
+        population = self.population or Population.public_by_adjacency(len(data.by_user))
+        denominator = self.denominator_for(population)
+        check_delta(p.delta, round(population.value))
+        accountant = RoundAccountant(self.round_event(z), p.delta, p.accountant, self.adjacency,
+                                     initial=self.initial_event())
         trainer = self.local_trainer(model, loss_fn, device, data.pad_id)
         weights = user_weights(data, p.weight_cap)
         sigma = z * p.clip * WEIGHT_CEILING
@@ -77,7 +113,7 @@ class UserDp:
             theta = flatten(params)
             total = trainer.clipped_sum(theta, [user_sequences[i] for i in sampled], weights[sampled].tolist(), streams)
             noise = gaussian_noise_like([theta], sigma, rng.stream("noise"))[0]
-            assign_flat_(params, theta + p.server_lr * (total + noise) / self.denominator)
+            assign_flat_(params, theta + p.server_lr * (total + noise) / denominator)
             return RoundOutput()  # neither the local losses nor the number of sampled users is released
 
         loop = RoundLoop(self.name, p.rounds, accountant, self.randomness, p.delta, p.max_epsilon,
@@ -86,8 +122,9 @@ class UserDp:
         outcome = loop.run(one_round, on_round, checkpoint)
         return private_statement(
             self.name, self.unit, accountant, outcome, delta=p.delta, accountant=p.accountant, noise_multiplier=z,
-            sampling_probability=p.q_user, randomness=self.randomness, population=self.population,
-            extra={"noise_std": sigma, "sensitivity": p.clip * WEIGHT_CEILING, "denominator": self.denominator})
+            sampling_probability=p.q_user, randomness=self.randomness, population=population,
+            extra={"noise_std": sigma, "sensitivity": p.clip * WEIGHT_CEILING, "denominator": denominator,
+                   **self.statement_extra()})
 
     def local_trainer(self, model: torch.nn.Module, loss_fn: LossFn, device: torch.device, pad_id: int) -> LocalTrainer:
         return make_local_trainer(self.params, model, loss_fn, device, pad_id)
@@ -105,9 +142,8 @@ def _build(params: UserDpParams, context: BuildContext) -> UserDp:
 
 
 def _plan(params: UserDpParams, population: Population) -> EpsilonPlan:
-    z = UserDp(params, population).noise_multiplier
-    epsilon = epsilon_after(poisson_gaussian_round(params.q_user, z), params.rounds, params.delta, params.accountant,
-                            initial=population.event())
+    mechanism = UserDp(params, population)
+    z, epsilon = mechanism.noise_multiplier, mechanism.epsilon()
     return EpsilonPlan(epsilon, z, (f"userdp: epsilon = {epsilon:.4g} at delta = {params.delta:g} after {params.rounds} "
                                     f"rounds, z = {z:.4g} ({params.accountant}; unit: one user)",))
 

@@ -1,0 +1,134 @@
+"""``uedp-bounded``: user- and entity-level DP at about userdp's noise, by bounding how many users each
+entity reaches (multi-attribution DP: Ganesh, McKenna, McMahan, Smith, Wu, ICML 2025; docs/PRIVACY.md).
+
+Unit: one user u' and one detected entity e' together; neighbouring datasets differ in the *contents* of
+every sentence of u' and every sentence that mentions e' (substitution), the attribution graph (which
+sentences share a user or an entity, not their text) fixed and public.
+
+Before training, and from the graph alone (:mod:`privacy.attribution`), each entity gets at most
+``k = holders_per_entity`` holder users; a sentence with entities is kept only in a user that holds all
+of them (sentences without an entity are always kept). Then DP-FedAvg exactly as userdp: Poisson users,
+per-user clipped delta, weights from the user's own kept sentence count (public: the graph fixes it),
+Gaussian noise ``z * clip``, the fixed denominator ``q_user * N`` (N public under substitution).
+
+Sensitivity: changing (u', e') changes u''s contribution and those of e''s at most k holders, every
+other user's data and randomness (batch order from its own stream, over a kept count the graph fixes)
+staying the same: at most ``1 + k`` clipped contributions, each moving from one vector of norm <= clip
+to another. Accounting: :func:`privacy.accounting.group_replace_round` (conservative; PLD only).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import dp_accounting
+import torch
+
+from uedp.privacy.accounting import MIN_NOISE_MULTIPLIER, epsilon_after, group_replace_round, poisson_gaussian_round
+from uedp.privacy.attribution import AttributionGraph, HolderChoiceResult, choose_holders
+from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, TrainData
+from uedp.privacy.mechanisms.params import UeDpBoundedParams
+from uedp.privacy.mechanisms.registry import BuildContext, EpsilonPlan, MechanismSpec, register
+from uedp.privacy.mechanisms.userdp import UserDp, check_vectorizable
+from uedp.privacy.population import Population
+from uedp.privacy.randomness import Randomness
+
+__all__ = ["UeDpBounded", "UeDpBoundedParams", "bounded_training_data"]
+
+GRAPH_PUBLIC = ("the attribution graph: which sentences share a user or a detected entity (not their text), "
+                "hence every user's number of kept sentences")
+
+
+def bounded_training_data(data: TrainData, choice: HolderChoiceResult) -> TrainData:
+    """``data`` with each user's sensitive sentences it does not hold every entity of left out."""
+    by_user = {user: [seq for seq, keep in zip(data.by_user[user], mask) if keep]
+               for user, mask in zip(data.by_user, choice.kept)}
+    entities = None if data.entities is None else {
+        user: [e for e, keep in zip(data.entities[user], mask) if keep] for user, mask in zip(data.by_user, choice.kept)}
+    return TrainData(by_user, data.pad_id, entities)
+
+
+class UeDpBounded(UserDp):
+    name = "uedp-bounded"
+    unit = ("one user and one detected entity: the contents of every sentence of the user and of every sentence "
+            "with the entity (substitution adjacency; the attribution graph public)")
+    adjacency = "replace"
+
+    def __init__(self, params: UeDpBoundedParams, randomness: Randomness | None = None):
+        self.group_size = 1 + params.holders_per_entity
+        self.noise_floor = MIN_NOISE_MULTIPLIER * math.sqrt(self.group_size)  # per-release noise >= the floor
+        self.choice: HolderChoiceResult | None = None
+        self.graph: AttributionGraph | None = None
+        super().__init__(params, None, randomness)
+        self.params: UeDpBoundedParams = params
+
+    def round_event(self, noise_multiplier: float) -> dp_accounting.DpEvent:
+        return group_replace_round(self.params.q_user, noise_multiplier, self.group_size)
+
+    def prepare(self, data: TrainData) -> TrainData:
+        if data.entities is None:
+            raise ValueError(f"{self.name} needs the sentences' entity sets (TrainData.entities)")
+        self.graph = AttributionGraph.from_entity_sets(data.entities)
+        self.choice = choose_holders(self.graph, self.params.holders_per_entity, self.params.holder_choice)
+        return bounded_training_data(data, self.choice)
+
+    def statement_extra(self) -> dict[str, float]:
+        extra: dict[str, float] = {"holders_per_entity": float(self.params.holders_per_entity),
+                                   "group_size": float(self.group_size)}
+        if self.choice is not None and self.graph is not None:
+            sensitive = self.graph.n_sensitive
+            extra |= {"sensitive_sentences": float(sensitive),
+                      "sensitive_sentences_kept": float(self.choice.sensitive_kept),
+                      "sensitive_share_kept": self.choice.sensitive_kept / sensitive if sensitive else 1.0,
+                      "sentences_without_entity": float(self.choice.plain_sentences),
+                      "data_share_used": (self.choice.sensitive_kept + self.choice.plain_sentences)
+                      / max(1, self.graph.n_sentences)}
+        return extra
+
+    def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
+              on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> PrivacyStatement:
+        statement = super().train(model, data, loss_fn, device, on_round, checkpoint)
+        return replace(statement, public=(*statement.public, f"{GRAPH_PUBLIC}: {self.describe_choice()}"))
+
+    def describe_choice(self) -> str:
+        """k and what it keeps, for the statement (figures of the public graph)."""
+        if self.choice is None or self.graph is None:
+            return f"k = {self.params.holders_per_entity} holders per entity"
+        sensitive = self.graph.n_sensitive
+        share = self.choice.sensitive_kept / sensitive if sensitive else 1.0
+        return (f"k = {self.params.holders_per_entity} holders per entity ({self.choice.strategy}) keep "
+                f"{self.choice.sensitive_kept} of {sensitive} sentences with an entity ({share:.1%}), and all "
+                f"{self.choice.plain_sentences} without one")
+
+
+def _build(params: UeDpBoundedParams, context: BuildContext) -> UeDpBounded:
+    return UeDpBounded(params, context.randomness)
+
+
+def _plan(params: UeDpBoundedParams, population: Population) -> EpsilonPlan:
+    mechanism = UeDpBounded(params)
+    z, epsilon = mechanism.noise_multiplier, mechanism.epsilon()
+    same_z = epsilon_after(poisson_gaussian_round(params.q_user, z), params.rounds, params.delta, "pld",
+                           initial=population.event())
+    return EpsilonPlan(epsilon, z, (
+        f"uedp-bounded: epsilon = {epsilon:.4g} at delta = {params.delta:g} after {params.rounds} rounds, z = {z:.4g} "
+        f"(pld, substitution; unit: one user and one detected entity; k = {params.holders_per_entity} holders per "
+        "entity, the attribution graph public)",
+        f"  a change moves at most 1 + k = {mechanism.group_size} users' clipped deltas; accounted as "
+        f"{mechanism.group_size} replace-one releases at z / sqrt({mechanism.group_size}) each (conservative)",
+        f"  for comparison, userdp with the same q_user and z: epsilon = {same_z:.4g} (add/remove one user; "
+        "protects users only)",
+    ))
+
+
+register(MechanismSpec(
+    name="uedp-bounded", rank=42,
+    summary="user- and entity-level DP at userdp's noise: at most k users per entity keep its sentences "
+            "(multi-attribution DP)",
+    params=UeDpBoundedParams, unit=UeDpBounded.unit, guarantee="central", build=_build, counts=None,
+    needs=lambda shape: frozenset({"entities"}), audited_levels=("sentence", "user", "entity"),
+    missed_entities=" (uedp-bounded: their sentences are kept in every user and protected only as part of their "
+                    "user's contribution)",
+    plan=_plan, check=check_vectorizable, label=lambda p: f"uedp-bounded-k{p.holders_per_entity}",
+))
