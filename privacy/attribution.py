@@ -28,7 +28,7 @@ Strategies, all from the graph only:
 
 Every strategy but the baseline is followed by a local search: for each entity, a holder is swapped
 for a non-holder (or a free slot filled) whenever that keeps strictly more sentences, until a pass
-changes nothing. ``best`` (the default) runs gain and top-count, each improved, and the baseline, and
+changes nothing (at most 20 passes). ``best`` (the default) runs gain and top-count, each improved, and the baseline, and
 keeps the choice that keeps the most sentences.
 """
 
@@ -42,7 +42,7 @@ from typing import Literal
 
 HolderChoice = Literal["best", "gain", "top-count", "ascending-degree"]
 HOLDER_CHOICES: tuple[str, ...] = ("best", "gain", "top-count", "ascending-degree")
-IMPROVEMENT_PASSES = 20  # local search passes over the entities (each pass that changes nothing ends it)
+IMPROVEMENT_PASSES = 20  # local search passes over the entities, at most (a pass that changes nothing ends it)
 
 Position = tuple[int, int]  # (user index, sentence index within the user)
 
@@ -110,6 +110,12 @@ class HolderChoiceResult:
     @property
     def max_holders(self) -> int:
         return max((len(h) for h in self.holders), default=0)
+
+
+def _kept_count(graph: AttributionGraph, holders: Sequence[frozenset[int] | set[int]]) -> int:
+    """Sentences with an entity that ``holders`` keep."""
+    return sum(1 for user in kept_mask(graph, holders) for keep in user if keep) - sum(
+        1 for user in graph.sentences for ids in user if not ids)
 
 
 def kept_mask(graph: AttributionGraph, holders: Sequence[frozenset[int] | set[int]]) -> tuple[tuple[bool, ...], ...]:

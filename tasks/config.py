@@ -87,6 +87,8 @@ class TrainConfig(RunSettings):
                                    description="entity categories treated as sensitive (names, aliases such as PER, "
                                                "or composites such as PII)")
     seed: int = Field(0, description="initial weights (always); sampling and noise too only with randomness=seeded")
+    variant: str = Field("", description="set by a sweep's grid: the grid values this run adds to its name "
+                                         "(e.g. q_user=0.1)")
     params: MechanismParamsUnion = Field(description="the mechanism and its parameters")
 
     @model_validator(mode="before")
@@ -169,8 +171,9 @@ class TrainConfig(RunSettings):
 
     @property
     def label(self) -> str:
-        """The mechanism as reports and run names show it (with k for uedp-bounded)."""
-        return self.spec.label_of(self.params)
+        """The mechanism as reports and run names show it: with k for uedp-bounded, and a sweep's other
+        grid values."""
+        return self.spec.label_of(self.params) + (f"-{self.variant}" if self.variant else "")
 
     def flat(self) -> dict[str, Any]:
         """Shared settings and the mechanism's parameters side by side (MLflow params, one level)."""
@@ -178,7 +181,7 @@ class TrainConfig(RunSettings):
 
     def fingerprint(self) -> str:
         """Content hash of everything that shapes training (not the device): names its checkpoint."""
-        fields = self.model_dump(exclude={"device", "threads", "log_model", "checkpoint_every"})
+        fields = self.model_dump(exclude={"device", "threads", "log_model", "checkpoint_every", "variant"})
         return hashlib.sha256(repr(sorted(fields.items())).encode()).hexdigest()[:16]
 
 
@@ -315,14 +318,23 @@ class SweepConfig(BaseModel):
             for mechanism in self.mechanisms:
                 spec = registry.get(mechanism)
                 targets: list[float | None] = list(self.target_epsilons) if spec.private and self.target_epsilons else [None]
-                axes = {name: values for name, values in self.grid.items() if name in spec.params.model_fields}
+                # A grid axis applies to the field that takes that name (rounds also answers to steps).
+                names = parameter_names(spec.params)
+                fields: dict[str, str] = {}
+                for axis in self.grid:
+                    field = next((f for f, alias in names.items() if axis in alias), None)
+                    if field is not None:
+                        fields[axis] = field
+                axes = {axis: values for axis, values in self.grid.items() if axis in fields}
                 for target, point in itertools.product(targets, _points(axes)):
                     # A grid epsilon replaces any budget in the base (custext/santext: the per-token epsilon).
                     budget = ({"noise_multiplier": None, "target_epsilon": target, "epsilon": target}
                               if target is not None else {})
-                    values = {**base, **point, **budget}
+                    values = {**base, **{fields[axis]: value for axis, value in point.items()}, **budget}
+                    variant = "-".join(f"{axis}={value}" for axis, value in point.items()
+                                       if fields[axis] not in spec.label_params)
                     configs = [TrainConfig.for_mechanism(mechanism, **values, dataset=self.dataset,
-                                                         categories=categories, seed=seed)
+                                                         categories=categories, seed=seed, variant=variant)
                                for categories in self.category_sets]
                     if not spec.uses_categories(configs[0].params):
                         configs = configs[:1]  # categories change nothing: train once

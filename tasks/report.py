@@ -46,7 +46,6 @@ class ReportRow:
     randomness: str = "none"
     caveats: tuple[str, ...] = ()
     data_share: float | None = None  # share of training sentences the mechanism may train on (uedp-bounded)
-    wall_seconds: float = 0.0  # mean over seeds
 
 
 def summarise(outcomes: Iterable[tuple[TrainResult, float | None]]) -> list[ReportRow]:
@@ -66,8 +65,7 @@ def summarise(outcomes: Iterable[tuple[TrainResult, float | None]]) -> list[Repo
             kept_token_share=_mean_of(results, "kept_token_share"),
             mask_inference_success=_mean_of(results, "mask_inference_success"),
             randomness=results[0].randomness, caveats=tuple(dict.fromkeys(c for r in results for c in r.caveats)),
-            data_share=_mean_of(results, "data_share_used"),
-            wall_seconds=statistics.fmean(r.wall_seconds for r in results)))
+            data_share=_mean_of(results, "data_share_used")))
     return sorted(rows, key=lambda r: (r.categories, r.mechanism, math.inf if r.target_epsilon is None else r.target_epsilon))
 
 
@@ -82,29 +80,22 @@ def _num(value: float, digits: int = 4) -> str:
     return "inf" if math.isinf(value) else f"{value:.{digits}g}"
 
 
-def _duration(seconds: float) -> str:
-    if not seconds:
-        return "-"
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
-
-
 def markdown(rows: list[ReportRow], title: str) -> str:
     metric = rows[0].metric if rows else "perplexity"
     lines = [f"# {title}", "",
              f"Utility: test {metric} (lower is better), mean over seeds. Epsilon: accounted by dp_accounting for "
              "each mechanism's own privacy unit (userdp: a user; uedp, uedp-bounded: a user and an entity; dpsgd: a "
              "sentence; selective: a sensitive token); `inf` means no guarantee. Data used: the share of training "
-             "sentences a mechanism may train on, where it drops some (`-`: all). Wall time: per run, mean over "
-             "seeds.", "",
+             "sentences a mechanism may train on, where it drops some (`-`: all).", "",
              f"| mechanism | categories | target epsilon | epsilon | delta | z | randomness | valid {metric} "
-             f"| test {metric} | spread over seeds | seeds | data used | wall time | MLflow runs |",
-             "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+             f"| test {metric} | spread over seeds | seeds | data used | MLflow runs |",
+             "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         lines.append(f"| {r.mechanism} | {r.categories} | {_num(r.target_epsilon) if r.target_epsilon else '-'} "
                      f"| {_num(r.epsilon)} | {r.delta:g} | {_num(r.noise_multiplier, 3) if r.noise_multiplier else '-'} "
                      f"| {r.randomness if r.randomness != 'none' else '-'} "
                      f"| {_num(r.valid)} | {_num(r.test)} | {_num(r.test_spread, 2)} | {r.seeds} "
-                     f"| {'-' if r.data_share is None else f'{r.data_share:.1%}'} | {_duration(r.wall_seconds)} "
+                     f"| {'-' if r.data_share is None else f'{r.data_share:.1%}'} "
                      f"| {' '.join(run[:8] for run in r.run_ids)} |")
     caveats: dict[str, list[str]] = {}
     for r in rows:

@@ -45,6 +45,7 @@ class SweepRun:
                             "target_epsilons": config.target_epsilons or "none", "seeds": config.seeds,
                             "model": config.run.model, "model_size": config.run.model_size,
                             "configurations": len(items), "randomness": config.run.randomness,
+                            "grid": " ".join(f"{k}={','.join(map(str, v))}" for k, v in config.grid.items()) or "none",
                             "noise_multiplier": "calibrated" if any(i.target is not None for i in items)
                             else config.settings.noise_multiplier})  # type: ignore[attr-defined]
         return cls(config, items, tracker)

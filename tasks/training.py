@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -61,7 +60,6 @@ class TrainResult:
     caveats: tuple[str, ...] = ()  # what the epsilon does not cover, shown next to it
     public: tuple[str, ...] = ()  # what the guarantee treats as public
     label: str = ""  # the mechanism as reports show it (uedp-bounded-k4); empty: the mechanism's name
-    wall_seconds: float = 0.0  # set-up, training and evaluation of this run (this invocation, if resumed)
 
     @property
     def shown_as(self) -> str:
@@ -274,7 +272,6 @@ def train_replica(home: DataHome, config: TrainConfig) -> None:
 def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | None = None,
                         parent_run_id: str | None = None, progress: bool = True) -> TrainResult:
     """Train and evaluate one configuration; every figure goes to one MLflow run (torchrun: the main process)."""
-    started = time.perf_counter()
     ranks = Ranks.current()
     s = set_up(home, config, ranks)
     device, tokenizer, data, model, mechanism, checkpoint = s.device, s.tokenizer, s.data, s.model, s.mechanism, s.checkpoint
@@ -295,7 +292,7 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         rounds: list[int] = []
         epsilons: list[float] = []
         bar = tqdm(total=config.total_steps, desc=config.run_name(), unit="round" if config.is_private else "step",
-                   disable=not progress, leave=False)
+                   disable=None if progress else True, leave=False)  # None: no bar when stderr is a file
 
         def on_round(report: RoundReport) -> None:
             nonlocal resumed_from, first_report
@@ -356,5 +353,5 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         utility_metric=metric, utility_valid=valid, utility_test=test, rounds=statement.rounds,
         resumed_from=resumed_from, notes=statement.notes, privacy_extra=dict(statement.extra),
         randomness=statement.randomness, caveats=statement.caveats, public=statement.public,
-        label=config.label, wall_seconds=time.perf_counter() - started,
+        label=config.label,
     )

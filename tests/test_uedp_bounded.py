@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from uedp.cli import app
 from uedp.models.batching import encode
 from uedp.models.metrics import causal_lm_loss
-from uedp.privacy import accounting
+from uedp.privacy import accounting, attribution
 from uedp.privacy.accounting import RoundAccountant, epsilon_after, group_replace_round
 from uedp.privacy.attribution import AttributionGraph, choose_holders
 from uedp.privacy.mechanisms import userdp as userdp_module
@@ -74,13 +74,18 @@ def test_every_entity_has_at_most_k_holders_and_a_sentence_is_kept_only_where_al
         assert choice.sensitive_kept == 0
 
 
-@pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("k", [1, 2, 4])
-def test_the_improved_choices_keep_at_least_as_many_sentences_as_the_baseline_greedy(seed: int, k: int) -> None:
-    graph = AttributionGraph.from_entity_sets(_random_entity_sets(seed, users=40, entities=30))
-    kept = {s: choose_holders(graph, k, s).sensitive_kept for s in STRATEGIES}  # type: ignore[arg-type]
-    assert kept["best"] == max(kept.values())
-    assert kept["best"] >= kept["ascending-degree"]
+def test_the_improved_choices_keep_more_sentences_than_the_baseline_greedy(k: int) -> None:
+    """Summed over skewed random graphs, each improved strategy keeps strictly more than the baseline
+    (on CoNLL-2003: benchmarks/holder_choice.py), and local search never loses what a greedy kept."""
+    totals = dict.fromkeys(STRATEGIES, 0)
+    for seed in range(6):
+        graph = AttributionGraph.from_entity_sets(_random_entity_sets(seed, users=40, entities=30))
+        for strategy in STRATEGIES:
+            totals[strategy] += choose_holders(graph, k, strategy).sensitive_kept  # type: ignore[arg-type]
+        unimproved = attribution._kept_count(graph, attribution._gain_greedy(graph, k))
+        assert choose_holders(graph, k, "gain").sensitive_kept >= unimproved
+    assert totals["gain"] > totals["ascending-degree"] and totals["top-count"] > totals["ascending-degree"]
 
 
 def test_enough_holders_keep_every_sentence() -> None:
@@ -175,7 +180,9 @@ def test_changing_a_user_and_an_entity_moves_at_most_1_plus_k_users_each_by_at_m
 def test_a_real_noiseless_round_moves_the_model_by_at_most_2_beta_1_plus_k_over_the_denominator(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The mechanism's own train(): every user sampled (q = 1), the noise switched off in the module, one
-    round on D and on D' from the same weights and the same secret root."""
+    round on D and on D' from the same weights and the same secret root. The per-user test above has the
+    teeth on which users move; this one checks that nothing else in the real path (filtering, weights,
+    the denominator) moves the released model further."""
     k, clip = 1, 0.05
     monkeypatch.setattr(userdp_module, "gaussian_noise_like", lambda tensors, std, source: [torch.zeros_like(t)
                                                                                            for t in tensors])
@@ -202,7 +209,10 @@ def test_texts_changed_with_the_graph_fixed_keep_the_same_sentences() -> None:
     mechanism = UeDpBounded(params)
     mechanism.prepare(d)
     kept_positions = mechanism.choice.kept  # type: ignore[union-attr]
-    assert bounded_training_data(d_prime, mechanism.choice).entities == b.entities  # type: ignore[arg-type]
+    assert bounded_training_data(d_prime, mechanism.graph, mechanism.choice).entities == b.entities  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="another dataset"):
+        bounded_training_data(TrainData({"other": d.by_user["u0"]}, d.pad_id, {"other": d.entities["u0"]}),  # type: ignore[index]
+                              mechanism.graph, mechanism.choice)  # type: ignore[arg-type]
     assert sum(map(sum, kept_positions)) == sum(len(s) for s in a.by_user.values())
 
 
@@ -298,11 +308,19 @@ def test_the_planner_states_k_the_group_and_no_dp_count() -> None:
     assert "DP count" not in result.output
 
 
-def test_a_sweep_grid_runs_each_k_under_its_own_label(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_sweep_grid_runs_each_point_under_its_own_label(tmp_path) -> None:  # type: ignore[no-untyped-def]
     config = SweepConfig(home=str(tmp_path), dataset="d", mechanisms=["userdp", "uedp-bounded"], target_epsilons=[8.0],
                          grid={"holders_per_entity": [1, 4]})
     items = config.plan()
     assert [i.config.label for i in items] == ["userdp", "uedp-bounded-k1", "uedp-bounded-k4"]
     assert len({i.config.run_name() for i in items}) == 3
+    # Any other axis names itself; an axis given by another of a parameter's names still applies.
+    config = SweepConfig(home=str(tmp_path), dataset="d", mechanisms=["userdp", "uedp-bounded"],
+                         grid={"q_user": [0.05, 0.1], "steps": [3]})
+    items = config.plan()
+    labels = [i.config.label for i in items]
+    assert len(set(labels)) == len(labels) == 4 and "userdp-q_user=0.1-steps=3" in labels
+    assert {i.config.params.rounds for i in items} == {3}  # type: ignore[attr-defined]
+    assert len({i.config.fingerprint() for i in items}) == 4  # each point its own checkpoint
     with pytest.raises(ValueError, match="not a mechanism parameter"):
         SweepConfig(home=str(tmp_path), dataset="d", grid={"holders": [1]})

@@ -100,6 +100,7 @@ class MechanismSpec:
     # The name a run of these parameters is shown under (report rows, run names): the mechanism's name,
     # plus a parameter that makes a different mechanism of it (uedp-bounded's k).
     label: Callable[[Any], str] | None = None
+    label_params: tuple[str, ...] = ()  # the parameters ``label`` already shows (a sweep names the others)
 
     def label_of(self, params: Any) -> str:
         return self.name if self.label is None else self.label(params)

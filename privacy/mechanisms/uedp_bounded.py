@@ -40,12 +40,15 @@ GRAPH_PUBLIC = ("the attribution graph: which sentences share a user or a detect
                 "hence every user's number of kept sentences")
 
 
-def bounded_training_data(data: TrainData, choice: HolderChoiceResult) -> TrainData:
-    """``data`` with each user's sensitive sentences it does not hold every entity of left out."""
-    by_user = {user: [seq for seq, keep in zip(data.by_user[user], mask) if keep]
-               for user, mask in zip(data.by_user, choice.kept)}
+def bounded_training_data(data: TrainData, graph: AttributionGraph, choice: HolderChoiceResult) -> TrainData:
+    """``data`` with each user's sensitive sentences it does not hold every entity of left out (users are
+    matched to the graph's by name, sentences by position; a mismatch is a bug, not a silent truncation)."""
+    kept = dict(zip(graph.users, choice.kept, strict=True))
+    if list(kept) != list(data.by_user) or any(len(kept[u]) != len(s) for u, s in data.by_user.items()):
+        raise ValueError("the holder choice was made on another dataset's attribution graph")
+    by_user = {user: [seq for seq, keep in zip(seqs, kept[user]) if keep] for user, seqs in data.by_user.items()}
     entities = None if data.entities is None else {
-        user: [e for e, keep in zip(data.entities[user], mask) if keep] for user, mask in zip(data.by_user, choice.kept)}
+        user: [e for e, keep in zip(sets, kept[user]) if keep] for user, sets in data.entities.items()}
     return TrainData(by_user, data.pad_id, entities)
 
 
@@ -71,7 +74,7 @@ class UeDpBounded(UserDp):
             raise ValueError(f"{self.name} needs the sentences' entity sets (TrainData.entities)")
         self.graph = AttributionGraph.from_entity_sets(data.entities)
         self.choice = choose_holders(self.graph, self.params.holders_per_entity, self.params.holder_choice)
-        return bounded_training_data(data, self.choice)
+        return bounded_training_data(data, self.graph, self.choice)
 
     def statement_extra(self) -> dict[str, float]:
         extra: dict[str, float] = {"holders_per_entity": float(self.params.holders_per_entity),
@@ -127,8 +130,11 @@ register(MechanismSpec(
     summary="user- and entity-level DP at userdp's noise: at most k users per entity keep its sentences "
             "(multi-attribution DP)",
     params=UeDpBoundedParams, unit=UeDpBounded.unit, guarantee="central", build=_build, counts=None,
-    needs=lambda shape: frozenset({"entities"}), audited_levels=("sentence", "user", "entity"),
+    # Membership attacks test add/remove neighbours, which change the graph; this epsilon is for substitution
+    # with the graph fixed, so no membership level audits it (as for selective's replace-one).
+    needs=lambda shape: frozenset({"entities"}), audited_levels=(),
     missed_entities=" (uedp-bounded: their sentences are kept in every user and protected only as part of their "
                     "user's contribution)",
     plan=_plan, check=check_vectorizable, label=lambda p: f"uedp-bounded-k{p.holders_per_entity}",
+    label_params=("holders_per_entity",),
 ))
