@@ -11,6 +11,7 @@ import json
 import random
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -34,10 +35,26 @@ from uedp.tasks.tracking import RunTracker
 
 AttackKind = Literal["canary", "mia", "extraction"]
 ATTACKS: tuple[str, ...] = ("canary", "mia", "extraction")
+@dataclass(frozen=True)
+class AttackOutcome:
+    """What ``uedp attack`` found: every figure it computed (all logged to the run, also when another
+    attack failed), the attacks that failed or were skipped and why, and the run's accounted epsilon."""
+
+    metrics: dict[str, float]
+    failed: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    accounted_epsilon: float | None = None  # the run's final epsilon (None: not a private run)
+    delta: float = 0.0
+
+
 def attack_run(home: DataHome, run_id: str, kinds: list[str], limit: int = 500, top_k: int = 5,
                extraction_limit: int = 200, device_name: str = "auto", seed: int = 0,
-               reference_run: str | None = None) -> dict[str, float]:
-    """Run ``kinds`` against the run's model; log and return the metrics.
+               reference_run: str | None = None, everything: bool = False) -> AttackOutcome:
+    """Run ``kinds`` against the run's model; log and return the figures.
+
+    Each attack runs on its own: one that fails is reported with its error, and what the others
+    computed is logged anyway. With ``everything`` (``--kind all``) an attack the run cannot support
+    (canaries in a run that planted none) is skipped and said so, instead of failing.
 
     ``reference_run``: another run's model (trained without these members, e.g. on public text) to
     calibrate membership scores against, besides the uncalibrated and zlib-calibrated scores.
@@ -49,36 +66,79 @@ def attack_run(home: DataHome, run_id: str, kinds: list[str], limit: int = 500, 
     device = resolve_device(device_name)
     config, model, tokenizer, canaries = _load_run(tracker, device)
     metrics: dict[str, float] = {}
+    failed: dict[str, str] = {}
+    skipped: dict[str, str] = {}
+    if "canary" in kinds and not canaries:
+        if not everything:
+            raise UedpError(f"run {run_id} planted no canaries; train with --canaries N")
+        skipped["canary"] = "the run planted no canaries (train with --canaries N)"
     nll = _scorer(model, tokenizer, device, config.max_len)
     reference = None
-    if reference_run:
+    if reference_run and "mia" in kinds:
         _, ref_model, ref_tokenizer, _ = _load_run(RunTracker.attach(home, reference_run), device)
         reference = _scorer(ref_model, ref_tokenizer, device, config.max_len)
-    if "canary" in kinds:
-        if not canaries:
-            raise UedpError(f"run {run_id} planted no canaries; train with --canaries N")
+
+    def canary() -> dict[str, float]:
         score = model_log_perplexity(model, tokenizer, device, config.max_len)
         values = [exposure(c, score, seed=seed).exposure for c in canaries]
-        metrics |= {"canary_exposure_mean": float(np.mean(values)), "canary_exposure_max": float(np.max(values)),
-                    "canary_exposure_min": float(np.min(values))}
-    with Catalog(home, config.dataset) as catalog:
-        if "mia" in kinds:
-            metrics |= _membership(catalog, config, nll, limit, seed, reference)
-        if "extraction" in kinds:
+        return {"canary_exposure_mean": float(np.mean(values)), "canary_exposure_max": float(np.max(values)),
+                "canary_exposure_min": float(np.min(values))}
+
+    def extraction() -> dict[str, float]:
+        with Catalog(home, config.dataset) as catalog:
             occurrences = _occurrences(catalog, config, extraction_limit, seed)
-            for category, (hits, total) in sorted(extraction_rates(model, tokenizer, occurrences, top_k, device).items()):
-                metrics[f"extraction_top{top_k}_{category}"] = hits / total
-                metrics[f"extraction_tried_{category}"] = float(total)
+        out = {}
+        for category, (hits, total) in sorted(extraction_rates(model, tokenizer, occurrences, top_k, device).items()):
+            out[f"extraction_top{top_k}_{category}"] = hits / total
+            out[f"extraction_tried_{category}"] = float(total)
+        return out
+
+    def mia() -> dict[str, float]:
+        with Catalog(home, config.dataset) as catalog:
+            return _membership(catalog, config, nll, limit, seed, reference)
+
+    for kind, run in (("canary", canary), ("mia", mia), ("extraction", extraction)):
+        if kind not in kinds or kind in skipped:
+            continue
+        try:
+            metrics |= run()
+        except Exception as exc:  # one attack's failure must not discard the others' figures
+            failed[kind] = str(exc) if isinstance(exc, UedpError) else f"{type(exc).__name__}: {exc}"
     # Membership levels whose members differ by at most what the unit's neighbours differ by (registry).
     audited = config.spec.audited_levels
     bounds = [v for k, v in metrics.items() if k.endswith("_epsilon_lower_bound") and k.split("_")[1] in audited]
     if bounds:  # the strongest lower bound among the attacks that test this mechanism's unit
         metrics["audit_epsilon_lower_bound"] = max(bounds)
-    tracker.log_metrics(metrics)
+    if metrics:
+        tracker.log_metrics(metrics)
     # Tags, not params: a run may be attacked again with other settings (params cannot change).
-    tracker.set_tags({"uedp.attack.kinds": ",".join(kinds), "uedp.attack.limit": str(limit),
-                      "uedp.attack.top_k": str(top_k), "uedp.attack.seed": str(seed)})
-    return metrics
+    tracker.set_tags({"uedp.attack.kinds": ",".join(k for k in kinds if k not in failed and k not in skipped),
+                      "uedp.attack.limit": str(limit), "uedp.attack.top_k": str(top_k), "uedp.attack.seed": str(seed)})
+    logged = tracker.client.get_run(run_id).data.metrics.get("final_epsilon")
+    accounted = logged if config.is_private and logged is not None else None
+    return AttackOutcome(metrics, failed, skipped, accounted, config.delta)
+
+
+# Figures the summary shows, with the value a model that learned nothing about its members would get.
+SUMMARY: tuple[tuple[str, str, str], ...] = (
+    ("canary", "canary_exposure_mean", "~1.44 (a random rank)"),
+    ("canary", "canary_exposure_max", "~1.44"),
+    ("membership, sentences", "mia_sentence_auc", "0.5"),
+    ("membership, sentences", "mia_sentence_tpr_at_1pct_fpr", "0.01"),
+    ("membership, users", "mia_user_auc", "0.5"),
+    ("membership, entities", "mia_entity_auc", "0.5"),
+    ("audit (levels of this unit)", "audit_epsilon_lower_bound", "0"),
+)
+
+
+def summary_rows(outcome: AttackOutcome) -> list[tuple[str, str, str, str]]:
+    """(attack, figure, value, random baseline) for the figures people read first; extraction per category
+    (its baseline: an entity guessed by chance among the top-k is close to 0)."""
+    rows = [(attack, key, f"{outcome.metrics[key]:.4g}", baseline) for attack, key, baseline in SUMMARY
+            if key in outcome.metrics]
+    rows += [("extraction", key, f"{value:.1%}", "~0") for key, value in sorted(outcome.metrics.items())
+             if key.startswith("extraction_top")]
+    return rows
 
 
 def _load_run(tracker: RunTracker, device: torch.device):  # type: ignore[no-untyped-def]

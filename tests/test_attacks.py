@@ -25,6 +25,8 @@ from uedp.privacy.mechanisms.noiseless import Noiseless, NoiselessParams
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
 
+from support import tiny_gpt2
+
 TOKENIZER = byte_level_tokenizer()
 CPU = torch.device("cpu")
 WORDS = ("river", "lamp", "orbit", "velvet", "granite", "meadow", "cipher", "harbor", "ember", "quartz", "willow",
@@ -157,7 +159,18 @@ def test_memorised_entity_is_extracted_only_without_noise(trained) -> None:  # t
     assert rates["noiseless"] == (1, 1) and rates["private"] == (0, 1)
 
 
-def test_train_with_canaries_then_attack_logs_scores_to_the_run(home) -> None:  # type: ignore[no-untyped-def]
+def test_extraction_prompts_longer_than_the_models_positions_keep_their_right_end() -> None:
+    """A prompt of three times GPT-2's positions used to index past its position table (IndexError)."""
+    model = tiny_gpt2()
+    positions = model.config.n_positions
+    occurrence = Occurrence("PERSON", "word " * (positions * 3 // 5) + "Patient file of ", "Imelda Okafor")
+    hits, tried = extraction_rates(model, TOKENIZER, [occurrence], 2, CPU)["PERSON"]
+    assert tried == 1 and hits in (0, 1)
+    too_long = Occurrence("PERSON", "x", "y" * (positions + 5))  # cannot be continued into: left out
+    assert extraction_rates(model, TOKENIZER, [too_long], 2, CPU) == {}
+
+
+def test_train_with_canaries_then_attack_logs_scores_to_the_run(home, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from mlflow.tracking import MlflowClient
     from typer.testing import CliRunner
 
@@ -192,8 +205,29 @@ def test_train_with_canaries_then_attack_logs_scores_to_the_run(home) -> None:  
                      "audit_epsilon_lower_bound"):
             assert name in metrics, name
     assert noiseless["canary_exposure_mean"] > 9 > 5 > private["canary_exposure_mean"]
+    assert "accounted epsilon: " in attacked.output and "at delta 1e-05" in attacked.output  # the dpsgd run's
+    assert "membership, sentences" in attacked.output and "random baseline" in attacked.output
     assert private["audit_epsilon_lower_bound"] <= private["final_epsilon"]
     assert client.get_run(runs["dpsgd"]).data.tags["uedp.attack.kinds"] == "canary,mia,extraction"
+    # One attack failing keeps what the others computed, logs it, and says which failed (exit 2).
+    plain = runner.invoke(app, ["train", "demo", "--home", str(home.root), "--mechanism", "noiseless", "--steps", "5",
+                                "--log-model", "--seeded", "--categories", "PER"])
+    assert plain.exit_code == 0, plain.output
+    plain_run = plain.stdout.split("MLflow run: ")[1].split()[0]
+    import uedp.tasks.attack as attack_module
+
+    def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise IndexError("index out of range in self")
+
+    monkeypatch.setattr(attack_module, "extraction_rates", broken)
+    partial = runner.invoke(app, ["attack", plain_run, "--home", str(home.root), "--limit", "30"])
+    assert partial.exit_code == 2 and "extraction failed (IndexError: index out of range in self)" in partial.output
+    assert "skipped canary: the run planted no canaries" in partial.output
+    logged = client.get_run(plain_run).data.metrics
+    assert "mia_sentence_auc" in logged and not any(k.startswith("extraction_") for k in logged)
+    assert client.get_run(plain_run).data.tags["uedp.attack.kinds"] == "mia"
+    explicit = runner.invoke(app, ["attack", plain_run, "--home", str(home.root), "--kind", "canary"])
+    assert explicit.exit_code == 2 and "planted no canaries" in explicit.output
     missing = runner.invoke(app, ["attack", "0" * 32, "--home", str(home.root)])
     assert missing.exit_code == 2 and f"no MLflow run '{'0' * 32}'" in missing.output
     bad = runner.invoke(app, ["train", "demo", "--home", str(home.root), "--mechanism", "noiseless",

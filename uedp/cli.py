@@ -545,15 +545,29 @@ def attack(
     (sentence, user and entity level; ROC AUC, TPR at 1% and 0.1% FPR, balanced accuracy), entity
     extraction, and the empirical lower bound on epsilon they imply, next to the accounted epsilon."""
     data_home = _prepare_runtime(home)
-    from uedp.tasks.attack import ATTACKS, attack_run
+    from uedp.tasks.attack import ATTACKS, attack_run, summary_rows
     from uedp.tasks.tracking import ui_command
 
     kinds = list(ATTACKS) if kind == "all" else _csv(kind)
-    metrics = attack_run(data_home, run_id, kinds, limit=limit, top_k=top_k, extraction_limit=extraction_limit,
-                         device_name=device, seed=seed, reference_run=reference_run)
-    for name, value in sorted(metrics.items()):
-        typer.echo(f"{name:<44} {value:.4g}")
-    typer.echo(f"logged to MLflow run {run_id}   (browse: {ui_command(data_home)})")
+    outcome = attack_run(data_home, run_id, kinds, limit=limit, top_k=top_k, extraction_limit=extraction_limit,
+                         device_name=device, seed=seed, reference_run=reference_run, everything=kind == "all")
+    from rich.console import Console
+    from rich.table import Table
+
+    accounted = ("accounted epsilon: none (no guarantee)" if outcome.accounted_epsilon is None else
+                 f"accounted epsilon: {outcome.accounted_epsilon:.4g} at delta {outcome.delta:g}")
+    table = Table(title=f"run {run_id[:8]}: attacks ({accounted})")
+    for column in ("attack", "figure", "value", "random baseline"):
+        table.add_column(column, justify="right" if column in ("value", "random baseline") else "left")
+    for row in summary_rows(outcome):
+        table.add_row(*row)
+    Console(width=120).print(table)
+    for name, why in outcome.skipped.items():
+        typer.echo(f"skipped {name}: {why}")
+    typer.echo(f"{len(outcome.metrics)} figures logged to MLflow run {run_id}   (browse: {ui_command(data_home)})")
+    if outcome.failed:
+        raise UedpError("; ".join(f"{name} failed ({why})" for name, why in outcome.failed.items())
+                        + " - the other attacks' figures are logged")
 
 
 @app.command()
