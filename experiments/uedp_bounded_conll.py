@@ -44,15 +44,21 @@ def uedp(*args: str, home: Path, threads: int) -> None:
     subprocess.run(command, check=True, env=env)
 
 
-def holder_table(conll: Path, ks: list[int], q_entity: float, q_extended: float) -> str:
+def holder_table(home: Path, ks: list[int], q_entity: float, q_extended: float) -> str:
+    """The holder choice on the graph the runs trained on: the ingested train split's entity sets, read
+    as training reads them."""
     from uedp.privacy.attribution import HOLDER_CHOICES, AttributionGraph, choose_holders
+    from uedp.storage.catalog import Catalog
+    from uedp.storage.home import DataHome
+    from uedp.tasks.config import TrainConfig
+    from uedp.tasks.training_data import load_training_texts
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from holder_choice import gold_entity_sets  # the benchmark's reader: documents as users, gold spans as keys
-
-    graph = AttributionGraph.from_entity_sets(gold_entity_sets(conll))
+    config = TrainConfig(dataset="conll", mechanism="uedp-bounded", noise_multiplier=1.0,
+                         categories=CATEGORIES.split(","))
+    with Catalog(DataHome(home), "conll") as catalog:
+        graph = AttributionGraph.from_entity_sets(load_training_texts(catalog, config).entities)
     strategies = [s for s in HOLDER_CHOICES if s != "best"]
-    lines = [f"# Holder choice on {conll.name} (gold {CATEGORIES})", "",
+    lines = [f"# Holder choice on the train split (gold {CATEGORIES})", "",
              f"{len(graph.users)} users, {graph.n_sentences} sentences, {graph.n_sensitive} with an entity, "
              f"{graph.n_entities} entities (identified by where they occur). Share of the sentences with an "
              "entity that each strategy keeps; `best` (the default) takes the best of them. Sentences without an "
@@ -61,7 +67,7 @@ def holder_table(conll: Path, ks: list[int], q_entity: float, q_extended: float)
     for k in ks:
         results = {s: choose_holders(graph, k, s) for s in strategies}  # type: ignore[arg-type]
         best = max(results.values(), key=lambda r: r.sensitive_kept)
-        used = (best.sensitive_kept + best.plain_sentences) / graph.n_sentences
+        used = (best.sensitive_kept + graph.n_plain) / graph.n_sentences
         lines.append(f"| {k} | " + " | ".join(f"{r.sensitive_kept / graph.n_sensitive:.1%}" for r in results.values())
                      + f" | {used:.1%} |")
     # uedp (AND rule): a sampled user trains on a sentence with entity set E with probability q_e^|E|,
@@ -206,7 +212,7 @@ def main() -> None:
             parser.error("--page-only needs the --home of an earlier run")
         args.out.mkdir(parents=True, exist_ok=True)
         results_page(sweep_runs(args.home), args.out)
-        (args.out / "holders.md").write_text(holder_table(files[0], ks, 0.5, 0.5), encoding="utf-8")
+        (args.out / "holders.md").write_text(holder_table(args.home, ks, 0.5, 0.5), encoding="utf-8")
         print(f"rewrote {args.out / 'results.md'} and results.png from {args.home}")
         return
     home = args.home or Path(tempfile.mkdtemp(prefix="uedp-bounded-"))
@@ -220,7 +226,7 @@ def main() -> None:
         uedp(*sweep, home=home, threads=args.threads)
         args.out.mkdir(parents=True, exist_ok=True)
         results_page(sweep_runs(home), args.out)
-        (args.out / "holders.md").write_text(holder_table(files[0], ks, 0.5, 0.5), encoding="utf-8")
+        (args.out / "holders.md").write_text(holder_table(home, ks, 0.5, 0.5), encoding="utf-8")
         elapsed = time.perf_counter() - started
         (args.out / "command.txt").write_text(
             "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]) + "\n"

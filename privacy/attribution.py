@@ -82,6 +82,11 @@ class AttributionGraph:
     def n_sensitive(self) -> int:
         return sum(1 for user in self.sentences for ids in user if ids)
 
+    @property
+    def n_plain(self) -> int:
+        """Sentences without an entity (always kept)."""
+        return self.n_sentences - self.n_sensitive
+
     def users_of(self) -> list[set[int]]:
         """Per entity id, the users with at least one sentence that holds it."""
         out: list[set[int]] = [set() for _ in range(self.n_entities)]
@@ -100,12 +105,7 @@ class HolderChoiceResult:
     kept: tuple[tuple[bool, ...], ...]
     strategy: str
     k: int
-
-    plain_sentences: int = 0  # sentences without an entity (always kept)
-
-    @property
-    def sensitive_kept(self) -> int:
-        return sum(1 for mask in self.kept for keep in mask if keep) - self.plain_sentences
+    sensitive_kept: int  # sentences with an entity that are kept
 
     @property
     def max_holders(self) -> int:
@@ -114,8 +114,8 @@ class HolderChoiceResult:
 
 def _kept_count(graph: AttributionGraph, holders: Sequence[frozenset[int] | set[int]]) -> int:
     """Sentences with an entity that ``holders`` keep."""
-    return sum(1 for user in kept_mask(graph, holders) for keep in user if keep) - sum(
-        1 for user in graph.sentences for ids in user if not ids)
+    return sum(1 for u, user in enumerate(graph.sentences) for ids in user
+               if ids and all(u in holders[e] for e in ids))
 
 
 def kept_mask(graph: AttributionGraph, holders: Sequence[frozenset[int] | set[int]]) -> tuple[tuple[bool, ...], ...]:
@@ -139,8 +139,7 @@ def choose_holders(graph: AttributionGraph, k: int, strategy: HolderChoice = "be
     else:
         raise ValueError(f"unknown holder choice {strategy!r}; valid: {', '.join(HOLDER_CHOICES)}")
     frozen = tuple(frozenset(h) for h in holders)
-    plain = sum(1 for user in graph.sentences for ids in user if not ids)
-    return HolderChoiceResult(frozen, kept_mask(graph, frozen), strategy, k, plain)
+    return HolderChoiceResult(frozen, kept_mask(graph, frozen), strategy, k, _kept_count(graph, frozen))
 
 
 def _ascending_degree(graph: AttributionGraph, k: int) -> list[set[int]]:

@@ -20,14 +20,12 @@ to another. Accounting: :func:`privacy.accounting.group_replace_round` (conserva
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import dp_accounting
-import torch
 
 from uedp.privacy.accounting import MIN_NOISE_MULTIPLIER, epsilon_after, group_replace_round, poisson_gaussian_round
 from uedp.privacy.attribution import AttributionGraph, HolderChoiceResult, choose_holders
-from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, TrainData
+from uedp.privacy.mechanisms.base import TrainData
 from uedp.privacy.mechanisms.params import UeDpBoundedParams
 from uedp.privacy.mechanisms.registry import BuildContext, EpsilonPlan, MechanismSpec, register
 from uedp.privacy.mechanisms.userdp import UserDp, check_vectorizable
@@ -84,25 +82,19 @@ class UeDpBounded(UserDp):
             extra |= {"sensitive_sentences": float(sensitive),
                       "sensitive_sentences_kept": float(self.choice.sensitive_kept),
                       "sensitive_share_kept": self.choice.sensitive_kept / sensitive if sensitive else 1.0,
-                      "sentences_without_entity": float(self.choice.plain_sentences),
-                      "data_share_used": (self.choice.sensitive_kept + self.choice.plain_sentences)
+                      "sentences_without_entity": float(self.graph.n_plain),
+                      "data_share_used": (self.choice.sensitive_kept + self.graph.n_plain)
                       / max(1, self.graph.n_sentences)}
         return extra
 
-    def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
-              on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> PrivacyStatement:
-        statement = super().train(model, data, loss_fn, device, on_round, checkpoint)
-        return replace(statement, public=(*statement.public, f"{GRAPH_PUBLIC}: {self.describe_choice()}"))
-
-    def describe_choice(self) -> str:
-        """k and what it keeps, for the statement (figures of the public graph)."""
-        if self.choice is None or self.graph is None:
-            return f"k = {self.params.holders_per_entity} holders per entity"
-        sensitive = self.graph.n_sensitive
-        share = self.choice.sensitive_kept / sensitive if sensitive else 1.0
-        return (f"k = {self.params.holders_per_entity} holders per entity ({self.choice.strategy}) keep "
-                f"{self.choice.sensitive_kept} of {sensitive} sentences with an entity ({share:.1%}), and all "
-                f"{self.choice.plain_sentences} without one")
+    def statement_public(self) -> tuple[str, ...]:
+        """The graph, with k and what it keeps (figures of the public graph)."""
+        extra = self.statement_extra()
+        if self.choice is None or "sensitive_sentences" not in extra:
+            return (f"{GRAPH_PUBLIC}: k = {self.params.holders_per_entity} holders per entity",)
+        return (f"{GRAPH_PUBLIC}: k = {self.params.holders_per_entity} holders per entity ({self.choice.strategy}) "
+                f"keep {self.choice.sensitive_kept} of {extra['sensitive_sentences']:.0f} sentences with an entity "
+                f"({extra['sensitive_share_kept']:.1%}), and all {extra['sentences_without_entity']:.0f} without one",)
 
 
 def _build(params: UeDpBoundedParams, context: BuildContext) -> UeDpBounded:

@@ -19,6 +19,8 @@ Randomness: sampling, noise and every user's batch order come from the run's
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import dp_accounting
 import torch
 
@@ -46,7 +48,8 @@ __all__ = ["UserDp", "UserDpParams", "make_local_trainer"]
 
 class UserDp:
     """DP-FedAvg. Subclasses change what it trains on (:meth:`prepare`), the round's privacy event and
-    adjacency (:meth:`round_event`), and what the statement adds (:meth:`statement_extra`)."""
+    adjacency (:meth:`round_event`), and what the statement adds (:meth:`statement_extra`,
+    :meth:`statement_public`)."""
 
     name = "userdp"
     unit = "one user (all of their sentences)"
@@ -79,17 +82,16 @@ class UserDp:
         return data
 
     def statement_extra(self) -> dict[str, float]:
+        """Figures the statement adds (userdp: none)."""
         return {}
+
+    def statement_public(self) -> tuple[str, ...]:
+        """What else the guarantee treats as public, beyond the unit count (userdp: nothing)."""
+        return ()
 
     def denominator_for(self, population: Population) -> float:
         """``q_user * N``: the expected number of sampled users, fixed before training."""
         return self.params.q_user * population.value
-
-    @property
-    def denominator(self) -> float:
-        if self.population is None:
-            raise ValueError(f"{self.name}: the number of users is read from the data at training")
-        return self.denominator_for(self.population)
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
               on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> PrivacyStatement:
@@ -120,11 +122,12 @@ class UserDp:
                          state={"model": model})
         model.train()
         outcome = loop.run(one_round, on_round, checkpoint)
-        return private_statement(
+        statement = private_statement(
             self.name, self.unit, accountant, outcome, delta=p.delta, accountant=p.accountant, noise_multiplier=z,
             sampling_probability=p.q_user, randomness=self.randomness, population=population,
             extra={"noise_std": sigma, "sensitivity": p.clip * WEIGHT_CEILING, "denominator": denominator,
                    **self.statement_extra()})
+        return replace(statement, public=(*statement.public, *self.statement_public()))
 
     def local_trainer(self, model: torch.nn.Module, loss_fn: LossFn, device: torch.device, pad_id: int) -> LocalTrainer:
         return make_local_trainer(self.params, model, loss_fn, device, pad_id)
