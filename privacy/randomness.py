@@ -115,6 +115,13 @@ class Randomness:
             return []
         return np.flatnonzero(self.uniforms(purpose, round_index, units) < q).tolist()
 
+    def sampled_in(self, purpose: str, rounds: range, units: Sequence[object], q: float) -> np.ndarray:
+        """Per round of ``rounds``: whether :meth:`poisson_sample` takes at least one of ``units`` (the
+        same coins; a unit need not be in the data for its coin to exist)."""
+        if not units:
+            return np.zeros(len(rounds), dtype=bool)
+        return np.array([bool((self.uniforms(purpose, r, units) < q).any()) for r in rounds], dtype=bool)
+
     def keep_at_most(self, purpose: str, round_index: int, units: Sequence[object], limit: int) -> list[int]:
         """Positions of a uniformly random ``limit`` of ``units`` (all when there are fewer), in order.
 

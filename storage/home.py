@@ -67,6 +67,11 @@ class DataHome:
         """Where a training configuration's resumable checkpoint lives until the run finishes."""
         return self.root / "checkpoints" / f"{validate_dataset_name(dataset)}-{fingerprint}"
 
+    @property
+    def audits_dir(self) -> Path:
+        """One-run audit plans with their secret coins: kept here, never logged (the audit's key)."""
+        return self.root / "audits"
+
     def reports_dir(self, dataset: str) -> Path:
         return self.root / "reports" / validate_dataset_name(dataset)
 

@@ -25,16 +25,20 @@ from uedp.models.gpt2 import load_gpt2
 from uedp.models.lstm import load_lstm
 from uedp.models.metrics import sequence_nll
 from uedp.models.tokenization import load_tokenizer
+from uedp.privacy.attacks.audit_canaries import audit_scores
 from uedp.privacy.attacks.canaries import Canary, exposure, model_log_perplexity
 from uedp.privacy.attacks.extraction import Occurrence, extraction_rates
 from uedp.privacy.attacks.membership import grouped_scores, membership_attack, sentence_scores
+from uedp.privacy.attacks.one_run import audit_best
 from uedp.storage.catalog import Catalog
 from uedp.storage.home import DataHome
+from uedp.tasks.audit_plan import load_for_run
 from uedp.tasks.config import TrainConfig
 from uedp.tasks.tracking import RunTracker
 
-AttackKind = Literal["canary", "mia", "extraction"]
-ATTACKS: tuple[str, ...] = ("canary", "mia", "extraction")
+AttackKind = Literal["audit", "canary", "mia", "extraction"]
+ATTACKS: tuple[str, ...] = ("audit", "canary", "mia", "extraction")
+
 @dataclass(frozen=True)
 class AttackOutcome:
     """What ``uedp attack`` found: every figure it computed (all logged to the run, also when another
@@ -45,6 +49,7 @@ class AttackOutcome:
     skipped: dict[str, str] = field(default_factory=dict)
     accounted_epsilon: float | None = None  # the run's final epsilon (None: not a private run)
     delta: float = 0.0
+    notes: tuple[str, ...] = ()  # for the auditor's eyes (e.g. how often planted canaries' hosts were sampled)
 
 
 def attack_run(home: DataHome, run_id: str, kinds: list[str], limit: int = 500, top_k: int = 5,
@@ -68,15 +73,42 @@ def attack_run(home: DataHome, run_id: str, kinds: list[str], limit: int = 500, 
     metrics: dict[str, float] = {}
     failed: dict[str, str] = {}
     skipped: dict[str, str] = {}
+    notes: list[str] = []
     if "canary" in kinds and not canaries:
         if not everything:
             raise UedpError(f"run {run_id} planted no canaries; train with --canaries N")
         skipped["canary"] = "the run planted no canaries (train with --canaries N)"
+    audit_plan = load_for_run(home, run_id) if "audit" in kinds else None
+    if "audit" in kinds and audit_plan is None:
+        why = (f"run {run_id} has no audit canaries in data home {home.root} (train with --audit-canaries M; the "
+               "secret coins stay in the data home that trained the run)")
+        if not everything:
+            raise UedpError(why)
+        skipped["audit"] = why
     nll = _scorer(model, tokenizer, device, config.max_len)
     reference = None
     if reference_run and "mia" in kinds:
         _, ref_model, ref_tokenizer, _ = _load_run(RunTracker.attach(home, reference_run), device)
         reference = _scorer(ref_model, ref_tokenizer, device, config.max_len)
+
+    def audit() -> dict[str, float]:
+        assert audit_plan is not None
+        plan, record = audit_plan
+        scores = audit_scores(plan, model_log_perplexity(model, tokenizer, device, config.max_len))
+        result = audit_best(scores, np.asarray(plan.included), config.delta)
+        notes.append(f"one-run audit: {result.correct} of {result.guesses} guesses right on {result.canaries} "
+                     f"{plan.unit} canaries ({plan.adjacency.replace('_', '/')}), {sum(plan.included)} planted; "
+                     f"epsilon >= {result.epsilon_lower_bound:.3g} at {result.confidence:.0%} confidence")
+        out = {"audit_one_run_epsilon_lower_bound": result.epsilon_lower_bound,
+               "audit_one_run_clopper_pearson": result.clopper_pearson_bound,
+               "audit_one_run_canaries": float(result.canaries), "audit_one_run_guesses": float(result.guesses),
+               "audit_one_run_correct": float(result.correct)}
+        if record is not None:
+            planted = record.figures(plan.included)
+            if planted:
+                notes.append(f"planted canaries' hosts took part in {planted['audit_host_rounds_mean']:.3g} of "
+                             f"{record.rounds} rounds on average; {planted['audit_host_never_sampled']:.0%} never")
+        return out
 
     def canary() -> dict[str, float]:
         score = model_log_perplexity(model, tokenizer, device, config.max_len)
@@ -97,7 +129,7 @@ def attack_run(home: DataHome, run_id: str, kinds: list[str], limit: int = 500, 
         with Catalog(home, config.dataset) as catalog:
             return _membership(catalog, config, nll, limit, seed, reference)
 
-    for kind, run in (("canary", canary), ("mia", mia), ("extraction", extraction)):
+    for kind, run in (("audit", audit), ("canary", canary), ("mia", mia), ("extraction", extraction)):
         if kind not in kinds or kind in skipped:
             continue
         try:
@@ -116,11 +148,13 @@ def attack_run(home: DataHome, run_id: str, kinds: list[str], limit: int = 500, 
                       "uedp.attack.limit": str(limit), "uedp.attack.top_k": str(top_k), "uedp.attack.seed": str(seed)})
     logged = tracker.client.get_run(run_id).data.metrics.get("final_epsilon")
     accounted = logged if config.is_private and logged is not None else None
-    return AttackOutcome(metrics, failed, skipped, accounted, config.delta)
+    return AttackOutcome(metrics, failed, skipped, accounted, config.delta, tuple(notes))
 
 
 # Figures the summary shows, with the value a model that learned nothing about its members would get.
 SUMMARY: tuple[tuple[str, str, str], ...] = (
+    ("one-run audit (canaries at the unit)", "audit_one_run_epsilon_lower_bound", "0"),
+    ("one-run audit (canaries at the unit)", "audit_one_run_clopper_pearson", "0"),
     ("canary", "canary_exposure_mean", "~1.44 (a random rank)"),
     ("canary", "canary_exposure_max", "~1.44"),
     ("membership, sentences", "mia_sentence_auc", "0.5"),

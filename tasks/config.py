@@ -69,6 +69,9 @@ class RunSettings(BaseModel):
     canary_formats: list[str] = Field(default_factory=lambda: ["digits:6"],
                                       description="digits:N, name, phone, email (cycled over the canaries)")
     canary_users: list[str] = Field(default_factory=list, description="users whose text hosts canaries (default: any)")
+    audit_canaries: int = Field(0, ge=0, description="one-run audit: m made-up canaries at the mechanism's privacy "
+                                "unit, each planted by a secret fair coin; `uedp attack RUN --kind audit` scores them "
+                                "(0: none; at least 2, and more give tighter bounds, e.g. 256)")
     log_model: bool = Field(False, description="store the trained model as an MLflow artifact")
 
     @field_validator("canary_formats")
@@ -102,8 +105,15 @@ class TrainConfig(RunSettings):
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
         self.spec.check(self.params, self.shape)
-        if self.canaries and self.task != "lm":
+        if (self.canaries or self.audit_canaries) and self.task != "lm":
             raise ValueError("canaries are planted in language-model training text (not for classifiers)")
+        if self.audit_canaries:
+            if isinstance(self.spec.audit, str):
+                raise ValueError(f"audit canaries: {self.mechanism} cannot be audited this way: {self.spec.audit}")
+            if self.audit_canaries < 2:
+                raise ValueError("audit canaries: at least 2 (e.g. 256)")
+            if self.processes > 1:
+                raise ValueError("audit canaries are planted by one process (train with processes=1)")
         return self
 
     @classmethod

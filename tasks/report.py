@@ -46,6 +46,13 @@ class ReportRow:
     randomness: str = "none"
     caveats: tuple[str, ...] = ()
     data_share: float | None = None  # share of training sentences the mechanism may train on (uedp-bounded)
+    # The one-run audit's lower bound of each seed's run (runs with audit canaries), None where not audited.
+    # Each is a bound at 95% on its own; their mean is not one, so they are shown side by side.
+    audit_bounds: tuple[float | None, ...] = ()
+
+    @property
+    def audited(self) -> list[float]:
+        return [b for b in self.audit_bounds if b is not None]
 
 
 def summarise(outcomes: Iterable[tuple[TrainResult, float | None]]) -> list[ReportRow]:
@@ -65,7 +72,7 @@ def summarise(outcomes: Iterable[tuple[TrainResult, float | None]]) -> list[Repo
             kept_token_share=_mean_of(results, "kept_token_share"),
             mask_inference_success=_mean_of(results, "mask_inference_success"),
             randomness=results[0].randomness, caveats=tuple(dict.fromkeys(c for r in results for c in r.caveats)),
-            data_share=_mean_of(results, "data_share_used")))
+            data_share=_mean_of(results, "data_share_used"), audit_bounds=tuple(r.audit_epsilon for r in results)))
     return sorted(rows, key=lambda r: (r.categories, r.mechanism, math.inf if r.target_epsilon is None else r.target_epsilon))
 
 
@@ -87,16 +94,22 @@ def markdown(rows: list[ReportRow], title: str) -> str:
              "each mechanism's own privacy unit (userdp: a user; uedp, uedp-bounded: a user and an entity; dpsgd: a "
              "sentence; selective: a sensitive token); `inf` means no guarantee. Data used: the share of training "
              "sentences a mechanism may train on, where it drops some (`-`: all).", "",
-             f"| mechanism | categories | target epsilon | epsilon | delta | z | randomness | valid {metric} "
-             f"| test {metric} | spread over seeds | seeds | data used | MLflow runs |",
-             "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|"]
+             f"| mechanism | categories | target epsilon | epsilon | audit bound | delta | z | randomness "
+             f"| valid {metric} | test {metric} | spread over seeds | seeds | data used | MLflow runs |",
+             "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         lines.append(f"| {r.mechanism} | {r.categories} | {_num(r.target_epsilon) if r.target_epsilon else '-'} "
-                     f"| {_num(r.epsilon)} | {r.delta:g} | {_num(r.noise_multiplier, 3) if r.noise_multiplier else '-'} "
+                     f"| {_num(r.epsilon)} | {' / '.join(_num(b, 3) for b in r.audited) or '-'} | {r.delta:g} "
+                     f"| {_num(r.noise_multiplier, 3) if r.noise_multiplier else '-'} "
                      f"| {r.randomness if r.randomness != 'none' else '-'} "
                      f"| {_num(r.valid)} | {_num(r.test)} | {_num(r.test_spread, 2)} | {r.seeds} "
                      f"| {'-' if r.data_share is None else f'{r.data_share:.1%}'} "
                      f"| {' '.join(run[:8] for run in r.run_ids)} |")
+    if any(r.audited for r in rows):
+        lines += ["", "Audit bound: the one-run audit's lower bound on epsilon at 95% confidence (Steinke, Nasr and "
+                  "Jagielski 2023) from the canaries planted at each mechanism's unit (`audit_canaries`), one per "
+                  "seed. A bound above the accounted epsilon would prove the accounting wrong; a bound far below it "
+                  "says only that this attack did not find more."]
     caveats: dict[str, list[str]] = {}
     for r in rows:
         for caveat in r.caveats:
@@ -149,6 +162,34 @@ def plot(rows: list[ReportRow], path: Path, title: str) -> list[Path]:
     return written
 
 
+def plot_audit(rows: list[ReportRow], path: Path, title: str) -> Path | None:
+    """The audit bound of every audited run against its accounted epsilon, a marker per mechanism, with
+    the line where the bound would equal the epsilon (points above it: the accounting is wrong).
+    Mechanisms without a guarantee are dashed horizontal lines at their bound."""
+    audited = [r for r in rows if r.audited]
+    if not audited:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4.5), dpi=120)
+    finite = [r for r in audited if math.isfinite(r.epsilon)]
+    for index, mechanism in enumerate(sorted({r.mechanism for r in finite})):
+        points = [(r.epsilon, b) for r in finite if r.mechanism == mechanism for b in r.audited]
+        ax.scatter([p[0] for p in points], [p[1] for p in points], marker="os^Dv<>P"[index % 8], s=40,
+                   color=f"C{index}", label=mechanism, zorder=3)
+    top = max([b for r in audited for b in r.audited] + [r.epsilon for r in finite] + [1.0])
+    ax.plot([0, top * 1.1], [0, top * 1.1], color="grey", linewidth=1, label="bound = accounted epsilon")
+    for index, r in enumerate(r for r in audited if not math.isfinite(r.epsilon)):
+        ax.axhline(max(r.audited), linestyle="--", color=f"C{(index + 5) % 10}",
+                   label=f"{r.mechanism} (no guarantee)")
+    ax.set(xlabel="accounted epsilon", ylabel="one-run audit lower bound (95%)", xlim=(0, top * 1.1),
+           ylim=(0, top * 1.1), title=f"{title}\naudit bound vs accounted epsilon")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in text).strip("_") or "all"
 
@@ -157,6 +198,8 @@ def write_report(rows: list[ReportRow], folder: Path, title: str) -> list[Path]:
     """``report.md`` and one ``privacy_utility-<categories>.png`` per category set under ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     plots = plot(rows, folder / "privacy_utility.png", title)
+    audit_plot = plot_audit(rows, folder / "audit_vs_epsilon.png", title)
+    plots += [audit_plot] if audit_plot is not None else []
     figures = "".join(f"\n![privacy-utility, {p.stem}]({p.name})\n" for p in plots)
     (folder / "report.md").write_text(markdown(rows, title) + figures, encoding="utf-8")
     return [folder / "report.md", *plots]

@@ -7,11 +7,14 @@ configuration: weights and accountant come back, and the same MLflow run continu
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from prefect import get_run_logger
 
+from uedp.errors import UedpError
 from uedp.storage.home import DataHome
 from uedp.storage.remote import open_store
+from uedp.tasks.attack import attack_run
 from uedp.tasks.config import TrainConfig
 from uedp.tasks.retry import retried_task
 from uedp.tasks.torchrun import train_with_torchrun
@@ -40,7 +43,21 @@ def run_training(home: DataHome, config: TrainConfig, flow_run_id: str | None = 
         if config.spec.text == "sanitized":
             sanitize_for(home, config)  # once, here: every rank then reuses this one release
         return train_with_torchrun(home, config, flow_run_id, parent_run_id)
-    return train_configuration(home, config, flow_run_id, parent_run_id)
+    result = train_configuration(home, config, flow_run_id, parent_run_id)
+    return with_audit(home, config, result) if config.audit_canaries else result
+
+
+def with_audit(home: DataHome, config: TrainConfig, result: TrainResult) -> TrainResult:
+    """Score the run's audit canaries right away (``uedp attack --kind audit``, logged to the run), so the
+    bound sits next to the accounted epsilon wherever the result is shown. The run stands if it fails."""
+    try:
+        outcome = attack_run(home, result.run_id, ["audit"], device_name=config.device)
+        failure = outcome.failed.get("audit")
+    except UedpError as exc:
+        failure = str(exc)
+    if failure is not None:
+        return replace(result, notes="; ".join(filter(None, [result.notes, f"audit failed: {failure}"])))
+    return replace(result, audit_epsilon=outcome.metrics.get("audit_one_run_epsilon_lower_bound"))
 
 
 @retried_task("train-configuration", task_run_name="train-{config.mechanism}")

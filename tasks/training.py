@@ -25,6 +25,7 @@ from uedp.models.metrics import causal_lm_loss, classification_error, classifica
 from uedp.models.parallel import Ranks
 from uedp.models.threads import use_threads
 from uedp.models.tokenization import load_tokenizer
+from uedp.privacy.attacks.audit_canaries import AuditPlan
 from uedp.privacy.mechanisms.base import Checkpointer, LossFn, Mechanism, RoundReport
 from uedp.privacy.mechanisms.registry import BuildContext
 from uedp.privacy.population import Population
@@ -33,6 +34,7 @@ from uedp.privacy.sanitization.release import trained_on_release
 from uedp.storage.catalog import Catalog
 from uedp.storage.home import DataHome
 from uedp.storage.tables import read_manifest
+from uedp.tasks.audit_plan import keep_for_run, participation, plan_for, releasable
 from uedp.tasks.config import SanitizeConfig, TrainConfig
 from uedp.tasks.sanitize import SanitizeResult, sanitize_dataset
 from uedp.tasks.tracking import RunTracker
@@ -60,6 +62,7 @@ class TrainResult:
     caveats: tuple[str, ...] = ()  # what the epsilon does not cover, shown next to it
     public: tuple[str, ...] = ()  # what the guarantee treats as public
     label: str = ""  # the mechanism as reports show it (uedp-bounded-k4); empty: the mechanism's name
+    audit_epsilon: float | None = None  # the one-run audit's lower bound (runs with audit canaries)
 
     @property
     def shown_as(self) -> str:
@@ -190,6 +193,7 @@ class Setup:
     checkpoint: Checkpointer
     release: SanitizeResult | None = None  # custext/santext: the local-DP release the data comes from
     caveats: tuple[str, ...] = ()  # what the epsilon does not cover (detection, evaluation)
+    audit: AuditPlan | None = None  # the one-run audit's canaries and their secret coins
 
 
 def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
@@ -204,7 +208,9 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
         # second release (a different one: releases are secure by default), and two releases compose.
         raise RuntimeError(f"rank {ranks.rank}: the local-DP release {release.dataset} was not made before torchrun")
     with Catalog(home, release.dataset if release else config.dataset) as catalog:
-        data = prepare_data(catalog, config, tokenizer)
+        audit = (plan_for(home, config, sorted({user for _, user, _ in catalog.sentences("train")}))
+                 if config.audit_canaries else None)
+        data = prepare_data(catalog, config, tokenizer, audit)
         caveats = coverage_caveats(catalog, config)
         exact_units = exact_unit_count(config, catalog, data) if config.spec.counts else 0
     model = build_model(config.model, config.model_size, tokenizer,
@@ -216,7 +222,19 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
     population = unit_population(config, exact_units, randomness, checkpoint,
                                  keyed_table_id(home, config.dataset, "sentences"))
     mechanism = build_mechanism(config, population, len(data.train.sequences), randomness)
-    return Setup(device, tokenizer, data, model, mechanism, checkpoint, release, caveats)
+    return Setup(device, tokenizer, data, model, mechanism, checkpoint, release, caveats, audit)
+
+
+def _log_audit_plan(home: DataHome, tracker: RunTracker, config: TrainConfig, s: Setup, rounds: range) -> None:
+    """Release the audit canaries' design without the coins (hosts that are real users by pseudonym), and
+    file the coins with the hosts' participation record under the run id, in the data home."""
+    plan = s.audit
+    assert plan is not None
+    tracker.log_json(plan.public(lambda user: "user-" + home.keyed_id(f"user:{user}")), "audit_canaries.json")
+    record = participation(s.mechanism, plan, rounds)
+    if record is not None and releasable(plan):
+        tracker.log_metrics(record.figures())
+    keep_for_run(home, config, tracker.run_id, plan, record)
 
 
 EVALUATION_CAVEAT = ("validation and test metrics are computed without noise on held-out users' text, which the "
@@ -340,7 +358,11 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
             # The host is named by a pseudonym keyed with the data home's secret, never by its raw user id.
             tracker.log_json([c.with_host("user-" + home.keyed_id(f"user:{c.user}")).as_dict() for c in data.canaries],
                              "canaries.json")
-        if config.log_model or data.canaries:
+        if s.audit is not None:
+            # A resumed secure run drew a new root: only the rounds since the resume have known coins.
+            first = resumed_from + 1 if config.randomness == "secure" else 1
+            _log_audit_plan(home, tracker, config, s, range(first, statement.rounds + 1))
+        if config.log_model or data.canaries or s.audit is not None:
             tracker.log_model(model, tokenizer)
     except BaseException:
         tracker.finish(failed=True)

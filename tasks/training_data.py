@@ -10,10 +10,12 @@ from transformers import PreTrainedTokenizerBase
 
 from uedp.errors import UedpError
 from uedp.models.batching import Example, encode, encode_with_private_mask
+from uedp.privacy.attacks.audit_canaries import AuditPlan
 from uedp.privacy.attacks.canaries import Canary, plant_canaries
 from uedp.privacy.deid import redact
 from uedp.privacy.mechanisms.base import TrainData
 from uedp.storage.catalog import Catalog
+from uedp.tasks.audit_plan import CANARY_CATEGORY, canary_key
 from uedp.tasks.config import TrainConfig
 
 
@@ -30,8 +32,9 @@ class TrainingTexts:
     spans: dict[str, list[list[tuple[int, int]]]] = field(default_factory=dict)  # per sentence, its sensitive spans
 
 
-def load_training_texts(catalog: Catalog, config: TrainConfig) -> TrainingTexts:
-    """Train-split texts by user; ``deid`` trains on the redacted ones in place of the originals."""
+def load_training_texts(catalog: Catalog, config: TrainConfig, audit: AuditPlan | None = None) -> TrainingTexts:
+    """Train-split texts by user; ``deid`` trains on the redacted ones in place of the originals; with
+    the one-run audit's canaries when ``audit`` is given."""
     spans = catalog.entity_spans(config.categories, "train")
     classes = catalog.labels("train") if config.task == "classification" else None
     texts: dict[str, list[str]] = {}
@@ -51,7 +54,24 @@ def load_training_texts(catalog: Catalog, config: TrainConfig) -> TrainingTexts:
         entities.setdefault(user_id, []).append(frozenset(key for _, _, _, key in found))
         spans_of.setdefault(user_id, []).append([(s, e) for s, e, _, _ in found])
     training = TrainingTexts(texts, entities, redacted, labels if classes is not None else None, spans=spans_of)
-    return with_canaries(training, config) if config.canaries else training
+    training = with_canaries(training, config) if config.canaries else training
+    return with_audit_canaries(training, config, audit) if audit is not None else training
+
+
+def with_audit_canaries(training: TrainingTexts, config: TrainConfig, plan: AuditPlan) -> TrainingTexts:
+    """Add the sentences the audit's coins plant (:meth:`AuditPlan.placements`). A canary's name, when
+    the plan marks it, is an entity of the run's chosen categories: detected (an entity set, a private
+    span) and redacted like one."""
+    texts, redacted = {u: list(v) for u, v in training.texts.items()}, {u: list(v) for u, v in training.redacted.items()}
+    entities, spans = {u: list(v) for u, v in training.entities.items()}, {u: list(v) for u, v in training.spans.items()}
+    for placement in plan.placements():
+        text, user, span = placement.text, placement.user, placement.span
+        clean = redact(text, [(span[0], span[1], CANARY_CATEGORY)]) if span else text
+        texts.setdefault(user, []).append(clean if config.spec.text == "redacted" else text)
+        redacted.setdefault(user, []).append(clean)
+        entities.setdefault(user, []).append(frozenset({canary_key(text[span[0]:span[1]])}) if span else frozenset())
+        spans.setdefault(user, []).append([span] if span else [])
+    return TrainingTexts(texts, entities, redacted, training.labels, training.canaries, spans)
 
 
 def with_canaries(training: TrainingTexts, config: TrainConfig) -> TrainingTexts:
@@ -86,8 +106,9 @@ class PreparedData:
     canaries: tuple[Canary, ...] = ()
 
 
-def prepare_data(catalog: Catalog, config: TrainConfig, tokenizer: PreTrainedTokenizerBase) -> PreparedData:
-    training = load_training_texts(catalog, config)
+def prepare_data(catalog: Catalog, config: TrainConfig, tokenizer: PreTrainedTokenizerBase,
+                 audit: AuditPlan | None = None) -> PreparedData:
+    training = load_training_texts(catalog, config, audit)
     if not training.texts:
         raise UedpError(f"dataset {config.dataset!r} has no training sentences"
                         + (" with a class label" if config.task == "classification" else ""))

@@ -451,6 +451,10 @@ def train(
                f"after {result.rounds} rounds")
     if result.notes:
         typer.echo(f"note: {result.notes}")
+    if result.audit_epsilon is not None:
+        typer.echo(f"one-run audit ({config.audit_canaries} canaries at the unit): epsilon >= "
+                   f"{result.audit_epsilon:.3g} at 95% confidence, beside the accounted {_fmt(result.epsilon, 4)} "
+                   f"(details: uedp attack {result.run_id} --kind audit)")
     _print_guarantee(result)
     typer.echo(f"MLflow run: {result.run_id}   (browse: {ui_command(data_home)})")
 
@@ -530,8 +534,10 @@ def _scalar(text: str) -> Any:
 @app.command()
 @user_errors
 def attack(
-    run_id: str = typer.Argument(..., help="The MLflow run id `uedp train` printed (trained with --log-model or --canaries)."),
-    kind: str = typer.Option("all", help="canary, mia, extraction or all (comma-separated for several)."),
+    run_id: str = typer.Argument(..., help="The MLflow run id `uedp train` printed (trained with --log-model, "
+                                 "--canaries or --audit-canaries)."),
+    kind: str = typer.Option("all", help="audit (the one-run audit of --audit-canaries), canary, mia, extraction "
+                             "or all (comma-separated for several)."),
     limit: int = typer.Option(500, help="Membership inference: members and non-members sampled per level."),
     top_k: int = typer.Option(5, help="Extraction: beam width; an entity counts when it is among the top k."),
     extraction_limit: int = typer.Option(200, help="Extraction: entity occurrences tried at most."),
@@ -541,9 +547,11 @@ def attack(
                                                 "model (one trained without the members, e.g. on public text)."),
     home: Optional[Path] = HOME_OPTION,
 ) -> None:
-    """Attack a trained run and add the scores to that MLflow run: canary exposure, membership inference
-    (sentence, user and entity level; ROC AUC, TPR at 1% and 0.1% FPR, balanced accuracy), entity
-    extraction, and the empirical lower bound on epsilon they imply, next to the accounted epsilon."""
+    """Attack a trained run and add the scores to that MLflow run: the one-run audit's lower bound on
+    epsilon from the canaries --audit-canaries planted at the mechanism's privacy unit (Steinke, Nasr and
+    Jagielski 2023; the secret coins are read from this data home), canary exposure, membership inference
+    (sentence, user and entity level; ROC AUC, TPR at 1% and 0.1% FPR, balanced accuracy) and entity
+    extraction, next to the accounted epsilon."""
     data_home = _prepare_runtime(home)
     from uedp.tasks.attack import ATTACKS, attack_run, summary_rows
     from uedp.tasks.tracking import ui_command
@@ -562,6 +570,8 @@ def attack(
     for row in summary_rows(outcome):
         table.add_row(*row)
     Console(width=120).print(table)
+    for note in outcome.notes:
+        typer.echo(note)
     for name, why in outcome.skipped.items():
         typer.echo(f"skipped {name}: {why}")
     typer.echo(f"{len(outcome.metrics)} figures logged to MLflow run {run_id}   (browse: {ui_command(data_home)})")

@@ -115,3 +115,24 @@ def audit(scores: np.ndarray, included: np.ndarray, k_plus: int, k_minus: int, d
     r = k_plus + k_minus
     return OneRunAudit(m, r, correct, epsilon_lower_bound(m, r, correct, delta, confidence),
                        clopper_pearson_bound(r, correct, confidence), delta, confidence)
+
+
+# Shares of the m canaries guessed on (half "in" from the top, half "out" from the bottom), fixed in
+# advance: the audit reports the best of them, each tested at confidence 1 - alpha / len (Bonferroni), so
+# the reported bound holds at the stated confidence although the best was picked after seeing the scores.
+GUESS_SHARES: tuple[float, ...] = (0.125, 0.25, 0.5, 1.0)
+
+
+def audit_best(scores: np.ndarray, included: np.ndarray, delta: float, confidence: float = DEFAULT_CONFIDENCE,
+               shares: tuple[float, ...] = GUESS_SHARES) -> OneRunAudit:
+    """The strongest of :func:`audit` over ``r = share * m`` guesses for each share (``k_plus = k_minus =
+    r / 2``), Bonferroni-corrected: the returned bound holds at ``confidence`` overall."""
+    m = len(np.asarray(scores))
+    counts = sorted({max(1, int(share * m) // 2) for share in shares if share > 0})
+    if not counts or m < 2:
+        raise ValueError(f"an audit needs at least 2 canaries, got {m}")
+    each = 1 - (1 - confidence) / len(counts)
+    results = [audit(scores, included, k, k, delta, each) for k in counts if 2 * k <= m]
+    best = max(results, key=lambda a: (a.epsilon_lower_bound, a.clopper_pearson_bound))
+    cp = max(a.clopper_pearson_bound for a in results)
+    return OneRunAudit(best.canaries, best.guesses, best.correct, best.epsilon_lower_bound, cp, delta, confidence)

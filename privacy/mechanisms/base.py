@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -14,8 +14,8 @@ from uedp.models.batching import Example
 from uedp.models.training import LossFn  # loss_fn(model, batch) -> mean loss; mechanisms stay model-agnostic
 from uedp.privacy.mechanisms.checkpoint import NO_CHECKPOINT, Checkpointer
 
-__all__ = ["NO_CHECKPOINT", "Checkpointer", "LossFn", "Mechanism", "OnRound", "PrivacyStatement", "RoundReport",
-           "TrainData"]
+__all__ = ["NO_CHECKPOINT", "Checkpointer", "HostUnits", "LossFn", "Mechanism", "OnRound", "PrivacyStatement",
+           "RoundReport", "SamplesUnits", "TrainData"]
 
 
 @dataclass
@@ -95,4 +95,25 @@ class Mechanism(Protocol):
         With a ``checkpoint``, resume from its saved state (rounds, weights, generators, accountant)
         when there is one, and save every ``checkpoint.every`` rounds.
         """
+        ...
+
+
+@dataclass(frozen=True)
+class HostUnits:
+    """The units through which one audit canary's text reaches training, as the mechanisms' samplers
+    name them: its host users, its sentences (by :attr:`TrainData.sequence_ids`) and its entity keys."""
+
+    users: tuple[str, ...] = ()
+    sequences: tuple[str, ...] = ()
+    entities: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class SamplesUnits(Protocol):
+    """A mechanism whose rounds Poisson-sample units with per-unit coins (:mod:`privacy.randomness`)."""
+
+    def rounds_with(self, units: HostUnits, rounds: range) -> int:
+        """In how many of ``rounds`` the sampling would take ``units`` in (for a canary). Each unit's coin
+        is a function of the run's root, the round and the unit's name only, so the count is the same
+        whether or not the canary was planted: recording it reveals no secret coin."""
         ...

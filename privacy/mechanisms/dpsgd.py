@@ -29,10 +29,18 @@ from uedp.privacy.accounting import (
     poisson_gaussian_round,
     resolve_noise_multiplier,
 )
-from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, TrainData
+from uedp.privacy.mechanisms.base import (
+    NO_CHECKPOINT,
+    Checkpointer,
+    HostUnits,
+    LossFn,
+    OnRound,
+    PrivacyStatement,
+    TrainData,
+)
 from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, private_statement
 from uedp.privacy.mechanisms.params import DpSgdParams
-from uedp.privacy.mechanisms.registry import BuildContext, EpsilonPlan, MechanismSpec, register
+from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, register
 from uedp.privacy.per_sample import PerSampleClipping, per_sample_clipping
 from uedp.privacy.population import Population
 from uedp.privacy.primitives import gaussian_noise_like
@@ -103,6 +111,10 @@ class DpSgd:
             extra={"noise_std": z * p.clip, "sensitivity": p.clip, **self.statement_extra()},
             caveats=self.statement_caveats())
 
+    def rounds_with(self, units: HostUnits, rounds: range) -> int:
+        """Steps of ``rounds`` whose Poisson batch takes one of ``units.sequences`` (audit canaries)."""
+        return int(self.randomness.sampled_in("sample-examples", rounds, units.sequences, self.sample_rate).sum())
+
     def examples(self, model: torch.nn.Module, data: TrainData) -> list[Any]:
         """What Poisson sampling draws from: the training sequences."""
         return data.sequences
@@ -167,5 +179,5 @@ def _plan(params: DpSgdParams, population: Population) -> EpsilonPlan:
 register(MechanismSpec(
     name="dpsgd", rank=10, summary="example-level DP-SGD (one sequence is the unit), per-example gradients by Opacus",
     params=DpSgdParams, unit=DpSgd.unit, guarantee="central", build=_build, counts="sequences",
-    per_example_loss=True, audited_levels=("sentence",), plan=_plan,
+    per_example_loss=True, audited_levels=("sentence",), audit=AuditDesign("sequence"), plan=_plan,
 ))

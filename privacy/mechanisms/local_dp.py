@@ -36,6 +36,8 @@ for _kind in LOCAL_DP.values():
         build=_build, text="sanitized", check=_check,
         # The unit is one token occurrence: no membership level is that small.
         audited_levels=(),
+        audit="canaries would have to be planted before the local-DP release, which is made once per dataset "
+              "and reused (not supported yet)",
         # Categories matter only when the release sanitizes the detected entities alone.
         uses_categories=lambda p: p.keep == "non-entities",
     ))

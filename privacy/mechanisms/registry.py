@@ -16,6 +16,7 @@ from typing import Any, Literal, Union
 
 from pydantic import Field
 
+from uedp.privacy.attacks.audit_canaries import AuditAdjacency, AuditUnit
 from uedp.privacy.mechanisms.base import LossFn, Mechanism
 from uedp.privacy.mechanisms.params import MechanismParams
 from uedp.privacy.population import Population
@@ -31,6 +32,15 @@ TextSource = Literal["original", "redacted", "sanitized"]
 TrainingNeed = Literal["entities", "redacted", "private_masks"]
 MembershipLevel = Literal["sentence", "user", "entity"]
 ALL_LEVELS: tuple[MembershipLevel, ...] = ("sentence", "user", "entity")
+
+
+@dataclass(frozen=True)
+class AuditDesign:
+    """How the one-run audit plants canaries for a mechanism: at its privacy unit, and with its
+    adjacency (a tails coin removes the canary, or substitutes a decoy)."""
+
+    unit: AuditUnit
+    adjacency: AuditAdjacency = "add_remove"
 
 
 @dataclass(frozen=True)
@@ -87,6 +97,8 @@ class MechanismSpec:
     # Membership levels whose members differ by at most what two neighbouring datasets of the unit
     # differ by: an attack at those levels tests this mechanism's epsilon.
     audited_levels: tuple[MembershipLevel, ...] = ()
+    # How the one-run audit plants canaries (``--audit-canaries``); a string: why it cannot, in words.
+    audit: AuditDesign | str = "no audit design"
     # Entity-level mechanisms: what a missed detection leaves (appended to the coverage caveat).
     missed_entities: str | None = None
     # Whether the chosen entity categories change what is trained (noiseless: never).

@@ -34,7 +34,7 @@ from uedp.privacy.mechanisms.base import (
 from uedp.privacy.mechanisms.dpsgd import DpSgd
 from uedp.privacy.mechanisms.noiseless import Noiseless
 from uedp.privacy.mechanisms.params import NoiselessParams, SelectiveParams
-from uedp.privacy.mechanisms.registry import BuildContext, MechanismSpec, RunShape, register
+from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, MechanismSpec, RunShape, register
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
 
@@ -121,5 +121,5 @@ register(MechanismSpec(
     needs=lambda shape: frozenset({"private_masks"} if _recurrent(shape) else {"redacted"}),
     per_example_loss=True, schedule=_schedule, check=_check, missed_entities="",
     # Selective DP protects tokens: no membership level is as small as its unit.
-    audited_levels=(),
+    audited_levels=(), audit=AuditDesign("secret", "replace"),
 ))

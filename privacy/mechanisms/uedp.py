@@ -27,11 +27,19 @@ from __future__ import annotations
 import torch
 
 from uedp.privacy.accounting import UeDpAccounting, check_delta, epsilon_after, poisson_gaussian_round
-from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, TrainData
+from uedp.privacy.mechanisms.base import (
+    NO_CHECKPOINT,
+    Checkpointer,
+    HostUnits,
+    LossFn,
+    OnRound,
+    PrivacyStatement,
+    TrainData,
+)
 from uedp.privacy.mechanisms.fedavg import WEIGHT_CEILING
 from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, WorstCaseLedger, private_statement
 from uedp.privacy.mechanisms.params import UeDpParams
-from uedp.privacy.mechanisms.registry import BuildContext, EpsilonPlan, MechanismSpec, register
+from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, register
 from uedp.privacy.mechanisms.userdp import check_vectorizable, make_local_trainer
 from uedp.privacy.population import Population
 from uedp.privacy.primitives import assign_flat_, flatten, gaussian_noise_like
@@ -140,6 +148,13 @@ class UeDp:
                    "delta_truncation": self.accounting.delta_trunc, "delta_count_bound": self.accounting.delta_bound,
                    **{f"epsilon_case_{case}": a.epsilon for case, a in ledger.cases.items() if outcome.rounds}})
 
+    def rounds_with(self, units: HostUnits, rounds: range) -> int:
+        """Rounds of ``rounds`` that sample the canary's entity and one of its host users (before the
+        truncation to M users, which may still drop the host)."""
+        p = self.params
+        users = self.randomness.sampled_in("sample-users", rounds, units.users, p.q_user)
+        return int((users & self.randomness.sampled_in("sample-entities", rounds, units.entities, p.q_entity)).sum())
+
 
 def _build(params: UeDpParams, context: BuildContext) -> UeDp:
     return UeDp(params, context.counted(), context.randomness)
@@ -170,5 +185,6 @@ for _name, _summary, _missed in (
     register(MechanismSpec(
         name=_name, rank=40 + int(_name.endswith("naive")), summary=_summary, params=UeDpParams, unit=UeDp.unit, guarantee="central", build=_build,
         counts="writers", needs=lambda shape: frozenset({"entities"}), audited_levels=("sentence", "user", "entity"),
+        audit=AuditDesign("entity"),
         missed_entities=_missed, plan=_plan, check=check_vectorizable,
     ))

@@ -27,7 +27,7 @@ from uedp.privacy.accounting import MIN_NOISE_MULTIPLIER, epsilon_after, group_r
 from uedp.privacy.attribution import AttributionGraph, HolderChoiceResult, choose_holders
 from uedp.privacy.mechanisms.base import TrainData
 from uedp.privacy.mechanisms.params import UeDpBoundedParams
-from uedp.privacy.mechanisms.registry import BuildContext, EpsilonPlan, MechanismSpec, register
+from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, register
 from uedp.privacy.mechanisms.userdp import UserDp, check_vectorizable
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
@@ -124,7 +124,7 @@ register(MechanismSpec(
     params=UeDpBoundedParams, unit=UeDpBounded.unit, guarantee="central", build=_build, counts=None,
     # Membership attacks test add/remove neighbours, which change the graph; this epsilon is for substitution
     # with the graph fixed, so no membership level audits it (as for selective's replace-one).
-    needs=lambda shape: frozenset({"entities"}), audited_levels=(),
+    needs=lambda shape: frozenset({"entities"}), audited_levels=(), audit=AuditDesign("entity", "replace"),
     missed_entities=" (uedp-bounded: their sentences are kept in every user and protected only as part of their "
                     "user's contribution)",
     plan=_plan, check=check_vectorizable, label=lambda p: f"uedp-bounded-k{p.holders_per_entity}",

@@ -33,11 +33,19 @@ from uedp.privacy.accounting import (
     poisson_gaussian_round,
     resolve_noise_multiplier,
 )
-from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, TrainData
+from uedp.privacy.mechanisms.base import (
+    NO_CHECKPOINT,
+    Checkpointer,
+    HostUnits,
+    LossFn,
+    OnRound,
+    PrivacyStatement,
+    TrainData,
+)
 from uedp.privacy.mechanisms.fedavg import WEIGHT_CEILING, LocalTrainer, user_weights
 from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, private_statement
 from uedp.privacy.mechanisms.params import UserDpParams
-from uedp.privacy.mechanisms.registry import BuildContext, EpsilonPlan, MechanismSpec, RunShape, register
+from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, RunShape, register
 from uedp.privacy.mechanisms.vectorized import VectorizedLocalTrainer
 from uedp.privacy.population import Population
 from uedp.privacy.primitives import assign_flat_, flatten, gaussian_noise_like
@@ -129,6 +137,10 @@ class UserDp:
                    **self.statement_extra()})
         return replace(statement, public=(*statement.public, *self.statement_public()))
 
+    def rounds_with(self, units: HostUnits, rounds: range) -> int:
+        """Rounds of ``rounds`` that sample one of ``units.users`` (audit canaries)."""
+        return int(self.randomness.sampled_in("sample-users", rounds, units.users, self.params.q_user).sum())
+
     def local_trainer(self, model: torch.nn.Module, loss_fn: LossFn, device: torch.device, pad_id: int) -> LocalTrainer:
         return make_local_trainer(self.params, model, loss_fn, device, pad_id)
 
@@ -159,5 +171,5 @@ def check_vectorizable(params: UserDpParams, shape: RunShape) -> None:
 register(MechanismSpec(
     name="userdp", rank=30, summary="user-level DP by DP-FedAvg: per-user model deltas clipped and noised",
     params=UserDpParams, unit=UserDp.unit, guarantee="central", build=_build, counts="users",
-    audited_levels=("sentence", "user"), plan=_plan, check=check_vectorizable, early_calibration=True,
+    audited_levels=("sentence", "user"), audit=AuditDesign("user"), plan=_plan, check=check_vectorizable, early_calibration=True,
 ))

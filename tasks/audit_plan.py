@@ -1,0 +1,130 @@
+"""The one-run audit's canaries around a training run: drawn once per configuration (a resumed run plants
+the same ones), kept with their secret coins in the data home (``audits/``, never logged), released
+without the coins, and the record of how often each canary's host was sampled.
+
+The coins are the audit's key: anyone holding them can score the canaries, and nobody without them can
+tell from the run's releases which canaries were planted (that is what the audit measures)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from uedp.detection.identity import entity_key
+from uedp.errors import UedpError
+from uedp.privacy.attacks.audit_canaries import AuditCanary, AuditPlan, draw_plan
+from uedp.privacy.mechanisms.base import HostUnits, Mechanism, SamplesUnits
+from uedp.privacy.mechanisms.registry import AuditDesign
+from uedp.privacy.randomness import Randomness
+from uedp.storage.home import DataHome
+from uedp.tasks.config import TrainConfig
+
+CANARY_CATEGORY = "PERSON"  # audit canaries are made-up names; the mechanisms see them as entities of the run
+
+
+def canary_key(value: str) -> str:
+    return entity_key(CANARY_CATEGORY, value)
+
+
+def _pending(home: DataHome, config: TrainConfig) -> str:
+    return f"pending-{config.dataset}-{config.fingerprint()}"
+
+
+def _write(home: DataHome, name: str, plan: AuditPlan, record: Participation | None = None) -> None:
+    home.audits_dir.mkdir(parents=True, exist_ok=True)
+    target = home.audits_dir / f"{name}.json"
+    partial = target.with_suffix(".json.tmp")
+    raw = json.loads(plan.to_json()) | ({"participation": asdict(record)} if record is not None else {})
+    partial.write_text(json.dumps(raw), encoding="utf-8")
+    os.replace(partial, target)  # never a half-written plan
+
+
+def plan_for(home: DataHome, config: TrainConfig, users: Sequence[str]) -> AuditPlan:
+    """This configuration's canaries: the pending plan of an interrupted run of it, or a new draw (from
+    the operating system's randomness, or from the seed with ``randomness=seeded``)."""
+    design = config.spec.audit
+    assert isinstance(design, AuditDesign), "TrainConfig refuses audit canaries for mechanisms without a design"
+    pending = home.audits_dir / f"{_pending(home, config)}.json"
+    if pending.is_file():
+        plan = AuditPlan.from_json(pending.read_text(encoding="utf-8"))
+        if len(plan.canaries) == config.audit_canaries and plan.unit == design.unit:
+            return plan
+    rng = Randomness.for_mode(config.randomness, config.seed).stream("audit-canaries")
+    try:
+        plan = draw_plan(config.audit_canaries, design.unit, design.adjacency, users, rng)
+    except ValueError as exc:
+        raise UedpError(f"dataset {config.dataset!r}: audit canaries: {exc}") from None
+    _write(home, _pending(home, config), plan)
+    return plan
+
+
+def keep_for_run(home: DataHome, config: TrainConfig, run_id: str, plan: AuditPlan,
+                 record: Participation | None) -> None:
+    """File the plan and its participation record under the finished run's id (what ``uedp attack
+    --kind audit`` reads)."""
+    _write(home, run_id, plan, record)
+    (home.audits_dir / f"{_pending(home, config)}.json").unlink(missing_ok=True)
+
+
+def load_for_run(home: DataHome, run_id: str) -> tuple[AuditPlan, Participation | None] | None:
+    """A run's audit plan and participation record, or None when it planted no audit canaries here."""
+    path = home.audits_dir / f"{run_id}.json"
+    if not path.is_file():
+        return None
+    text = path.read_text(encoding="utf-8")
+    raw = json.loads(text).get("participation")
+    return AuditPlan.from_json(text), Participation(**raw) if raw else None
+
+
+def host_units(plan: AuditPlan, canary: AuditCanary) -> HostUnits:
+    """The units a canary reaches training through. Tails under add/remove plant nothing: the units are
+    then those the secret would have had, whose coins exist all the same."""
+    value = plan.planted_value(canary) or canary.secret
+    sequences = tuple(f"{host}#{j}" for j, host in enumerate(canary.hosts)) if canary.own_hosts() else ()
+    return HostUnits(users=tuple(dict.fromkeys(canary.hosts)), sequences=sequences,
+                     entities=(canary_key(value),) if plan.unit == "entity" else ())
+
+
+@dataclass(frozen=True)
+class Participation:
+    """Per canary, in how many of the counted rounds the sampling took its host in (planted or not)."""
+
+    first_round: int
+    last_round: int
+    per_canary: list[int]
+
+    @property
+    def rounds(self) -> int:
+        return max(0, self.last_round - self.first_round + 1)
+
+    def figures(self, included: Sequence[bool] | None = None) -> dict[str, float]:
+        """Mean rounds and the share never sampled, over all canaries (or over the planted ones)."""
+        values = np.asarray(self.per_canary, dtype=float)
+        if included is not None:
+            values = values[np.asarray(included, dtype=bool)]
+        if not len(values):
+            return {}
+        return {"audit_host_rounds_mean": float(values.mean()),
+                "audit_host_never_sampled": float(np.mean(values == 0)),
+                "audit_host_rounds_counted": float(self.rounds)}
+
+
+def participation(mechanism: Mechanism, plan: AuditPlan, rounds: range) -> Participation | None:
+    """Per canary, the rounds of ``rounds`` whose sampling took its host in (None: the mechanism does not
+    Poisson-sample units, e.g. a noiseless run sees all the data every epoch)."""
+    if not isinstance(mechanism, SamplesUnits) or not len(rounds):
+        return None
+    return Participation(rounds.start, rounds.stop - 1,
+                         [mechanism.rounds_with(host_units(plan, c), rounds) for c in plan.canaries])
+
+
+def releasable(plan: AuditPlan) -> bool:
+    """Whether the participation figures may be logged: only when every host is made up. A real user's
+    sampling coins are private (amplification by sampling assumes nobody sees them), so for canaries in
+    real users' text the record stays in the data home with the coins, for the auditor."""
+    return all(c.own_hosts() for c in plan.canaries)
+
