@@ -302,3 +302,25 @@ def test_correctly_noised_userdp_stays_below_its_epsilon(demo_home) -> None:
     plan, record = loaded
     assert len(record.per_canary) == 64 and record.rounds == 10  # every canary user's rounds, planted or not
     assert all(0 <= n <= 10 for n in record.per_canary)
+
+
+def test_the_sweep_report_shows_each_seeds_bound_and_plots_it_against_epsilon(tmp_path: Path) -> None:
+    from uedp.tasks.report import markdown, summarise, write_report
+    from uedp.tasks.training import TrainResult
+
+    def result(mechanism: str, epsilon: float, seed_bound: float | None, run: str) -> TrainResult:
+        return TrainResult(run_id=run, mechanism=mechanism, categories=["PER"], epsilon=epsilon, delta=1e-5,
+                           noise_multiplier=1.0, utility_metric="perplexity", utility_valid=9.0, utility_test=9.5,
+                           rounds=10, audit_epsilon=seed_bound)
+
+    outcomes = [(result("dpsgd", 2.0, 0.25, "a" * 32), 2.0), (result("dpsgd", 2.0, 0.0, "b" * 32), 2.0),
+                (result("noiseless", float("inf"), 1.9, "c" * 32), None), (result("userdp", 2.0, None, "d" * 32), 2.0)]
+    rows = summarise(outcomes)
+    table = markdown(rows, "t")
+    assert "| audit bound |" in table
+    dpsgd = next(line for line in table.splitlines() if line.startswith("| dpsgd"))
+    assert "| 0.25 / 0 |" in dpsgd  # each seed's bound, not their mean
+    assert "| - |" in next(line for line in table.splitlines() if line.startswith("| userdp"))
+    files = write_report(rows, tmp_path / "report", "t")
+    assert tmp_path / "report" / "audit_vs_epsilon.png" in files
+    assert (tmp_path / "report" / "audit_vs_epsilon.png").stat().st_size > 10_000
