@@ -2,8 +2,9 @@
 the same ones), kept with their secret coins in the data home (``audits/``, never logged), released
 without the coins, and the record of how often each canary's host was sampled.
 
-The coins are the audit's key: anyone holding them can score the canaries, and nobody without them can
-tell from the run's releases which canaries were planted (that is what the audit measures)."""
+The coins are the audit's key: holding them, one can score the guesses. Without them, telling from the
+run's releases which canaries were planted is exactly the attack the audit measures (its figures say
+how well it went)."""
 
 from __future__ import annotations
 
@@ -43,9 +44,12 @@ def _write(home: DataHome, name: str, plan: AuditPlan, record: Participation | N
     os.replace(partial, target)  # never a half-written plan
 
 
-def plan_for(home: DataHome, config: TrainConfig, users: Sequence[str]) -> AuditPlan:
+def plan_for(home: DataHome, config: TrainConfig, users: Sequence[str], resuming: bool = False) -> AuditPlan:
     """This configuration's canaries: the pending plan of an interrupted run of it, or a new draw (from
-    the operating system's randomness, or from the seed with ``randomness=seeded``)."""
+    the operating system's randomness, or from the seed with ``randomness=seeded``).
+
+    ``resuming``: a checkpoint of this configuration exists, so its model has seen the pending plan's
+    canaries; without that plan the run cannot go on (new coins would void the audit)."""
     design = config.spec.audit
     assert isinstance(design, AuditDesign), "TrainConfig refuses audit canaries for mechanisms without a design"
     pending = home.audits_dir / f"{_pending(home, config)}.json"
@@ -53,6 +57,9 @@ def plan_for(home: DataHome, config: TrainConfig, users: Sequence[str]) -> Audit
         plan = AuditPlan.from_json(pending.read_text(encoding="utf-8"))
         if len(plan.canaries) == config.audit_canaries and plan.unit == design.unit:
             return plan
+    if resuming:
+        raise UedpError(f"the checkpoint of this configuration trained on audit canaries whose plan {pending} is "
+                        f"gone; remove {home.checkpoint_dir(config.dataset, config.fingerprint())} to start over")
     rng = Randomness.for_mode(config.randomness, config.seed).stream("audit-canaries")
     try:
         plan = draw_plan(config.audit_canaries, design.unit, design.adjacency, users, rng)
@@ -120,6 +127,17 @@ def participation(mechanism: Mechanism, plan: AuditPlan, rounds: range) -> Parti
         return None
     return Participation(rounds.start, rounds.stop - 1,
                          [mechanism.rounds_with(host_units(plan, c), rounds) for c in plan.canaries])
+
+
+def absent_units(plan: AuditPlan, counts: str | None) -> int:
+    """Units of a mechanism's count (``spec.counts``) that the tails-up canaries would have added: the
+    count with every canary planted is the exact count plus this."""
+    absent = [c for c in plan.canaries if plan.planted_value(c) is None]
+    if counts == "sequences":
+        return sum(len(c.templates) for c in absent)
+    if counts == "users":
+        return sum(1 for c in absent if c.own_hosts())
+    return 0  # writers: canaries join real users' text or add no writer to the roster
 
 
 def releasable(plan: AuditPlan) -> bool:

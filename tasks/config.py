@@ -156,7 +156,8 @@ class TrainConfig(RunSettings):
 
     @property
     def shape(self) -> RunShape:
-        return RunShape(self.model, self.task == "classification", self.processes, self.canaries, self.seed)
+        return RunShape(self.model, self.task == "classification", self.processes, self.canaries, self.seed,
+                        self.audit_canaries)
 
     @property
     def is_private(self) -> bool:

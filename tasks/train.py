@@ -49,12 +49,15 @@ def run_training(home: DataHome, config: TrainConfig, flow_run_id: str | None = 
 
 def with_audit(home: DataHome, config: TrainConfig, result: TrainResult) -> TrainResult:
     """Score the run's audit canaries right away (``uedp attack --kind audit``, logged to the run), so the
-    bound sits next to the accounted epsilon wherever the result is shown. The run stands if it fails."""
+    bound sits next to the accounted epsilon wherever the result is shown.
+
+    The run stands if the audit fails, whatever the error: this runs inside the retried train task, and a
+    retry after a finished run would train (and release) a second model of the same data."""
     try:
         outcome = attack_run(home, result.run_id, ["audit"], device_name=config.device)
         failure = outcome.failed.get("audit")
-    except UedpError as exc:
-        failure = str(exc)
+    except Exception as exc:  # see above: never let it reach the retry
+        failure = str(exc) if isinstance(exc, UedpError) else f"{type(exc).__name__}: {exc}"
     if failure is not None:
         return replace(result, notes="; ".join(filter(None, [result.notes, f"audit failed: {failure}"])))
     return replace(result, audit_epsilon=outcome.metrics.get("audit_one_run_epsilon_lower_bound"))

@@ -34,7 +34,7 @@ from uedp.privacy.sanitization.release import trained_on_release
 from uedp.storage.catalog import Catalog
 from uedp.storage.home import DataHome
 from uedp.storage.tables import read_manifest
-from uedp.tasks.audit_plan import keep_for_run, participation, plan_for, releasable
+from uedp.tasks.audit_plan import Participation, absent_units, keep_for_run, participation, plan_for, releasable
 from uedp.tasks.config import SanitizeConfig, TrainConfig
 from uedp.tasks.sanitize import SanitizeResult, sanitize_dataset
 from uedp.tasks.tracking import RunTracker
@@ -99,17 +99,18 @@ def planned_population(config: TrainConfig) -> Population | None:
 
 
 def unit_population(config: TrainConfig, exact: int, randomness: Randomness, checkpoint: Checkpointer,
-                    dataset_id: str) -> Population | None:
+                    dataset_id: str, ceiling: int | None = None) -> Population | None:
     """The count of privacy units the mechanism may use (PRIVACY.md rule 4): declared public, or ``exact``
     plus Gaussian noise, drawn once per run (a resumed run on the same data reuses what it released).
 
     A declared count must be at least the true one: uedp bounds its sampled users from it, and a bound
-    below the truth would undercount epsilon. The error does not print the true count."""
+    below the truth would undercount epsilon. The error does not print the true count. ``ceiling`` (at
+    least ``exact``) is what the declared count is checked against, when that must not depend on secrets."""
     counts = config.spec.counts
     if counts is None:
         return None
     if config.public_count is not None:
-        if config.public_count < exact:
+        if config.public_count < max(exact, ceiling or 0):
             raise UedpError(f"--public-count {config.public_count} is below the number of privacy units of "
                             f"{config.dataset!r} ({counts}); declare the true count or an upper bound, or leave it "
                             "out for a DP count")
@@ -207,34 +208,37 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
         # run_training makes the release before torchrun starts; a rank drawing its own would train on a
         # second release (a different one: releases are secure by default), and two releases compose.
         raise RuntimeError(f"rank {ranks.rank}: the local-DP release {release.dataset} was not made before torchrun")
+    checkpoint = Checkpointer(home.checkpoint_dir(config.dataset, config.fingerprint()), config.checkpoint_every,
+                              config.fingerprint(), writes=ranks.is_main)
     with Catalog(home, release.dataset if release else config.dataset) as catalog:
-        audit = (plan_for(home, config, sorted({user for _, user, _ in catalog.sentences("train")}))
-                 if config.audit_canaries else None)
+        audit = (plan_for(home, config, sorted({user for _, user, _ in catalog.sentences("train")}),
+                          resuming=checkpoint.saved_scope() is not None) if config.audit_canaries else None)
         data = prepare_data(catalog, config, tokenizer, audit)
         caveats = coverage_caveats(catalog, config)
         exact_units = exact_unit_count(config, catalog, data) if config.spec.counts else 0
     model = build_model(config.model, config.model_size, tokenizer,
                         len(data.classes) if data.classes else None).to(device)
-    checkpoint = Checkpointer(home.checkpoint_dir(config.dataset, config.fingerprint()), config.checkpoint_every,
-                              config.fingerprint(), writes=ranks.is_main)
     # One secret root per run; under torchrun rank 0 draws it and every rank uses it.
     randomness = Randomness.for_mode(config.randomness, config.seed).shared_across_ranks()
+    # A declared count is checked against the count with every audit canary planted: whether it is
+    # accepted must not depend on the secret coins.
     population = unit_population(config, exact_units, randomness, checkpoint,
-                                 keyed_table_id(home, config.dataset, "sentences"))
+                                 keyed_table_id(home, config.dataset, "sentences"),
+                                 ceiling=exact_units + (absent_units(audit, config.spec.counts) if audit else 0))
     mechanism = build_mechanism(config, population, len(data.train.sequences), randomness)
     return Setup(device, tokenizer, data, model, mechanism, checkpoint, release, caveats, audit)
 
 
-def _log_audit_plan(home: DataHome, tracker: RunTracker, config: TrainConfig, s: Setup, rounds: range) -> None:
-    """Release the audit canaries' design without the coins (hosts that are real users by pseudonym), and
-    file the coins with the hosts' participation record under the run id, in the data home."""
+def _log_audit_plan(home: DataHome, tracker: RunTracker, s: Setup, rounds: range) -> Participation | None:
+    """Release the audit canaries' design without the coins and without real hosts, and the hosts'
+    participation figures where every host is made up; return the record (filed with the coins)."""
     plan = s.audit
     assert plan is not None
-    tracker.log_json(plan.public(lambda user: "user-" + home.keyed_id(f"user:{user}")), "audit_canaries.json")
+    tracker.log_json(plan.public(), "audit_canaries.json")
     record = participation(s.mechanism, plan, rounds)
     if record is not None and releasable(plan):
         tracker.log_metrics(record.figures())
-    keep_for_run(home, config, tracker.run_id, plan, record)
+    return record
 
 
 EVALUATION_CAVEAT = ("validation and test metrics are computed without noise on held-out users' text, which the "
@@ -358,10 +362,13 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
             # The host is named by a pseudonym keyed with the data home's secret, never by its raw user id.
             tracker.log_json([c.with_host("user-" + home.keyed_id(f"user:{c.user}")).as_dict() for c in data.canaries],
                              "canaries.json")
+        record = None
         if s.audit is not None:
-            # A resumed secure run drew a new root: only the rounds since the resume have known coins.
-            first = resumed_from + 1 if config.randomness == "secure" else 1
-            _log_audit_plan(home, tracker, config, s, range(first, statement.rounds + 1))
+            # A resumed secure run drew a new root: only the rounds since the resume have known coins (none
+            # when it resumed after its last round).
+            first = 1 if config.randomness != "secure" or not resumed else \
+                (resumed_from + 1 if resumed_from else statement.rounds + 1)
+            record = _log_audit_plan(home, tracker, s, range(first, statement.rounds + 1))
         if config.log_model or data.canaries or s.audit is not None:
             tracker.log_model(model, tokenizer)
     except BaseException:
@@ -369,6 +376,8 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         raise
     tracker.finish()
     checkpoint.clear()
+    if s.audit is not None:  # filed last: a retry before this point resumes with the same canaries
+        keep_for_run(home, config, tracker.run_id, s.audit, record)
     return TrainResult(
         run_id=tracker.run_id, mechanism=config.mechanism, categories=list(config.categories),
         epsilon=statement.epsilon, delta=statement.delta, noise_multiplier=statement.noise_multiplier,

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from support import TOKENIZER, tiny_gpt2
 
 from uedp.privacy.attacks.audit_canaries import (
     HOST_PREFIX,
@@ -21,6 +20,8 @@ from uedp.privacy.attacks.audit_canaries import (
     draw_plan,
 )
 from uedp.privacy.attacks.one_run import GUESS_SHARES, audit, audit_best
+
+from support import tiny_gpt2
 
 CPU = torch.device("cpu")
 
@@ -76,12 +77,25 @@ def test_bad_plans_are_refused() -> None:
         draw_plan(4, "entity", "add_remove", [], np.random.default_rng(0))
 
 
-def test_the_released_design_holds_no_coins_and_no_raw_user_ids() -> None:
+def test_the_released_design_holds_no_coins_and_no_real_hosts() -> None:
     plan = draw_plan(8, "entity", "replace", _users(), np.random.default_rng(2))
-    public = json.dumps(plan.public(lambda user: "user-" + user[::-1]))
-    assert "included" not in public and "true" not in public
-    assert not any(f'"{user}"' in public for user in _users())
+    public = plan.public()
+    text = json.dumps(public)
+    assert "included" not in text and not any(user in text for user in _users())
+    assert [c["hosts"] for c in public["canaries"]] == ["4 training users"] * 8  # type: ignore[index]
+    made_up = draw_plan(3, "user", "add_remove", _users(), np.random.default_rng(2)).public()
+    assert made_up["canaries"][0]["hosts"] == [f"{HOST_PREFIX}0000"] * 4  # type: ignore[index]
     assert AuditPlan.from_json(plan.to_json()) == plan
+
+
+def test_a_declared_count_is_checked_against_every_canary_planted() -> None:
+    from uedp.tasks.audit_plan import absent_units
+
+    plan = draw_plan(10, "user", "add_remove", _users(), np.random.default_rng(6))
+    tails = 10 - sum(plan.included)
+    assert absent_units(plan, "users") == tails and absent_units(plan, "sequences") == 4 * tails
+    assert absent_units(replace(plan, included=(True,) * 10), "users") == 0
+    assert absent_units(draw_plan(10, "entity", "replace", _users(), np.random.default_rng(6)), "sequences") == 0
 
 
 def test_tails_remove_the_canary_or_put_the_decoy_in_its_place() -> None:
@@ -169,13 +183,16 @@ def test_one_coin_adds_exactly_one_unit_under_add_remove(demo_home, mechanism: s
 
 
 def test_a_coin_under_substitution_changes_texts_not_the_attribution_graph(demo_home) -> None:
-    from uedp.privacy.attribution import AttributionGraph
+    from uedp.privacy.attribution import AttributionGraph, choose_holders
 
     plan, heads = _texts(demo_home, "uedp-bounded", (True,) * 6)
     _, tails = _texts(demo_home, "uedp-bounded", (True,) * 5 + (False,))
     graphs = [AttributionGraph.from_entity_sets(t.entities) for t in (heads, tails)]
     assert graphs[0].n_sensitive == graphs[1].n_sensitive and graphs[0].n_plain == graphs[1].n_plain
+    choices = [choose_holders(g, 4, "best") for g in graphs]
+    assert choices[0].kept == choices[1].kept and choices[0].holders == choices[1].holders
     assert [len(v) for v in heads.texts.values()] == [len(v) for v in tails.texts.values()]
+    assert heads.redacted == tails.redacted  # only the names differ, and they are redacted alike
     changed = _sentences(heads.texts) ^ _sentences(tails.texts)
     canary = plan.canaries[5]
     assert changed == set(zip(canary.hosts, canary.texts(canary.secret))) | set(zip(canary.hosts, canary.texts(canary.decoy)))
@@ -192,6 +209,12 @@ def test_selective_secrets_are_private_spans_and_redacted_in_the_public_phase(de
         assert value not in texts.redacted[host][0] and "[PERSON]" in texts.redacted[host][0]
 
 
+def test_selective_coins_leave_the_public_phase_text_alone(demo_home) -> None:
+    _, heads = _texts(demo_home, "selective", (True,) * 4, count=4)
+    _, tails = _texts(demo_home, "selective", (False,) * 4, count=4)
+    assert heads.redacted == tails.redacted and heads.texts != tails.texts
+
+
 def test_mechanisms_without_an_audit_design_say_why() -> None:
     from uedp.tasks.config import TrainConfig
 
@@ -199,6 +222,8 @@ def test_mechanisms_without_an_audit_design_say_why() -> None:
         TrainConfig(dataset="demo", mechanism="custext", embeddings="glove.txt", target_epsilon=1.0, audit_canaries=8)
     with pytest.raises(ValueError, match="not for classifiers"):
         TrainConfig(dataset="demo", mechanism="noiseless", model="bert", audit_canaries=8)
+    with pytest.raises(ValueError, match=r"recurrent selective .* accounts one private token's value"):
+        TrainConfig(dataset="demo", mechanism="selective", model="lstm", audit_canaries=8)
 
 
 # --- the participation record -----------------------------------------------------------------------
@@ -207,14 +232,14 @@ def test_mechanisms_without_an_audit_design_say_why() -> None:
 def test_the_record_counts_the_rounds_a_run_really_sampled_the_host(monkeypatch) -> None:
     """Spy on the sampler of a real userdp run; the record must count exactly the rounds whose draw took
     each canary user, and give a user the run never had the same count its coin would have given."""
-    from support import fedavg_data
-
     from uedp.models.metrics import causal_lm_loss
     from uedp.privacy.mechanisms.base import HostUnits
     from uedp.privacy.mechanisms.params import UserDpParams
     from uedp.privacy.mechanisms.userdp import UserDp
     from uedp.privacy.population import Population
     from uedp.privacy.randomness import Randomness, RoundRandomness
+
+    from support import fedavg_data
 
     data = fedavg_data(users=12, per_user=2)
     seen: dict[int, set[str]] = {}
@@ -234,9 +259,42 @@ def test_the_record_counts_the_rounds_a_run_really_sampled_the_host(monkeypatch)
         assert mechanism.rounds_with(HostUnits(users=(user,)), range(1, 13)) == sum(user in s for s in seen.values())
     assert mechanism.rounds_with(HostUnits(users=("u0", "u5")), range(1, 13)) == \
         sum(bool({"u0", "u5"} & s) for s in seen.values())
-    # A user the data lacks has a coin all the same: a planted canary's host and an absent one look alike.
-    absent = mechanism.rounds_with(HostUnits(users=(f"{HOST_PREFIX}0001",)), range(1, 13))
-    assert 0 <= absent <= 12
+    # A user the data lacks has a coin all the same (the one it would have had): planted and absent
+    # canaries' hosts look alike.
+    absent = f"{HOST_PREFIX}0001"
+    coins = [Randomness.seeded(7).uniforms("sample-users", r, [absent])[0] < 0.3 for r in range(1, 13)]
+    assert mechanism.rounds_with(HostUnits(users=(absent,)), range(1, 13)) == sum(coins)
+    assert mechanism.rounds_with(HostUnits(users=("u0",)), range(4, 9)) == sum("u0" in seen[r] for r in range(4, 9))
+
+
+def test_the_dpsgd_record_counts_the_steps_that_drew_the_canary_sequence(monkeypatch) -> None:
+    from uedp.models.metrics import per_sequence_lm_loss
+    from uedp.privacy.mechanisms.base import HostUnits
+    from uedp.privacy.mechanisms.dpsgd import DpSgd
+    from uedp.privacy.mechanisms.params import DpSgdParams
+    from uedp.privacy.population import Population
+    from uedp.privacy.randomness import Randomness, RoundRandomness
+
+    from support import fedavg_data
+
+    data = fedavg_data(users=6, per_user=3)
+    host = f"{HOST_PREFIX}0000"
+    data = replace(data, by_user={**data.by_user, host: data.by_user["u0"][:1]})
+    seen: dict[int, set[str]] = {}
+    real = RoundRandomness.poisson_sample
+
+    def spy(self, purpose, units, q):  # type: ignore[no-untyped-def]
+        picked = real(self, purpose, units, q)
+        seen[self.round] = {units[i] for i in picked}
+        return picked
+
+    monkeypatch.setattr(RoundRandomness, "poisson_sample", spy)
+    mechanism = DpSgd(DpSgdParams(mechanism="dpsgd", steps=15, batch_size=5, noise_multiplier=1.0),
+                      Population.declared(19), Randomness.seeded(3))
+    mechanism.train(tiny_gpt2(), data, per_sequence_lm_loss, CPU, lambda report: None)
+    assert f"{host}#0" in data.sequence_ids
+    count = mechanism.rounds_with(HostUnits(users=(host,), sequences=(f"{host}#0",)), range(1, 16))
+    assert count == sum(f"{host}#0" in s for s in seen.values()) > 0
 
 
 # --- trained models: the audit can fail -------------------------------------------------------------
@@ -295,13 +353,32 @@ def test_broken_dpsgd_is_caught_above_its_reported_epsilon_and_the_correct_one_i
 def test_correctly_noised_userdp_stays_below_its_epsilon(demo_home) -> None:
     result = _train(demo_home, "userdp", target_epsilon=1.0, rounds=10, q_user=0.5, audit_canaries=64)
     assert result.audit_epsilon is not None and result.audit_epsilon < result.epsilon
+    from mlflow.tracking import MlflowClient
+
+    from uedp.privacy.randomness import Randomness
     from uedp.tasks.audit_plan import load_for_run
 
     loaded = load_for_run(demo_home, result.run_id)
     assert loaded is not None and loaded[1] is not None
     plan, record = loaded
-    assert len(record.per_canary) == 64 and record.rounds == 10  # every canary user's rounds, planted or not
-    assert all(0 <= n <= 10 for n in record.per_canary)
+    # Every canary user's rounds, planted or not, from the run's own (seeded) sampling coins.
+    root = Randomness.seeded(0)
+    assert record.rounds == 10 and record.per_canary == [
+        sum(root.uniforms("sample-users", r, [c.hosts[0]])[0] < 0.5 for r in range(1, 11)) for c in plan.canaries]
+    metrics = MlflowClient(tracking_uri=demo_home.mlflow_tracking_uri).get_run(result.run_id).data.metrics
+    assert metrics["audit_host_rounds_mean"] == pytest.approx(np.mean(record.per_canary))  # made-up hosts only
+
+
+def test_a_failing_audit_leaves_the_trained_run_standing(demo_home, monkeypatch) -> None:
+    import uedp.tasks.train as train
+
+    def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(train, "attack_run", broken)
+    result = _train(demo_home, "noiseless", steps=5, audit_canaries=4)
+    assert result.audit_epsilon is None and "audit failed: RuntimeError: CUDA out of memory" in result.notes
+    assert (demo_home.audits_dir / f"{result.run_id}.json").is_file()
 
 
 def test_the_sweep_report_shows_each_seeds_bound_and_plots_it_against_epsilon(tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ one neighbour step of the unit the epsilon is stated for. So a canary has the un
 
 And the coin acts by the unit's adjacency: under add/remove, a canary whose coin is tails is absent;
 under substitution (uedp-bounded, selective) it is present with a *decoy* in place of its secret, at
-the same places (the attribution graph and the private masks are the same either way).
+the same places (the attribution graph and the redacted text are the same either way; the private
+tokens differ, which selective's two-phase form accounts as the replacement of one whole sequence).
 
 Every canary has a secret and a decoy, both made-up names drawn from the same space. Its score
 (:func:`audit_scores`) is the model's log-likelihood of the canary's sentences with the secret; under
@@ -119,10 +120,12 @@ class AuditPlan:
                 out.append(Placement(canary.index, host, text, span if self.marks_spans else None))
         return out
 
-    def public(self, pseudonym: Callable[[str], str]) -> dict[str, object]:
-        """The design without the coins: secrets, decoys, templates, hosts (real users by pseudonym)."""
+    def public(self) -> dict[str, object]:
+        """The design without the coins: secrets, decoys, templates, and the hosts made up for canaries.
+        Real hosts are left out (scoring needs none): under add/remove, a user named as a host would be
+        a user named as a member."""
         return {"unit": self.unit, "adjacency": self.adjacency, "canaries": [
-            asdict(c) | {"hosts": [h if h.startswith(HOST_PREFIX) else pseudonym(h) for h in c.hosts]}
+            asdict(c) | {"hosts": list(c.hosts) if c.own_hosts() else f"{len(c.hosts)} training users"}
             for c in self.canaries]}
 
     def to_json(self) -> str:
@@ -144,8 +147,9 @@ def made_up_name(rng: np.random.Generator) -> str:
 
 def draw_plan(count: int, unit: AuditUnit, adjacency: AuditAdjacency, users: Sequence[str],
               rng: np.random.Generator, hosts_per_entity: int = HOSTS_PER_ENTITY) -> AuditPlan:
-    """``count`` canaries at ``unit``, each with a fair secret coin, from ``rng`` (which must be secret
-    for the audit to be sound: the coins are the audit's key).
+    """``count`` canaries at ``unit``, each with a fair coin, from ``rng``. For the audit to be sound the
+    coins must be independent of the run's training randomness (their own stream); they are kept from
+    the run's releases so that guessing them is the attack the audit measures.
 
     Entity canaries join ``hosts_per_entity`` distinct users of ``users`` (all of them when fewer);
     the other units get a made-up host per canary, named ``uedp-audit-NNNN``."""

@@ -52,6 +52,7 @@ class RunShape:
     processes: int = 1
     canaries: int = 0
     seed: int = 0
+    audit_canaries: int = 0
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from uedp.models.metrics import causal_lm_loss
 from uedp.privacy.mechanisms.base import (
     NO_CHECKPOINT,
     Checkpointer,
+    HostUnits,
     LossFn,
     Mechanism,
     OnRound,
@@ -89,6 +90,12 @@ class SelectiveTwoPhase:
         )
 
 
+    def rounds_with(self, units: HostUnits, rounds: range) -> int:
+        """Phase 2's steps among ``rounds`` (numbered after phase 1's) that sample ``units.sequences``."""
+        offset = self.params.public_steps
+        return self.dpsgd.rounds_with(units, range(max(1, rounds.start - offset), max(1, rounds.stop - offset)))
+
+
 def _recurrent(shape: RunShape) -> bool:
     return shape.model == "lstm"
 
@@ -112,6 +119,10 @@ def _check(params: SelectiveParams, shape: RunShape) -> None:
     if shape.processes > 1 and _recurrent(shape):
         raise ValueError("recurrent selective (lstm) runs in one process: its per-token state noise is drawn inside "
                          "the forward pass, which ranks cannot share")
+    if shape.audit_canaries and _recurrent(shape):
+        raise ValueError("audit canaries: recurrent selective (lstm) accounts one private token's value, and a "
+                         "canary's secret spans several tokens (use the two-phase GPT-2 form, whose phase 2 accounts "
+                         "a whole sequence)")
 
 
 register(MechanismSpec(
