@@ -173,15 +173,20 @@ def plot_audit(rows: list[ReportRow], path: Path, title: str) -> Path | None:
     finite = [r for r in audited if math.isfinite(r.epsilon)]
     for index, mechanism in enumerate(sorted({r.mechanism for r in finite})):
         points = [(r.epsilon, b) for r in finite if r.mechanism == mechanism for b in r.audited]
-        ax.scatter([p[0] for p in points], [p[1] for p in points], marker="os^Dv<>P"[index % 8], s=40,
-                   color=f"C{index}", label=mechanism, zorder=3)
-    top = max([b for r in audited for b in r.audited] + [r.epsilon for r in finite] + [1.0])
-    ax.plot([0, top * 1.1], [0, top * 1.1], color="grey", linewidth=1, label="bound = accounted epsilon")
-    for index, r in enumerate(r for r in audited if not math.isfinite(r.epsilon)):
-        ax.axhline(max(r.audited), linestyle="--", color=f"C{(index + 5) % 10}",
-                   label=f"{r.mechanism} (no guarantee)")
-    ax.set(xlabel="accounted epsilon", ylabel="one-run audit lower bound (95%)", xlim=(0, top * 1.1),
-           ylim=(0, top * 1.1), title=f"{title}\naudit bound vs accounted epsilon")
+        ax.scatter([p[0] for p in points], [p[1] for p in points], marker="os^Dv<>P"[index % 8], s=60,
+                   facecolors="none", edgecolors=f"C{index}", linewidths=1.5, label=mechanism, zorder=3)
+    top = max([b for r in audited for b in r.audited] + [r.epsilon for r in finite] + [1.0]) * 1.1
+    ax.plot([0, top], [0, top], color="grey", linewidth=1, label="bound = accounted epsilon")
+    unbounded: dict[float, list[str]] = {}  # runs without a guarantee, by bound (equal bounds share a line)
+    for r in audited:
+        if not math.isfinite(r.epsilon):
+            unbounded.setdefault(round(max(r.audited), 3), []).append(r.mechanism)
+    for index, (bound, names) in enumerate(sorted(unbounded.items())):
+        ax.axhline(bound, linestyle="--", color=("black", "C8", "C9", "C5")[index % 4],
+                   label=f"{', '.join(names)} (no guarantee)")
+    margin = top * 0.03  # points at 0 stay whole above the axis
+    ax.set(xlabel="accounted epsilon", ylabel="one-run audit lower bound (95%)", xlim=(-margin, top),
+           ylim=(-margin, top), title=f"{title}\naudit bound vs accounted epsilon")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -401,3 +401,73 @@ def test_the_sweep_report_shows_each_seeds_bound_and_plots_it_against_epsilon(tm
     files = write_report(rows, tmp_path / "report", "t")
     assert tmp_path / "report" / "audit_vs_epsilon.png" in files
     assert (tmp_path / "report" / "audit_vs_epsilon.png").stat().st_size > 10_000
+
+
+def test_a_resumed_secure_run_plants_the_same_canaries_and_counts_rounds_since_the_resume(home, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from uedp.detection.pipeline import DetectorConfig
+    from uedp.flows.demo import DEMO_CORPUS
+    from uedp.storage.ingest import IngestOptions, ingest
+    from uedp.tasks.audit_plan import load_for_run
+    from uedp.tasks.config import TrainConfig
+    from uedp.tasks.detect import detect_entities
+    from uedp.tasks.tracking import RunTracker
+    from uedp.tasks.training import train_configuration
+
+    ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
+    detect_entities(home, "demo", DetectorConfig(detectors=["gold"]))
+    config = TrainConfig(dataset="demo", mechanism="userdp", rounds=6, checkpoint_every=2, q_user=0.3, local_steps=1,
+                         audit_canaries=6, threads=1)  # secure randomness: the resume draws a new root
+    original = RunTracker.log_metrics
+
+    def crash_at_round_5(self, metrics, step=0):  # type: ignore[no-untyped-def]
+        if step == 5 and "epsilon" in metrics:
+            raise KeyboardInterrupt
+        return original(self, metrics, step)
+
+    monkeypatch.setattr(RunTracker, "log_metrics", crash_at_round_5)
+    with pytest.raises(KeyboardInterrupt):
+        train_configuration(home, config, progress=False)
+    monkeypatch.setattr(RunTracker, "log_metrics", original)
+    (pending,) = home.audits_dir.glob("pending-*.json")
+    before = AuditPlan.from_json(pending.read_text())
+    resumed = train_configuration(home, config, progress=False)
+    assert resumed.resumed_from == 4 and not pending.exists()
+    loaded = load_for_run(home, resumed.run_id)
+    assert loaded is not None and loaded[0] == before and loaded[1] is not None
+    assert (loaded[1].first_round, loaded[1].last_round) == (5, 6)
+    # Without its plan, a checkpoint of audit canaries cannot go on.
+    monkeypatch.setattr(RunTracker, "log_metrics", crash_at_round_5)
+    with pytest.raises(KeyboardInterrupt):
+        train_configuration(home, config, progress=False)
+    monkeypatch.setattr(RunTracker, "log_metrics", original)
+    for plan in home.audits_dir.glob("pending-*.json"):
+        plan.unlink()
+    from uedp.errors import UedpError
+
+    with pytest.raises(UedpError, match=r"trained on audit canaries whose plan .* is gone"):
+        train_configuration(home, config, progress=False)
+
+
+def test_the_uedp_bounded_record_counts_only_hosts_that_keep_the_entity(demo_home) -> None:
+    """With k = 1 one of the canary's 4 hosts keeps its sentence: only that host's rounds count."""
+    from uedp.privacy.mechanisms.base import HostUnits, TrainData
+    from uedp.privacy.mechanisms.params import UeDpBoundedParams
+    from uedp.privacy.mechanisms.uedp_bounded import UeDpBounded
+    from uedp.privacy.randomness import Randomness
+    from uedp.tasks.audit_plan import host_units
+
+    plan, texts = _texts(demo_home, "uedp-bounded", count=4, holders_per_entity=1)
+    mechanism = UeDpBounded(UeDpBoundedParams(mechanism="uedp-bounded", holders_per_entity=1, noise_multiplier=2.0,
+                                              q_user=0.5), Randomness.seeded(1))
+    placeholders = {u: [torch.zeros(2, dtype=torch.long)] * len(sets) for u, sets in texts.entities.items()}
+    mechanism.prepare(TrainData(placeholders, 0, entities=texts.entities))
+    root, rounds = Randomness.seeded(1), range(1, 21)
+    for canary in plan.canaries:
+        units = host_units(plan, canary)
+        keepers = [u for u in canary.hosts if any(
+            kept and units.entities[0] in keys
+            for kept, keys in zip(mechanism.choice.kept[mechanism.graph.users.index(u)], texts.entities[u]))]
+        assert len(keepers) == 1
+        expected = sum(root.uniforms("sample-users", r, [keepers[0]])[0] < 0.5 for r in rounds)
+        assert mechanism.rounds_with(units, rounds) == expected
+        assert mechanism.rounds_with(HostUnits(users=units.users), rounds) >= expected  # all 4 hosts

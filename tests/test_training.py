@@ -51,7 +51,8 @@ def _client(home) -> MlflowClient:
 @pytest.mark.slow
 def test_tiny_sweep_nests_runs_under_a_parent_with_a_report(home, demo: str, prefect_server: None) -> None:
     result = runner.invoke(app, ["sweep", demo, "--home", str(home.root), "--mechanisms", "noiseless,userdp",
-                                 "--categories", "PER,LOC", "--epsilons", "8", "--steps", "40", "--rounds", "2"])
+                                 "--categories", "PER,LOC", "--epsilons", "8", "--steps", "40", "--rounds", "2",
+                                 "--set", "audit_canaries=8"])
     assert result.exit_code == 0, result.output
     client = _client(home)
     experiment = client.get_experiment_by_name(demo)
@@ -83,6 +84,9 @@ def test_tiny_sweep_nests_runs_under_a_parent_with_a_report(home, demo: str, pre
     assert {"report/report.md", "report/privacy_utility-LOC_PERSON.png"} <= report
     markdown = (home.reports_dir(demo) / parent.info.run_id / "report.md").read_text()
     assert "| userdp | LOC,PERSON | 8 |" in markdown and "| noiseless | LOC,PERSON | - | inf |" in markdown
+    # the one-run audit of each configuration sits beside its accounted epsilon, in a column and a plot
+    assert "| epsilon | audit bound |" in markdown and "report/audit_vs_epsilon.png" in report
+    assert all("audit_one_run_epsilon_lower_bound" in r.data.metrics for r in children.values())
     assert f"report: {home.reports_dir(demo) / parent.info.run_id / 'report.md'}" in result.stdout
     logged = json.dumps([r.data.params | r.data.tags for r in runs])
     assert "Okafor" not in logged and "+44" not in logged  # no entity text in MLflow

@@ -20,12 +20,14 @@ to another. Accounting: :func:`privacy.accounting.group_replace_round` (conserva
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import dp_accounting
 
 from uedp.privacy.accounting import MIN_NOISE_MULTIPLIER, epsilon_after, group_replace_round, poisson_gaussian_round
 from uedp.privacy.attribution import AttributionGraph, HolderChoiceResult, choose_holders
-from uedp.privacy.mechanisms.base import TrainData
+from uedp.privacy.mechanisms.base import HostUnits, TrainData
 from uedp.privacy.mechanisms.params import UeDpBoundedParams
 from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, register
 from uedp.privacy.mechanisms.userdp import UserDp, check_vectorizable
@@ -61,6 +63,7 @@ class UeDpBounded(UserDp):
         self.noise_floor = MIN_NOISE_MULTIPLIER * math.sqrt(self.group_size)  # per-release noise >= the floor
         self.choice: HolderChoiceResult | None = None
         self.graph: AttributionGraph | None = None
+        self.entity_sets: Mapping[str, Sequence[frozenset[str]]] = {}
         super().__init__(params, None, randomness)
         self.params: UeDpBoundedParams = params
 
@@ -72,7 +75,19 @@ class UeDpBounded(UserDp):
             raise ValueError(f"{self.name} needs the sentences' entity sets (TrainData.entities)")
         self.graph = AttributionGraph.from_entity_sets(data.entities)
         self.choice = choose_holders(self.graph, self.params.holders_per_entity, self.params.holder_choice)
+        self.entity_sets = data.entities
         return bounded_training_data(data, self.graph, self.choice)
+
+    def rounds_with(self, units: HostUnits, rounds: range) -> int:
+        """Rounds that sample a host the holder choice kept one of the entity's sentences in (audit
+        canaries): a host whose sentence with the entity was dropped does not carry it."""
+        if self.choice is None or self.graph is None or not units.entities:
+            return super().rounds_with(units, rounds)
+        index = {user: u for u, user in enumerate(self.graph.users)}
+        keepers = tuple(user for user in units.users if user in index and any(
+            kept and set(units.entities) & keys
+            for kept, keys in zip(self.choice.kept[index[user]], self.entity_sets[user])))
+        return super().rounds_with(replace(units, users=keepers), rounds)
 
     def statement_extra(self) -> dict[str, float]:
         extra: dict[str, float] = {"holders_per_entity": float(self.params.holders_per_entity),
