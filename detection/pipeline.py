@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from uedp.detection.categories import Taxonomy
 from uedp.detection.identity import entity_key
 from uedp.detection.presidio_engine import (
+    DEFAULT_RECOGNIZERS,
     HAS_DIGIT,
     LANGUAGE,
     PreloadedSpacyNlpEngine,
@@ -49,6 +50,8 @@ class DetectorConfig(BaseModel):
     spacy_model: str | None = Field(None, description="installed package name or folder of a spaCy pipeline")
     presidio_entities: list[str] | None = Field(None, description="Presidio entity types to ask for (default all)")
     recognizers: str | None = Field(None, description="YAML file of extra recognizers, Presidio's format")
+    default_recognizers: bool = Field(True, description="add uedp's recall-first recognizers (phone, e-mail, card, "
+                                      "IBAN, SSN, IP and URL shapes, valid or not) to Presidio's own")
     score_threshold: float = Field(0.4, ge=0, le=1, description="drop Presidio results scored below this")
     batch_size: int = Field(256, ge=1)
     workers: int = Field(1, ge=1, description="worker processes for the spaCy and Presidio pass")
@@ -76,6 +79,8 @@ class DetectorConfig(BaseModel):
                          "presidio": getattr(presidio_analyzer, "__version__", "") or _dist_version("presidio-analyzer")}
             if self.recognizers:
                 identity["recognizers"] = hashlib.sha256(Path(self.recognizers).read_bytes()).hexdigest()
+            if self.default_recognizers:
+                identity["default_recognizers"] = hashlib.sha256(DEFAULT_RECOGNIZERS.read_bytes()).hexdigest()
         return identity
 
 
@@ -143,7 +148,7 @@ class _Detector:
         self.nlp = load_pipeline(config.spacy_model or "") if config.needs_nlp else None
         self.analyzer, self.engine = (None, None)
         if "presidio" in config.detectors and self.nlp is not None:
-            self.analyzer, self.engine = build_analyzer(self.nlp, config.recognizers)
+            self.analyzer, self.engine = build_analyzer(self.nlp, config.recognizers, config.default_recognizers)
             self.digit_free_analyzer = without_digit_only_recognizers(self.analyzer)
         elif self.nlp is not None:
             self.engine = PreloadedSpacyNlpEngine(self.nlp)

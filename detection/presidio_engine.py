@@ -20,6 +20,9 @@ from spacy.tokens import Doc
 from uedp.errors import UedpError
 
 LANGUAGE = "en"
+# uedp's recall-first recognizers (phone, e-mail, card, IBAN, SSN, IP and URL shapes, valid or not),
+# added to Presidio's own; users copy and edit this file.
+DEFAULT_RECOGNIZERS = Path(__file__).with_name("recognizers.yaml")
 
 
 def use_bundled_public_suffix_list() -> None:
@@ -47,17 +50,18 @@ class PreloadedSpacyNlpEngine(SpacyNlpEngine):
         return self._doc_to_nlp_artifact(doc, LANGUAGE)
 
 
-def build_analyzer(nlp: Language, recognizers_yaml: str | None = None) -> tuple[AnalyzerEngine, PreloadedSpacyNlpEngine]:
-    """Presidio's predefined recognizers (patterns, checksums, the spaCy NER recognizer), plus the
-    user's recognizers from a YAML file in Presidio's own recognizer format."""
+def build_analyzer(nlp: Language, recognizers_yaml: str | None = None,
+                   defaults: bool = True) -> tuple[AnalyzerEngine, PreloadedSpacyNlpEngine]:
+    """Presidio's predefined recognizers (patterns, checksums, the spaCy NER recognizer), uedp's
+    recall-first ones (``defaults``: :data:`DEFAULT_RECOGNIZERS`), plus the user's recognizers from a
+    YAML file in Presidio's own recognizer format."""
     use_bundled_public_suffix_list()
     # Presidio warns once per non-English recognizer it skips; uedp asks for English only.
     logging.getLogger("presidio-analyzer").setLevel(logging.ERROR)
     engine = PreloadedSpacyNlpEngine(nlp)
     registry = RecognizerRegistry(supported_languages=[LANGUAGE])
     registry.load_predefined_recognizers(nlp_engine=engine, languages=[LANGUAGE])
-    if recognizers_yaml:
-        path = Path(recognizers_yaml)
+    for path in ([DEFAULT_RECOGNIZERS] if defaults else []) + ([Path(recognizers_yaml)] if recognizers_yaml else []):
         if not path.is_file():
             raise UedpError(f"recognizer file {path} not found")
         try:

@@ -1,12 +1,19 @@
-"""The one-run audit results page: every auditable mechanism trained on the bundled demo corpus (gold
-entities, a tiny GPT-2 from scratch on CPU) with m audit canaries at its own privacy unit, then the
-accounted epsilon beside the audit's lower bound. One deliberately broken run (DP-SGD whose noise is
-scaled by 1e-6 while its accountant reports the calibrated z) shows that the audit can fail.
+"""The one-run audit results page: every auditable mechanism trained with m audit canaries at its own
+privacy unit, then the accounted epsilon beside the audit's lower bound. One deliberately broken run
+(DP-SGD whose noise is scaled by 1e-6 while its accountant reports the calibrated z) shows that the audit
+can fail.
 
-    python experiments/one_run_audit.py --out docs/results/one-run-audit [--canaries 128] [--threads 2]
+    python experiments/one_run_audit.py --corpus demo --out docs/results/one-run-audit
+    python experiments/one_run_audit.py --corpus conll --conll-dir ../shared/data/conll2003 \
+        --out docs/results/one-run-audit
 
-Writes ``results.md`` (the table), ``audit_vs_epsilon.png`` and ``command.txt`` (command, machine, wall
-time) under ``--out``; the discussion (``README.md``) is written by a person from these figures.
+``demo``: the bundled demo corpus (40 writers, gold entities), a tiny GPT-2 from scratch on CPU, every
+auditable mechanism. ``conll``: CoNLL-2003 (946 documents as writers, gold PERSON/LOC/ORG/MISC) for the
+user-level mechanisms at the settings of the uedp-bounded page (40 rounds, q_user = 0.05), where they learn.
+
+Writes ``results-<corpus>.md`` (the table), ``audit_vs_epsilon-<corpus>.png`` and
+``command-<corpus>.txt`` (command, machine, wall time) under ``--out``; the discussion (``README.md``)
+is written by a person from these figures.
 Every run is seeded (``randomness=seeded``) so the page can be reproduced; the seed is not a secret
 here, which the audit does not use (it knows only the scores and the coins).
 """
@@ -27,8 +34,13 @@ from typing import Any
 DIVERGED = 1e4  # a test perplexity above this: the model learned nothing usable (it cannot leak much either)
 STEPS = {"steps": 600, "lr": 2e-3}
 ROUNDS = {"rounds": 30, "q_user": 0.5}
-# (label, mechanism, settings, broken): the runs of the page, baselines first.
-RUNS: list[tuple[str, str, dict[str, Any], bool]] = [
+# (label, mechanism, settings, broken): the runs of each corpus, baselines first.
+CONLL_ROUNDS = {"rounds": 40, "q_user": 0.05}
+CONLL_RUNS: list[tuple[str, str, dict[str, Any], bool]] = [
+    ("userdp", "userdp", CONLL_ROUNDS | {"target_epsilon": 8.0}, False),
+    ("uedp-bounded-k1", "uedp-bounded", CONLL_ROUNDS | {"target_epsilon": 8.0, "holders_per_entity": 1}, False),
+]
+DEMO_RUNS: list[tuple[str, str, dict[str, Any], bool]] = [
     ("noiseless", "noiseless", STEPS, False),
     ("deid", "deid", STEPS, False),
     ("dpsgd", "dpsgd", STEPS | {"target_epsilon": 0.5}, False),
@@ -59,6 +71,8 @@ def broken_noise(active: bool) -> Iterator[None]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("docs/results/one-run-audit"))
+    parser.add_argument("--corpus", choices=("demo", "conll"), default="demo")
+    parser.add_argument("--conll-dir", type=Path, default=Path("../shared/data/conll2003"))
     parser.add_argument("--canaries", type=int, default=128, help="audit canaries per run (m)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--home", type=Path, default=None, help="data home (default: a temporary one)")
@@ -81,12 +95,17 @@ def main() -> None:
     started = time.time()
     with tempfile.TemporaryDirectory() as scratch:
         home = DataHome.from_env(args.home or Path(scratch) / "home")
-        ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
-        detect_entities(home, "demo", DetectorConfig(detectors=["gold"]))
+        if args.corpus == "demo":
+            files, runs, categories = [DEMO_CORPUS], DEMO_RUNS, {}
+        else:
+            files = [args.conll_dir / f"eng.{split}" for split in ("train", "testa", "testb")]
+            runs, categories = CONLL_RUNS, {"categories": ["PERSON", "LOC", "ORG", "MISC"]}
+        ingest(home, args.corpus, files, IngestOptions(format="conll2003"))
+        detect_entities(home, args.corpus, DetectorConfig(detectors=["gold"]))
         rows, results = [], []
-        for label, mechanism, settings, broken in RUNS:
-            config = TrainConfig(dataset="demo", mechanism=mechanism, randomness="seeded", checkpoint_every=0,
-                                 threads=args.threads, audit_canaries=args.canaries, **settings)
+        for label, mechanism, settings, broken in runs:
+            config = TrainConfig(dataset=args.corpus, mechanism=mechanism, randomness="seeded", checkpoint_every=0,
+                                 threads=args.threads, audit_canaries=args.canaries, **categories, **settings)
             began = time.time()
             with broken_noise(broken):
                 result = replace(run_training(home, config), label=label)
@@ -103,11 +122,14 @@ def main() -> None:
             results.append((result, settings.get("target_epsilon")))
             print(f"{label}: epsilon {result.epsilon:.3g}, audit bound {rows[-1][4]:.3g}", flush=True)
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "results.md").write_text(table(rows, args.canaries), encoding="utf-8")
-        plot_audit(summarise(results), args.out / "audit_vs_epsilon.png",
-                   f"demo corpus, tiny GPT-2, m = {args.canaries} canaries per run")
-    (args.out / "command.txt").write_text(
-        f"python experiments/one_run_audit.py --out {args.out} --canaries {args.canaries} --threads {args.threads}\n"
+        (args.out / f"results-{args.corpus}.md").write_text(table(rows, args.canaries), encoding="utf-8")
+        name = "demo corpus" if args.corpus == "demo" else "CoNLL-2003"
+        plot_audit(summarise(results), args.out / f"audit_vs_epsilon-{args.corpus}.png",
+                   f"{name}, tiny GPT-2, m = {args.canaries} canaries per run")
+    corpus = f"--corpus {args.corpus}" + (f" --conll-dir {args.conll_dir}" if args.corpus == "conll" else "")
+    (args.out / f"command-{args.corpus}.txt").write_text(
+        f"python experiments/one_run_audit.py {corpus} --out {args.out} --canaries {args.canaries} "
+        f"--threads {args.threads}\n"
         f"machine: {platform.machine()}, {platform.system()}, torch threads {args.threads}, CPU only\n"
         f"wall time: {time.time() - started:.0f} s\n", encoding="utf-8")
 

@@ -31,6 +31,8 @@ from uedp.storage.schemas import SCHEMA_VERSION, SENTENCES, SPLITS, USERS
 from uedp.storage.tables import TableWriter, hash_config, hash_files, is_current, read_manifest
 
 FORMATS: tuple[str, ...] = ("conll2003", "ag_news", "sec", "wikitext", "jsonl", "csv")
+# Formats whose files carry entity annotation (what the ``gold`` detector reads).
+GOLD_FORMATS: frozenset[str] = frozenset({"conll2003"})
 SplitMode = Literal["auto", "files", "users"]
 BATCH_ROWS = 10_000
 

@@ -26,6 +26,7 @@ from uedp.detection.categories import taxonomy
 from uedp.detection.pipeline import DetectorConfig, detect
 from uedp.errors import UedpError
 from uedp.storage.home import DataHome
+from uedp.storage.ingest import GOLD_FORMATS
 from uedp.storage.remote import TableStore, open_store
 from uedp.storage.schemas import ENTITIES
 from uedp.storage.tables import DATA_FILE, TableWriter, hash_config, is_current, read_manifest
@@ -81,6 +82,11 @@ def plan_detection(home: DataHome, dataset: str, config: DetectorConfig) -> Dete
     sentences = read_manifest(sentences_dir)
     if sentences is None:
         raise UedpError(f"dataset {dataset!r} has no sentences table under {home.dataset_dir(dataset)}; ingest it first")
+    source_format = str((sentences.get("source") or {}).get("options", {}).get("format", ""))
+    if "gold" in config.detectors and source_format and source_format not in GOLD_FORMATS:
+        raise UedpError(f"dataset {dataset!r} was ingested from {source_format} files, which carry no gold entity tags "
+                        f"(only {', '.join(sorted(GOLD_FORMATS))} does); detect with --detector presidio or spacy "
+                        "and --spacy-model NAME_OR_PATH")
     tax = taxonomy()
     key = hash_config({"sentences": sentences["key"], "detector": config.identity(),
                        "taxonomy": hashlib.sha256(Path(tax.source).read_bytes()).hexdigest()})

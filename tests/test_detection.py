@@ -215,3 +215,9 @@ def test_coverage_against_gold_per_class(home, tmp_path: Path) -> None:
     assert rows["PER"] == (2, 2, 1, 0.5, 0.5, 1.0)
     assert rows["LOC"] == (1, 1, 1, 1.0, 1.0, 1.0)
     assert rows["ORG"] == (1, 1, 0, 0.0, 0.0, 0.0)
+
+
+def test_gold_on_a_format_without_gold_tags_is_an_error_naming_the_format(home, notes: str) -> None:
+    with pytest.raises(UedpError, match="ingested from jsonl files, which carry no gold entity tags"):
+        detect_entities(home, notes, DetectorConfig(detectors=["gold"]))
+    assert read_manifest(home.table_dir(notes, "entities")) is None  # nothing written, not an empty table

@@ -232,7 +232,10 @@ def detect(
     detector: str = typer.Option("gold", help="Comma-separated detectors: gold, spacy, presidio."),
     spacy_model: Optional[str] = typer.Option(None, help="spaCy pipeline: installed package (en_core_web_lg) or folder."),
     presidio_entities: Optional[str] = typer.Option(None, help="Presidio entity types to ask for (default: all)."),
-    recognizers: Optional[Path] = typer.Option(None, help="YAML file of extra recognizers (Presidio's format: regex, deny lists)."),
+    recognizers: Optional[Path] = typer.Option(None, help="YAML file of extra recognizers (Presidio's format: regex, "
+                                               "deny lists), added to Presidio's and uedp's own."),
+    default_recognizers: bool = typer.Option(True, help="uedp's recall-first recognizers (phone, e-mail, card, IBAN, "
+                                             "SSN, IP and URL shapes, valid or not; detection/recognizers.yaml)."),
     score_threshold: float = typer.Option(0.4, help="Drop Presidio results scored below this."),
     workers: int = typer.Option(1, help="Worker processes for the spaCy + Presidio pass (each loads the pipeline)."),
     batch_size: int = typer.Option(256, help="Texts per nlp.pipe batch."),
@@ -256,7 +259,7 @@ def detect(
     config = DetectorConfig(
         detectors=_csv(detector), spacy_model=spacy_model, presidio_entities=_csv(presidio_entities) or None,
         recognizers=str(recognizers) if recognizers else None, score_threshold=score_threshold, workers=workers,
-        batch_size=batch_size,
+        batch_size=batch_size, default_recognizers=default_recognizers,
     )
     scale_out = ScaleOut(rows_per_shard=shard_rows, runner=runner, dask_address=dask_address,
                          dask_workers=dask_workers, store=store)
