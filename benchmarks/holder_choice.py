@@ -21,7 +21,7 @@ from uedp.storage.formats.conll import conll_records
 def gold_entity_sets(path: Path) -> dict[str, list[frozenset[str]]]:
     entities: dict[str, list[frozenset[str]]] = {}
     for record in conll_records(path):
-        keys = frozenset(entity_key(str(span["label"]), record.text[int(span["start"]):int(span["end"])])
+        keys = frozenset(entity_key(record.text[int(span["start"]):int(span["end"])])
                          for span in record.gold_spans or [])
         entities.setdefault(record.user, []).append(keys)
     return entities

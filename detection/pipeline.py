@@ -104,7 +104,7 @@ class _Rows:
                             f"{self.taxonomy.source} does not know; add it there (or to the file UEDP_CATEGORIES names)")
         surface = text[start:end]
         return {"sentence_id": sentence_id, "user_id": user_id, "start": start, "end": end, "category": category,
-                "detector": detector, "score": float(score), "entity_key": entity_key(category, surface), "text": surface}
+                "detector": detector, "score": float(score), "entity_key": entity_key(surface), "text": surface}
 
 
 def detect(batches: Iterable[pa.RecordBatch], config: DetectorConfig, taxonomy: Taxonomy) -> Iterator[list[dict[str, object]]]:

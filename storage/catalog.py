@@ -145,9 +145,10 @@ class Catalog:
                 "entities": entities, "users": users, "users_with_entities": users_with,
                 "entities_spanning_users": multi_user, "max_users_per_entity": max_users}
 
-    def coverage(self, detector: str, coarse: dict[str, str | None], reference: str = "gold",
+    def coverage(self, detector: str | list[str], coarse: dict[str, str | None], reference: str = "gold",
                  splits: tuple[str, ...] | None = None) -> list[tuple[str, int, int, int, float, float, float]]:
-        """Precision and recall of ``detector`` against ``reference`` spans, per coarse class.
+        """Precision and recall of ``detector`` (or of the union of several) against ``reference`` spans,
+        per coarse class.
 
         Returns ``(class, reference spans, predicted spans, exact matches, precision, recall,
         overlap recall)``. An exact match has the same sentence, offsets and coarse class; overlap
@@ -163,7 +164,8 @@ class Catalog:
                            FROM entities e JOIN coarse_map m USING (category) JOIN sentences s USING (sentence_id)
                            WHERE ? IS NULL OR list_contains(?, s.split)),
                  ref AS (SELECT * FROM spans WHERE detector = ?),
-                 pred AS (SELECT * FROM spans WHERE detector = ?),
+                 pred AS (SELECT DISTINCT sentence_id, start, "end", coarse FROM spans
+                          WHERE list_contains(?, detector)),
                  found AS (SELECT r.coarse, count(p.sentence_id) > 0 AS overlap,
                                   bool_or(p.start = r.start AND p."end" = r."end") AS exact
                            FROM ref r LEFT JOIN pred p ON p.sentence_id = r.sentence_id AND p.coarse = r.coarse
@@ -173,7 +175,8 @@ class Catalog:
                    count(*) FILTER (WHERE f.exact), count(*) FILTER (WHERE f.overlap)
             FROM found f GROUP BY f.coarse ORDER BY f.coarse
             """,
-            [list(splits) if splits else None, list(splits) if splits else None, reference, detector],
+            [list(splits) if splits else None, list(splits) if splits else None, reference,
+             [detector] if isinstance(detector, str) else list(detector)],
         ).fetchall()
         return [(cls, n_ref, n_pred, tp, tp / n_pred if n_pred else 0.0, tp / n_ref, overlap / n_ref)
                 for cls, n_ref, n_pred, tp, overlap in rows]

@@ -28,7 +28,7 @@ CANARY_CATEGORY = "PERSON"  # audit canaries are made-up names; the mechanisms s
 
 
 def canary_key(value: str) -> str:
-    return entity_key(CANARY_CATEGORY, value)
+    return entity_key(value)
 
 
 def _pending(home: DataHome, config: TrainConfig) -> str:

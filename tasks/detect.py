@@ -23,6 +23,7 @@ from prefect import get_run_logger
 from tqdm.auto import tqdm
 
 from uedp.detection.categories import taxonomy
+from uedp.detection.identity import IDENTITY_VERSION
 from uedp.detection.pipeline import DetectorConfig, detect
 from uedp.errors import UedpError
 from uedp.storage.home import DataHome
@@ -30,6 +31,7 @@ from uedp.storage.ingest import GOLD_FORMATS
 from uedp.storage.remote import TableStore, open_store
 from uedp.storage.schemas import ENTITIES
 from uedp.storage.tables import DATA_FILE, TableWriter, hash_config, is_current, read_manifest
+from uedp.tasks.coverage import store_coverage
 from uedp.tasks.retry import retried_task
 
 COLUMNS = ["sentence_id", "user_id", "text", "gold_spans"]
@@ -88,7 +90,7 @@ def plan_detection(home: DataHome, dataset: str, config: DetectorConfig) -> Dete
                         f"(only {', '.join(sorted(GOLD_FORMATS))} does); detect with --detector presidio or spacy "
                         "and --spacy-model NAME_OR_PATH")
     tax = taxonomy()
-    key = hash_config({"sentences": sentences["key"], "detector": config.identity(),
+    key = hash_config({"sentences": sentences["key"], "detector": config.identity(), "entity_identity": IDENTITY_VERSION,
                        "taxonomy": hashlib.sha256(Path(tax.source).read_bytes()).hexdigest()})
     details = {"detector": config.model_dump(exclude={"batch_size", "workers"}), "taxonomy": tax.source}
     return DetectionPlan(dataset, key, "+".join(config.detectors), sentences_dir / DATA_FILE,
@@ -113,6 +115,7 @@ def detect_entities(home: DataHome, dataset: str, config: DetectorConfig | None 
         for rows in detect(batches(), config, taxonomy()):
             writer.write_rows(rows)
     bar.close()
+    store_coverage(home, dataset)
     return DetectResult(dataset, plan.detector, False, writer.rows)
 
 
@@ -224,6 +227,7 @@ def merge_shards(home: DataHome, dataset: str, config: DetectorConfig, shards: l
     if store:
         store.push(home, dataset, "entities")
     staging.clear()
+    store_coverage(home, dataset)
     return DetectResult(dataset, plan.detector, False, writer.rows, len(shards))
 
 

@@ -36,6 +36,7 @@ from uedp.storage.home import DataHome
 from uedp.storage.tables import read_manifest
 from uedp.tasks.audit_plan import Participation, absent_units, keep_for_run, participation, plan_for, releasable
 from uedp.tasks.config import SanitizeConfig, TrainConfig
+from uedp.tasks.coverage import DetectorRecall, detector_recall
 from uedp.tasks.sanitize import SanitizeResult, sanitize_dataset
 from uedp.tasks.tracking import RunTracker
 from uedp.tasks.training_data import PreparedData, prepare_data
@@ -63,6 +64,7 @@ class TrainResult:
     public: tuple[str, ...] = ()  # what the guarantee treats as public
     label: str = ""  # the mechanism as reports show it (uedp-bounded-k4); empty: the mechanism's name
     audit_epsilon: float | None = None  # the one-run audit's lower bound (runs with audit canaries)
+    detector_recall: str = ""  # entity-level mechanisms: the detectors' recall, in words (measured or not)
 
     @property
     def shown_as(self) -> str:
@@ -195,6 +197,7 @@ class Setup:
     release: SanitizeResult | None = None  # custext/santext: the local-DP release the data comes from
     caveats: tuple[str, ...] = ()  # what the epsilon does not cover (detection, evaluation)
     audit: AuditPlan | None = None  # the one-run audit's canaries and their secret coins
+    recall: DetectorRecall | None = None  # entity-level mechanisms: the detectors' recall their epsilon rests on
 
 
 def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
@@ -214,7 +217,9 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
         audit = (plan_for(home, config, sorted({user for _, user, _ in catalog.sentences("train")}),
                           resuming=checkpoint.saved_scope() is not None) if config.audit_canaries else None)
         data = prepare_data(catalog, config, tokenizer, audit)
-        caveats = coverage_caveats(catalog, config)
+        recall = (detector_recall(home, release.dataset if release else config.dataset, list(config.categories))
+                  if config.is_private and config.spec.missed_entities is not None else None)
+        caveats = coverage_caveats(config, recall)
         exact_units = exact_unit_count(config, catalog, data) if config.spec.counts else 0
     model = build_model(config.model, config.model_size, tokenizer,
                         len(data.classes) if data.classes else None).to(device)
@@ -226,7 +231,7 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
                                  keyed_table_id(home, config.dataset, "sentences"),
                                  ceiling=exact_units + (absent_units(audit, config.spec.counts) if audit else 0))
     mechanism = build_mechanism(config, population, len(data.train.sequences), randomness)
-    return Setup(device, tokenizer, data, model, mechanism, checkpoint, release, caveats, audit)
+    return Setup(device, tokenizer, data, model, mechanism, checkpoint, release, caveats, audit, recall)
 
 
 def _log_audit_plan(home: DataHome, tracker: RunTracker, s: Setup, rounds: range) -> Participation | None:
@@ -245,31 +250,17 @@ EVALUATION_CAVEAT = ("validation and test metrics are computed without noise on 
                      "guarantee does not cover")
 
 
-def coverage_caveats(catalog: Catalog, config: TrainConfig) -> tuple[str, ...]:
+def coverage_caveats(config: TrainConfig, recall: DetectorRecall | None) -> tuple[str, ...]:
     """What a private run's epsilon leaves out: held-out evaluation, and for entity-level mechanisms the
-    entities the detector missed, with its measured recall when gold tags exist to measure it on the
-    held-out splits (measured there, the figure says nothing about the training users)."""
+    entities the detector missed, with its recall (:func:`tasks.coverage.detector_recall`: measured on
+    held-out gold tags, so an estimate for the training users' text, or unmeasured)."""
     if not config.is_private:
         return ()
     caveats = [EVALUATION_CAVEAT]
-    if config.spec.missed_entities is not None:  # an entity-level mechanism
-        detectors = catalog.detectors() if "entities" in catalog.tables else []
-        missed = "entities the detector missed are not protected as entities" + config.spec.missed_entities
-        if "gold" in detectors and len(detectors) == 1:
-            caveats.append(f"{missed}; here the protected entities are exactly the corpus' gold tags")
-        elif "gold" in detectors:
-            from uedp.detection.categories import taxonomy
-
-            rows = [row for name in detectors if name != "gold"
-                    for row in catalog.coverage(name, taxonomy().coarse, splits=("valid", "test"))]
-            found = sum(round(r[6] * r[1]) for r in rows)
-            total = sum(r[1] for r in rows)
-            measured = f"measured overlap recall on held-out gold tags {found / total:.3f}" if total else \
-                "recall not measurable (no gold tags in the held-out splits)"
-            caveats.append(f"{missed}; {measured} (gold tags are protected too)")
-        else:
-            caveats.append(f"{missed}; the detector's recall is unknown (no gold tags: detect with "
-                           "--detector gold,... on a labelled sample to measure it)")
+    if recall is not None:  # an entity-level mechanism
+        missed = "entities the detector missed are not protected as entities" + str(config.spec.missed_entities)
+        caveats.append(f"{missed}; {recall.describe()}" + (" (gold tags are protected too)"
+                                                           if recall.how == "held-out gold" else ""))
     return tuple(caveats)
 
 
@@ -345,7 +336,8 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         valid = evaluate(model, data.valid, config, pad_id, device)
         test = evaluate(model, data.test, config, pad_id, device)
         tracker.log_metrics({f"{metric}_valid": valid}, step=statement.rounds)
-        tracker.log_metrics({metric: test, f"{metric}_test": test, "final_epsilon": statement.epsilon})
+        tracker.log_metrics({metric: test, f"{metric}_test": test, "final_epsilon": statement.epsilon}
+                            | ({"detector_recall": s.recall.value} if s.recall and s.recall.value is not None else {}))
         tracker.log_params({"noise_multiplier_used": statement.noise_multiplier, "accountant_used": statement.accountant,
                             "epsilon_reported": "inf" if math.isinf(statement.epsilon) else f"{statement.epsilon:.6g}",
                             "rounds_run": statement.rounds, "resumed_from_round": resumed_from,
@@ -353,6 +345,7 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
                             "privacy_public": " | ".join(statement.public) or "none",
                             "privacy_caveats": " | ".join(statement.caveats) or "none",
                             "privacy_statement": "docs/PRIVACY.md",
+                            **({"privacy_detector_recall": s.recall.describe()} if s.recall is not None else {}),
                             **{f"privacy_{k}": v for k, v in statement.extra.items()}})
         tracker.log_json({"config": config.model_dump(), "privacy": asdict(statement)}, "resolved_config.json")
         if epsilons:
@@ -384,5 +377,5 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         utility_metric=metric, utility_valid=valid, utility_test=test, rounds=statement.rounds,
         resumed_from=resumed_from, notes=statement.notes, privacy_extra=dict(statement.extra),
         randomness=statement.randomness, caveats=statement.caveats, public=statement.public,
-        label=config.label,
+        label=config.label, detector_recall=s.recall.describe() if s.recall is not None else "",
     )

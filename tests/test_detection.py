@@ -221,3 +221,38 @@ def test_gold_on_a_format_without_gold_tags_is_an_error_naming_the_format(home, 
     with pytest.raises(UedpError, match="ingested from jsonl files, which carry no gold entity tags"):
         detect_entities(home, notes, DetectorConfig(detectors=["gold"]))
     assert read_manifest(home.table_dir(notes, "entities")) is None  # nothing written, not an empty table
+
+
+def test_one_entity_is_one_unit_whatever_category_each_detector_gave_it(home, tmp_path: Path) -> None:
+    from uedp.tasks.config import TrainConfig
+    from uedp.tasks.detect import plan_detection
+    from uedp.tasks.training_data import load_training_texts
+
+    conll = write(tmp_path / "tiny.conll", "\n".join([
+        "-DOCSTART- -X- -X- O", "", "Anna NNP I-NP B-PER", "Berg NNP I-NP I-PER", "visited VBD O O",
+        "Leeds NNP I-NP B-LOC", ". . O O", "", "Leeds NNP I-NP B-LOC", "won VBD O O", ". . O O", ""]))
+    ingest(home, "tiny", [conll], IngestOptions(format="conll2003", split="users"))
+    nlp = spacy.blank("en")
+    nlp.add_pipe("entity_ruler").add_patterns([{"label": "GPE", "pattern": "Leeds"}])  # gold says LOC
+    nlp.to_disk(tmp_path / "gpe")
+    config = DetectorConfig(detectors=["gold", "spacy"], spacy_model=str(tmp_path / "gpe"))
+    detect_entities(home, "tiny", config)
+    rows = read_table(home.table_dir("tiny", "entities")).to_pylist()
+    leeds = [r for r in rows if r["text"] == "Leeds"]
+    assert {r["category"] for r in leeds} == {"LOC", "GPE"} and {r["entity_key"] for r in leeds} == {"leeds"}
+    # Categories still choose: with GPE alone the spaCy detections make the sentences hold "leeds".
+    for categories in (["LOC"], ["GPE"], ["LOC", "GPE"]):
+        training = load_training_texts(Catalog(home, "tiny"), TrainConfig(dataset="tiny", mechanism="uedp",
+                                                                          categories=categories))
+        keys = {k for sets in training.entities.values() for s in sets for k in s}
+        assert keys == {"leeds"}, categories
+    # The key's definition is part of the table's content key: tables of another definition are redone.
+    assert plan_detection(home, "tiny", config).reused() is not None
+    import uedp.tasks.detect as detect_module
+
+    original = detect_module.IDENTITY_VERSION
+    try:
+        detect_module.IDENTITY_VERSION = original + 1
+        assert plan_detection(home, "tiny", config).reused() is None
+    finally:
+        detect_module.IDENTITY_VERSION = original

@@ -1,0 +1,102 @@
+"""Detector coverage against gold tags, stored with the entities table, and the recall that every
+entity-level epsilon is printed and logged next to (an epsilon covers only the entities detected, so
+recall is a privacy figure).
+
+``coverage.json`` sits in the entities table's folder and names the table's content key: figures of
+another table (re-detected since) are recomputed, never reused."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from uedp.detection.categories import taxonomy
+from uedp.storage.catalog import Catalog
+from uedp.storage.home import DataHome
+from uedp.storage.tables import read_manifest
+
+COVERAGE_FILE = "coverage.json"
+HELD_OUT = ("valid", "test")
+ANY = "any automatic detector"  # the union of several: a gold span found by any of them is covered
+FIELDS = ("class", "gold", "predicted", "exact", "precision", "recall", "overlap_recall")
+
+
+def compute_coverage(catalog: Catalog) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """Per scope (``all`` splits, ``held_out``: valid and test), per automatic detector, a row per CoNLL
+    class (precision, recall, overlap recall against gold); with several detectors, also their union as
+    :data:`ANY`. Empty when there is no gold to compare with."""
+    detectors = catalog.detectors()
+    if "gold" not in detectors:
+        return {}
+    coarse = taxonomy().coarse
+    automatic = [name for name in detectors if name != "gold"]
+    groups = {name: [name] for name in automatic} | ({ANY: automatic} if len(automatic) > 1 else {})
+    return {scope: {name: [dict(zip(FIELDS, row)) for row in catalog.coverage(group, coarse, splits=splits)]
+                    for name, group in groups.items()}
+            for scope, splits in (("all", None), ("held_out", HELD_OUT))}
+
+
+def store_coverage(home: DataHome, dataset: str) -> None:
+    """Write ``coverage.json`` beside a freshly written entities table (atomically)."""
+    folder = home.table_dir(dataset, "entities")
+    manifest = read_manifest(folder)
+    if manifest is None:
+        return
+    with Catalog(home, dataset) as catalog:
+        figures = compute_coverage(catalog)
+    partial = folder / f".{COVERAGE_FILE}.tmp"
+    partial.write_text(json.dumps({"entities_key": manifest["key"], "coverage": figures}), encoding="utf-8")
+    os.replace(partial, folder / COVERAGE_FILE)
+
+
+def stored_coverage(home: DataHome, dataset: str) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """The stored figures of the current entities table (computed and stored when missing or stale)."""
+    folder = home.table_dir(dataset, "entities")
+    manifest = read_manifest(folder)
+    path = folder / COVERAGE_FILE
+    if manifest is not None and path.is_file():
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        if raw.get("entities_key") == manifest["key"]:
+            return dict(raw["coverage"])
+    store_coverage(home, dataset)
+    return dict(json.loads(path.read_text(encoding="utf-8"))["coverage"]) if path.is_file() else {}
+
+
+@dataclass(frozen=True)
+class DetectorRecall:
+    """The recall an entity-level epsilon's coverage rests on, and how it was obtained."""
+
+    value: float | None  # None: not measured
+    how: str  # "gold only", "held-out gold", "unmeasured: ..."
+
+    def describe(self) -> str:
+        if self.how == "gold only":
+            return "the protected entities are exactly the corpus' gold tags"
+        if self.value is None:
+            return f"detector recall unmeasured ({self.how})"
+        return f"detector recall {self.value:.3f} (overlap recall on held-out gold tags of the chosen categories)"
+
+
+def detector_recall(home: DataHome, dataset: str, categories: list[str]) -> DetectorRecall:
+    """Overlap recall of the automatic detectors on held-out gold spans of the chosen categories' CoNLL
+    classes (gold spans found by any of them; gold spans are protected too, so this is the recall on
+    text without gold tags, estimated where gold exists)."""
+    with Catalog(home, dataset) as catalog:
+        detectors = catalog.detectors() if "entities" in catalog.tables else []
+    if detectors == ["gold"]:
+        return DetectorRecall(1.0, "gold only")
+    if "gold" not in detectors:
+        return DetectorRecall(None, "no gold tags to measure it on: detect with --detector gold,... on a labelled "
+                                    "sample")
+    coarse = taxonomy().coarse
+    classes = {coarse[c] for c in categories if coarse.get(c)}
+    held_out = stored_coverage(home, dataset).get("held_out", {})
+    union = held_out.get(ANY) or next(iter(held_out.values()), [])  # one automatic detector: its own rows
+    rows = [row for row in union if row["class"] in classes]
+    total = sum(row["gold"] for row in rows)
+    if not total:
+        return DetectorRecall(None, "no held-out gold tags of the chosen categories")
+    found = sum(round(row["overlap_recall"] * row["gold"]) for row in rows)
+    return DetectorRecall(found / total, "held-out gold")
