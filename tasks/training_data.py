@@ -35,7 +35,9 @@ class TrainingTexts:
 def load_training_texts(catalog: Catalog, config: TrainConfig, audit: AuditPlan | None = None) -> TrainingTexts:
     """Train-split texts by user; ``deid`` trains on the redacted ones in place of the originals; with
     the one-run audit's canaries when ``audit`` is given."""
-    spans = catalog.entity_spans(config.categories, "train")
+    # A mechanism the categories do not change (noiseless) needs no entities table.
+    needless = "entities" not in catalog.tables and not config.spec.uses_categories(config.params)
+    spans = {} if needless else catalog.entity_spans(config.categories, "train")
     classes = catalog.labels("train") if config.task == "classification" else None
     texts: dict[str, list[str]] = {}
     entities: dict[str, list[frozenset[str]]] = {}
