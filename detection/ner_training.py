@@ -106,13 +106,23 @@ def train_ner(train: Sequence[GoldSentence], evaluate_on: Sequence[GoldSentence]
     return NerTrainingResult(out, len(reports), seconds, per_label, overall, reports, stopped)
 
 
-def _save(nlp: Language, out: Path) -> None:
-    import shutil
+def check_output(out: Path) -> None:
+    """Refuse to replace anything but a spaCy pipeline folder (``--out ~/models`` must not wipe it)."""
+    if out.exists() and not (out.is_dir() and (out / "meta.json").is_file() and (out / "config.cfg").is_file()):
+        raise ValueError(f"{out} exists and is not a spaCy pipeline folder; choose another --out")
 
+
+def _save(nlp: Language, out: Path) -> None:
+    """Written beside ``out`` under a unique name, then swapped in: a failure leaves the old pipeline."""
+    import shutil
+    import uuid
+
+    check_output(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(f".{out.name}.partial")
-    shutil.rmtree(partial, ignore_errors=True)
+    partial = out.with_name(f".{out.name}.partial-{uuid.uuid4().hex[:8]}")
     nlp.to_disk(partial)
+    old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
     if out.exists():
-        shutil.rmtree(out)
+        out.rename(old)
     partial.rename(out)
+    shutil.rmtree(old, ignore_errors=True)

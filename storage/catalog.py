@@ -146,26 +146,28 @@ class Catalog:
                 "entities_spanning_users": multi_user, "max_users_per_entity": max_users}
 
     def coverage(self, detector: str | list[str], coarse: dict[str, str | None], reference: str = "gold",
-                 splits: tuple[str, ...] | None = None) -> list[tuple[str, int, int, int, float, float, float]]:
+                 splits: tuple[str, ...] | None = None, predicted_categories: list[str] | None = None,
+                 ) -> list[tuple[str, int, int, int, float, float, float]]:
         """Precision and recall of ``detector`` (or of the union of several) against ``reference`` spans,
         per coarse class.
 
         Returns ``(class, reference spans, predicted spans, exact matches, precision, recall,
         overlap recall)``. An exact match has the same sentence, offsets and coarse class; overlap
         recall counts a reference span as found when a predicted span of its class overlaps it.
-        ``splits`` limits both sides to sentences of those splits (default: all).
+        ``splits`` limits both sides to sentences of those splits (default: all);
+        ``predicted_categories`` counts only predictions of those categories (what a run protects).
         """
         self._require_entities()
         self.con.execute("CREATE OR REPLACE TEMP TABLE coarse_map (category VARCHAR, coarse VARCHAR)")
         self.con.executemany("INSERT INTO coarse_map VALUES (?, ?)", [(k, v) for k, v in coarse.items() if v])
         rows = self.con.execute(
             """
-            WITH spans AS (SELECT DISTINCT e.detector, e.sentence_id, e.start, e."end", m.coarse
+            WITH spans AS (SELECT DISTINCT e.detector, e.sentence_id, e.start, e."end", m.coarse, e.category
                            FROM entities e JOIN coarse_map m USING (category) JOIN sentences s USING (sentence_id)
                            WHERE ? IS NULL OR list_contains(?, s.split)),
                  ref AS (SELECT * FROM spans WHERE detector = ?),
                  pred AS (SELECT DISTINCT sentence_id, start, "end", coarse FROM spans
-                          WHERE list_contains(?, detector)),
+                          WHERE list_contains(?, detector) AND (? IS NULL OR list_contains(?, category))),
                  found AS (SELECT r.coarse, count(p.sentence_id) > 0 AS overlap,
                                   bool_or(p.start = r.start AND p."end" = r."end") AS exact
                            FROM ref r LEFT JOIN pred p ON p.sentence_id = r.sentence_id AND p.coarse = r.coarse
@@ -176,7 +178,7 @@ class Catalog:
             FROM found f GROUP BY f.coarse ORDER BY f.coarse
             """,
             [list(splits) if splits else None, list(splits) if splits else None, reference,
-             [detector] if isinstance(detector, str) else list(detector)],
+             [detector] if isinstance(detector, str) else list(detector), predicted_categories, predicted_categories],
         ).fetchall()
         return [(cls, n_ref, n_pred, tp, tp / n_pred if n_pred else 0.0, tp / n_ref, overlap / n_ref)
                 for cls, n_ref, n_pred, tp, overlap in rows]

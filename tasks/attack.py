@@ -255,7 +255,7 @@ def _entity_groups(catalog: Catalog, config: TrainConfig, split: str, rows: list
     position = {sentence_id: index for index, (sentence_id, _, _) in enumerate(rows)}
     groups: dict[str, list[int]] = {}
     for sentence_id, found in spans.items():
-        for _, _, _, key in found:
+        for key in {key for _, _, _, key in found}:  # one sentence once per entity, however many detections
             groups.setdefault(key, []).append(position[sentence_id])
     return groups
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,9 +47,12 @@ def store_coverage(home: DataHome, dataset: str) -> None:
         return
     with Catalog(home, dataset) as catalog:
         figures = compute_coverage(catalog)
-    partial = folder / f".{COVERAGE_FILE}.tmp"
-    partial.write_text(json.dumps({"entities_key": manifest["key"], "coverage": figures}), encoding="utf-8")
-    os.replace(partial, folder / COVERAGE_FILE)
+    partial = folder / f".{COVERAGE_FILE}.{uuid.uuid4().hex[:8]}.tmp"  # concurrent writers never share one
+    try:
+        partial.write_text(json.dumps({"entities_key": manifest["key"], "coverage": figures}), encoding="utf-8")
+        os.replace(partial, folder / COVERAGE_FILE)
+    except OSError:  # a read-only data home: the figures are recomputed when asked for
+        partial.unlink(missing_ok=True)
 
 
 def stored_coverage(home: DataHome, dataset: str) -> dict[str, dict[str, list[dict[str, Any]]]]:
@@ -68,35 +72,40 @@ def stored_coverage(home: DataHome, dataset: str) -> dict[str, dict[str, list[di
 class DetectorRecall:
     """The recall an entity-level epsilon's coverage rests on, and how it was obtained."""
 
-    value: float | None  # None: not measured
-    how: str  # "gold only", "held-out gold", "unmeasured: ..."
+    value: float | None  # None: not measured (or nothing to measure: gold tags only)
+    how: str  # "gold only", "held-out gold", or why it is unmeasured
+    classes: tuple[str, ...] = ()  # the gold classes it was measured on
+    unmeasured: tuple[str, ...] = ()  # chosen categories no gold class covers (phones, e-mails...)
 
     def describe(self) -> str:
         if self.how == "gold only":
             return "the protected entities are exactly the corpus' gold tags"
         if self.value is None:
             return f"detector recall unmeasured ({self.how})"
-        return f"detector recall {self.value:.3f} (overlap recall on held-out gold tags of the chosen categories)"
+        rest = f"; unmeasured for {', '.join(self.unmeasured)} (no gold class)" if self.unmeasured else ""
+        return (f"detector recall {self.value:.3f} (overlap recall of the chosen categories' detections on held-out "
+                f"gold {', '.join(self.classes)} tags{rest})")
 
 
 def detector_recall(home: DataHome, dataset: str, categories: list[str]) -> DetectorRecall:
-    """Overlap recall of the automatic detectors on held-out gold spans of the chosen categories' CoNLL
-    classes (gold spans found by any of them; gold spans are protected too, so this is the recall on
-    text without gold tags, estimated where gold exists)."""
+    """Overlap recall, on held-out gold spans of the chosen categories' CoNLL classes, of the automatic
+    detectors' spans *of the chosen categories* (their union: what a run protects besides the gold tags,
+    which are protected too). An estimate for text without gold tags, measured where gold exists."""
+    coarse = taxonomy().coarse
+    classes = tuple(sorted({str(coarse[c]) for c in categories if coarse.get(c)}))
+    unmeasured = tuple(c for c in categories if not coarse.get(c))
     with Catalog(home, dataset) as catalog:
         detectors = catalog.detectors() if "entities" in catalog.tables else []
-    if detectors == ["gold"]:
-        return DetectorRecall(1.0, "gold only")
-    if "gold" not in detectors:
-        return DetectorRecall(None, "no gold tags to measure it on: detect with --detector gold,... on a labelled "
-                                    "sample")
-    coarse = taxonomy().coarse
-    classes = {coarse[c] for c in categories if coarse.get(c)}
-    held_out = stored_coverage(home, dataset).get("held_out", {})
-    union = held_out.get(ANY) or next(iter(held_out.values()), [])  # one automatic detector: its own rows
-    rows = [row for row in union if row["class"] in classes]
-    total = sum(row["gold"] for row in rows)
+        automatic = [d for d in detectors if d != "gold"]
+        if "gold" in detectors and not automatic:
+            return DetectorRecall(None, "gold only")
+        if "gold" not in detectors:
+            return DetectorRecall(None, "no gold tags to measure it on: detect with --detector gold,... on a "
+                                        "labelled sample", unmeasured=tuple(categories))
+        rows = [row for row in catalog.coverage(automatic, coarse, splits=HELD_OUT, predicted_categories=categories)
+                if row[0] in classes]
+    total = sum(row[1] for row in rows)
     if not total:
-        return DetectorRecall(None, "no held-out gold tags of the chosen categories")
-    found = sum(round(row["overlap_recall"] * row["gold"]) for row in rows)
-    return DetectorRecall(found / total, "held-out gold")
+        return DetectorRecall(None, "no held-out gold tags of the chosen categories", unmeasured=tuple(categories))
+    found = sum(round(row[6] * row[1]) for row in rows)
+    return DetectorRecall(found / total, "held-out gold", classes, unmeasured)

@@ -92,7 +92,8 @@ def plan_detection(home: DataHome, dataset: str, config: DetectorConfig) -> Dete
     tax = taxonomy()
     key = hash_config({"sentences": sentences["key"], "detector": config.identity(), "entity_identity": IDENTITY_VERSION,
                        "taxonomy": hashlib.sha256(Path(tax.source).read_bytes()).hexdigest()})
-    details = {"detector": config.model_dump(exclude={"batch_size", "workers"}), "taxonomy": tax.source}
+    details = {"detector": config.model_dump(exclude={"batch_size", "workers"}), "taxonomy": tax.source,
+               "entity_identity": IDENTITY_VERSION}
     return DetectionPlan(dataset, key, "+".join(config.detectors), sentences_dir / DATA_FILE,
                          home.table_dir(dataset, "entities"), details, int(sentences["rows"]))
 

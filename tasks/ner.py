@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from uedp.detection.categories import taxonomy
-from uedp.detection.ner_training import EpochReport, GoldSentence, NerTrainingResult, train_ner
+from uedp.detection.ner_training import EpochReport, GoldSentence, NerTrainingResult, check_output, train_ner
 from uedp.errors import UedpError
 from uedp.storage.home import DataHome
 from uedp.storage.ingest import GOLD_FORMATS
@@ -48,6 +48,11 @@ def train_dataset_ner(home: DataHome, dataset: str, out: Path | None = None, *, 
                       max_minutes: float | None = 10.0, train_split: str = "train", dev_split: str = "valid",
                       eval_split: str = "test", seed: int = 0,
                       on_epoch: Callable[[EpochReport], None] = lambda r: None) -> NerTrainingResult:
+    target = out or default_output(home, dataset)
+    try:
+        check_output(target)  # before minutes of training, not after
+    except ValueError as exc:
+        raise UedpError(str(exc)) from None
     train = gold_sentences(home, dataset, train_split)
     if not any(spans for _, spans in train):
         raise UedpError(f"dataset {dataset!r} has no gold entity tags in its {train_split} split to train on")
@@ -55,5 +60,5 @@ def train_dataset_ner(home: DataHome, dataset: str, out: Path | None = None, *, 
     if not held_out:
         raise UedpError(f"dataset {dataset!r} has no {eval_split} sentences to score the NER on")
     dev = gold_sentences(home, dataset, dev_split) if dev_split else []
-    return train_ner(train, held_out, out or default_output(home, dataset), dev=dev, epochs=epochs,
+    return train_ner(train, held_out, target, dev=dev, epochs=epochs,
                      max_seconds=max_minutes * 60 if max_minutes else None, seed=seed, on_epoch=on_epoch)

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from uedp.detection.identity import IDENTITY_VERSION
 from uedp.errors import UedpError
 from uedp.models.batching import Example
 from uedp.models.device import resolve_device
@@ -213,6 +214,8 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
         raise RuntimeError(f"rank {ranks.rank}: the local-DP release {release.dataset} was not made before torchrun")
     checkpoint = Checkpointer(home.checkpoint_dir(config.dataset, config.fingerprint()), config.checkpoint_every,
                               config.fingerprint(), writes=ranks.is_main)
+    if release is None:
+        check_entity_identity(home, config.dataset)
     with Catalog(home, release.dataset if release else config.dataset) as catalog:
         audit = (plan_for(home, config, sorted({user for _, user, _ in catalog.sentences("train")}),
                           resuming=checkpoint.saved_scope() is not None) if config.audit_canaries else None)
@@ -248,6 +251,15 @@ def _log_audit_plan(home: DataHome, tracker: RunTracker, s: Setup, rounds: range
 
 EVALUATION_CAVEAT = ("validation and test metrics are computed without noise on held-out users' text, which the "
                      "guarantee does not cover")
+
+
+def check_entity_identity(home: DataHome, dataset: str) -> None:
+    """Refuse an entities table built with another definition of an entity's key: its units would not
+    be the ones the documentation promises (one entity, one unit, across categories)."""
+    manifest = read_manifest(home.table_dir(dataset, "entities"))
+    if manifest is not None and manifest.get("entity_identity") != IDENTITY_VERSION:
+        raise UedpError(f"the entities table of {dataset!r} keys entities by category and surface (an older uedp); "
+                        f"run `uedp detect {dataset} ...` again with the same detectors to rebuild it")
 
 
 def coverage_caveats(config: TrainConfig, recall: DetectorRecall | None) -> tuple[str, ...]:

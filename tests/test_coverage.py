@@ -20,8 +20,8 @@ from uedp.tasks.training import train_configuration
 
 from support import write
 
-# Gold: PER Anna Berg, LOC Leeds, ORG Northgate Clinic, PER Imelda Okafor. Everything is held out
-# (split by users with no train share is not possible), so the test reads the "all" scope too.
+# Gold: PER Anna Berg, LOC Leeds, ORG Northgate Clinic, PER Imelda Okafor, in a file named valid: every
+# sentence is held out.
 TINY = "\n".join([
     "-DOCSTART- -X- -X- O", "",
     "Anna NNP I-NP B-PER", "Berg NNP I-NP I-PER", "visited VBD O O", "Leeds NNP I-NP B-LOC", ". . O O", "",
@@ -47,11 +47,15 @@ def test_coverage_is_stored_with_the_table_it_describes(home, tmp_path: Path) ->
     rows = {r["class"]: r for r in stored["coverage"]["held_out"]["spacy"]}
     assert (rows["PER"]["gold"], rows["PER"]["overlap_recall"]) == (2, 0.5)
     assert (rows["LOC"]["gold"], rows["LOC"]["overlap_recall"]) == (1, 1.0)
-    # The recall an epsilon rests on is that of the chosen categories' classes.
+    # The recall an epsilon rests on: gold spans of the chosen categories' classes, found by detections
+    # of the chosen categories (what the run protects). spaCy's GPE "Leeds" protects nothing under LOC.
     assert detector_recall(home, "tiny", ["PERSON"]).value == 0.5
     assert detector_recall(home, "tiny", ["LOC", "GPE"]).value == 1.0
-    assert detector_recall(home, "tiny", ["PERSON", "LOC", "ORG"]).value == 2 / 4
+    assert detector_recall(home, "tiny", ["LOC"]).value == 0.0
+    assert detector_recall(home, "tiny", ["PERSON", "LOC", "ORG"]).value == 1 / 4
     assert "detector recall 0.500" in detector_recall(home, "tiny", ["PERSON"]).describe()
+    contact = detector_recall(home, "tiny", ["PERSON", "PHONE_NUMBER"])
+    assert contact.unmeasured == ("PHONE_NUMBER",) and "unmeasured for PHONE_NUMBER" in contact.describe()
     # A stale file (another table) is recomputed, not reused.
     (folder / COVERAGE_FILE).write_text(json.dumps({"entities_key": "old", "coverage": {}}))
     assert stored_coverage(home, "tiny")["held_out"]["spacy"]
@@ -81,7 +85,8 @@ def test_without_gold_the_recall_is_said_to_be_unmeasured_and_with_gold_only_exa
     assert recall.value is None and recall.describe().startswith("detector recall unmeasured (no gold tags")
     ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
     detect_entities(home, "demo", DetectorConfig(detectors=["gold"]))
-    assert detector_recall(home, "demo", ["PERSON"]).how == "gold only"
+    gold = detector_recall(home, "demo", ["PERSON"])
+    assert gold.how == "gold only" and gold.value is None  # nothing measured, so no figure is logged
 
 
 def test_an_entity_level_run_logs_and_reports_the_recall_beside_its_epsilon(home, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -98,3 +103,20 @@ def test_an_entity_level_run_logs_and_reports_the_recall_beside_its_epsilon(home
     assert run.data.metrics["detector_recall"] == expected.value
     assert run.data.params["privacy_detector_recall"] == expected.describe()
     assert any(expected.describe() in caveat for caveat in result.caveats)
+
+
+def test_an_entities_table_of_an_older_identity_is_refused_for_training(home) -> None:  # type: ignore[no-untyped-def]
+    import pytest
+
+    from uedp.errors import UedpError
+
+    ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
+    detect_entities(home, "demo", DetectorConfig(detectors=["gold"]))
+    manifest_path = home.table_dir("demo", "entities") / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["entity_identity"] == 2
+    manifest.pop("entity_identity")  # as an older uedp wrote it
+    manifest_path.write_text(json.dumps(manifest))
+    config = TrainConfig(dataset="demo", mechanism="uedp-bounded", rounds=1, noise_multiplier=2.0, threads=1)
+    with pytest.raises(UedpError, match="keys entities by category and surface"):
+        train_configuration(home, config, progress=False)

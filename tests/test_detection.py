@@ -242,8 +242,8 @@ def test_one_entity_is_one_unit_whatever_category_each_detector_gave_it(home, tm
     assert {r["category"] for r in leeds} == {"LOC", "GPE"} and {r["entity_key"] for r in leeds} == {"leeds"}
     # Categories still choose: with GPE alone the spaCy detections make the sentences hold "leeds".
     for categories in (["LOC"], ["GPE"], ["LOC", "GPE"]):
-        training = load_training_texts(Catalog(home, "tiny"), TrainConfig(dataset="tiny", mechanism="uedp",
-                                                                          categories=categories))
+        with Catalog(home, "tiny") as catalog:
+            training = load_training_texts(catalog, TrainConfig(dataset="tiny", mechanism="uedp", categories=categories))
         keys = {k for sets in training.entities.values() for s in sets for k in s}
         assert keys == {"leeds"}, categories
     # The key's definition is part of the table's content key: tables of another definition are redone.

@@ -62,3 +62,15 @@ def test_a_dataset_without_gold_tags_is_refused_naming_its_format(home, tmp_path
     ingest(home, "t", [corpus], IngestOptions(format="jsonl", text_col="text", user_col="user", split="users"))
     with pytest.raises(UedpError, match="ingested from jsonl files, which carry no gold entity tags"):
         train_dataset_ner(home, "t")
+
+
+def test_an_output_that_is_not_a_pipeline_is_never_replaced(home, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
+    precious = write(tmp_path / "models" / "notes.txt", "mine")
+    with pytest.raises(UedpError, match="is not a spaCy pipeline folder"):
+        train_dataset_ner(home, "demo", tmp_path / "models", epochs=1)
+    assert precious.read_text() == "mine"
+    first = train_dataset_ner(home, "demo", tmp_path / "ner", epochs=1)
+    again = train_dataset_ner(home, "demo", tmp_path / "ner", epochs=1)  # a pipeline folder is replaced
+    assert first.path == again.path and (again.path / "meta.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["home", "models", "ner"]  # no partial or old folders left

@@ -83,10 +83,10 @@ def test_a_number_inside_a_longer_identifier_is_not_found_twice() -> None:
     assert not {c for _, c in found} & {"CREDIT_CARD", "PHONE_NUMBER"}
 
 
-def test_bare_digit_runs_need_a_context_word() -> None:
-    assert ("9681728164", "PHONE_NUMBER") in _found("Text me on my mobile: 9681728164")
-    batch = "The batch 0681728164 shipped."
-    assert _found(batch) == _found(batch, defaults=False)  # ours add nothing without context
+def test_international_numbers_need_a_phone_numbers_digits() -> None:
+    assert ("+33 (0)1 23 45 67 89", "PHONE_NUMBER") in _found("Call +33 (0)1 23 45 67 89 now.")
+    for text in ("It rose +12.5% in May.", "We had +250 more.", "Score: +120 points."):
+        assert _found(text) == _found(text, defaults=False)
 
 
 def test_uedp_adds_to_presidios_recognizers_and_can_be_turned_off(tmp_path: Path) -> None:
