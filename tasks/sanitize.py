@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from prefect import get_run_logger
 from tqdm.auto import tqdm
 
+from uedp.detection.identity import IDENTITY_VERSION
 from uedp.errors import UedpError
 from uedp.privacy.mechanisms.params import Keep
 from uedp.privacy.randomness import Randomness
@@ -170,7 +171,7 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
             # Empty, so the dataset trains like any other (noiselessly: the text is already private);
             # `uedp detect` on the sanitized dataset replaces it with a real detection.
             with TableWriter(home.table_dir(config.output_name, "entities"), ENTITIES, key,
-                             {"note": "sanitized dataset: not detected"}):
+                             {"note": "sanitized dataset: not detected", "entity_identity": IDENTITY_VERSION}):
                 pass
     return result
 
