@@ -56,8 +56,9 @@ def test_iob1_and_iob2_decode_to_the_same_spans(tmp_path: Path, text: str) -> No
         ("EU NNP I-NP B-ORG\n-DOCSTART- -X- -X- O\n", 2, "-DOCSTART- inside a sentence"),
         ("\n\n", None, "no sentences found"),
         ("", None, "no sentences found"),
+        ("-DOCSTART- -X- O\n\nEU NNP B-NP\nrejects VBZ B-VP\n", 3, "the last column holds chunk tags ('B-NP')"),
     ],
-    ids=["columns", "tag", "utf8", "docstart", "blank", "empty"],
+    ids=["columns", "tag", "utf8", "docstart", "blank", "empty", "chunk-tags"],
 )
 def test_bad_input_names_file_and_line(tmp_path: Path, content: str | bytes, line: int | None, problem: str) -> None:
     path = write(tmp_path / "bad.conll", content)
@@ -81,3 +82,10 @@ def test_real_conll2003_training_file_has_946_documents_and_14041_sentences(shar
     for s in sentences[:2000]:
         for span in s.spans():
             assert s.text[span["start"]:span["end"]].strip() == s.text[span["start"]:span["end"]]
+
+
+def test_a_utf8_byte_order_mark_is_not_part_of_the_first_line(tmp_path: Path) -> None:
+    path = write(tmp_path / "bom.conll", "\ufeff-DOCSTART- -X- -X- O\n\nEU NNP I-NP B-ORG\nrejects VBZ I-VP O\n"
+                 .encode("utf-8"))
+    (sentence,) = list(read_conll(path))
+    assert sentence.tokens == ["EU", "rejects"] and sentence.doc_index == 0 and sentence.line == 3

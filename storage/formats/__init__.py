@@ -59,9 +59,12 @@ def open_binary(path: Path) -> IO[bytes] | gzip.GzipFile:  # GzipFile is no IO[b
 
 
 def read_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """``(line number, line without its newline)``, decoded as strict UTF-8 (errors name the line)."""
+    """``(line number, line without its newline)``, decoded as strict UTF-8 (errors name the line); a
+    UTF-8 byte-order mark at the start of the file is dropped (editors on Windows write one)."""
     with open_binary(path) as handle:
         for lineno, raw in enumerate(handle, start=1):
+            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
             try:
                 yield lineno, raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as exc:

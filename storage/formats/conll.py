@@ -15,6 +15,8 @@ from pathlib import Path
 from uedp.storage.formats import FormatError, SourceRecord, read_lines, split_from_filename
 
 _TAG = re.compile(r"^(?:O|[BIES]-[A-Za-z][A-Za-z0-9_]*)$")
+# Chunk tags (CoNLL-2000 phrases): the last column of a file without NER tags, which must not become entities.
+CHUNK_LABELS = frozenset({"NP", "VP", "PP", "ADVP", "ADJP", "SBAR", "PRT", "CONJP", "INTJ", "LST", "UCP"})
 
 
 @dataclass
@@ -83,6 +85,9 @@ def read_conll(path: Path) -> Iterator[ConllSentence]:
         tag = parts[-1]
         if not _TAG.match(tag):
             raise FormatError(path, lineno, f"unknown NER tag {tag!r} (expected O, B-X, I-X, E-X or S-X)")
+        if tag[2:] in CHUNK_LABELS:
+            raise FormatError(path, lineno, f"the last column holds chunk tags ({tag!r}), not NER tags: this file has "
+                                            f"no entity annotation (CoNLL-2003 lines are 'token POS chunk NER')")
         if sentence is None:
             sentence = ConllSentence(doc_index=doc_index, position=position, line=lineno)
         sentence.tokens.append(parts[0])
