@@ -87,23 +87,22 @@ class DetectorRecall:
                 f"gold {', '.join(self.classes)} tags{rest})")
 
 
-def detector_recall(home: DataHome, dataset: str, categories: list[str]) -> DetectorRecall:
+def detector_recall(catalog: Catalog, categories: list[str]) -> DetectorRecall:
     """Overlap recall, on held-out gold spans of the chosen categories' CoNLL classes, of the automatic
     detectors' spans *of the chosen categories* (their union: what a run protects besides the gold tags,
     which are protected too). An estimate for text without gold tags, measured where gold exists."""
     coarse = taxonomy().coarse
     classes = tuple(sorted({str(coarse[c]) for c in categories if coarse.get(c)}))
     unmeasured = tuple(c for c in categories if not coarse.get(c))
-    with Catalog(home, dataset) as catalog:
-        detectors = catalog.detectors() if "entities" in catalog.tables else []
-        automatic = [d for d in detectors if d != "gold"]
-        if "gold" in detectors and not automatic:
-            return DetectorRecall(None, "gold only")
-        if "gold" not in detectors:
-            return DetectorRecall(None, "no gold tags to measure it on: detect with --detector gold,... on a "
-                                        "labelled sample", unmeasured=tuple(categories))
-        rows = [row for row in catalog.coverage(automatic, coarse, splits=HELD_OUT, predicted_categories=categories)
-                if row[0] in classes]
+    detectors = catalog.detectors() if "entities" in catalog.tables else []
+    automatic = [d for d in detectors if d != "gold"]
+    if "gold" in detectors and not automatic:
+        return DetectorRecall(None, "gold only")
+    if "gold" not in detectors:
+        return DetectorRecall(None, "no gold tags to measure it on: detect with --detector gold,... on a "
+                                    "labelled sample", unmeasured=tuple(categories))
+    rows = [row for row in catalog.coverage(automatic, coarse, splits=HELD_OUT, predicted_categories=categories)
+            if row[0] in classes]
     total = sum(row[1] for row in rows)
     if not total:
         return DetectorRecall(None, "no held-out gold tags of the chosen categories", unmeasured=tuple(categories))

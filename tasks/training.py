@@ -220,7 +220,7 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
         audit = (plan_for(home, config, sorted({user for _, user, _ in catalog.sentences("train")}),
                           resuming=checkpoint.saved_scope() is not None) if config.audit_canaries else None)
         data = prepare_data(catalog, config, tokenizer, audit)
-        recall = (detector_recall(home, release.dataset if release else config.dataset, list(config.categories))
+        recall = (detector_recall(catalog, list(config.categories))
                   if config.is_private and config.spec.missed_entities is not None else None)
         caveats = coverage_caveats(config, recall)
         exact_units = exact_unit_count(config, catalog, data) if config.spec.counts else 0

@@ -11,6 +11,7 @@ from mlflow.tracking import MlflowClient
 
 from uedp.detection.pipeline import DetectorConfig
 from uedp.flows.demo import DEMO_CORPUS
+from uedp.storage.catalog import Catalog
 from uedp.storage.ingest import IngestOptions, ingest
 from uedp.storage.tables import read_manifest
 from uedp.tasks.config import TrainConfig
@@ -27,6 +28,11 @@ TINY = "\n".join([
     "Anna NNP I-NP B-PER", "Berg NNP I-NP I-PER", "visited VBD O O", "Leeds NNP I-NP B-LOC", ". . O O", "",
     "Northgate NNP I-NP B-ORG", "Clinic NNP I-NP I-ORG", "called VBD O O", "Imelda NNP I-NP B-PER",
     "Okafor NNP I-NP I-PER", ". . O O", ""])
+
+
+def _recall(home, dataset: str, categories: list[str]):  # type: ignore[no-untyped-def]
+    with Catalog(home, dataset) as catalog:
+        return detector_recall(catalog, categories)
 
 
 def _ruler(path: Path, patterns: list[dict[str, str]]) -> Path:
@@ -49,12 +55,12 @@ def test_coverage_is_stored_with_the_table_it_describes(home, tmp_path: Path) ->
     assert (rows["LOC"]["gold"], rows["LOC"]["overlap_recall"]) == (1, 1.0)
     # The recall an epsilon rests on: gold spans of the chosen categories' classes, found by detections
     # of the chosen categories (what the run protects). spaCy's GPE "Leeds" protects nothing under LOC.
-    assert detector_recall(home, "tiny", ["PERSON"]).value == 0.5
-    assert detector_recall(home, "tiny", ["LOC", "GPE"]).value == 1.0
-    assert detector_recall(home, "tiny", ["LOC"]).value == 0.0
-    assert detector_recall(home, "tiny", ["PERSON", "LOC", "ORG"]).value == 1 / 4
-    assert "detector recall 0.500" in detector_recall(home, "tiny", ["PERSON"]).describe()
-    contact = detector_recall(home, "tiny", ["PERSON", "PHONE_NUMBER"])
+    assert _recall(home, "tiny", ["PERSON"]).value == 0.5
+    assert _recall(home, "tiny", ["LOC", "GPE"]).value == 1.0
+    assert _recall(home, "tiny", ["LOC"]).value == 0.0
+    assert _recall(home, "tiny", ["PERSON", "LOC", "ORG"]).value == 1 / 4
+    assert "detector recall 0.500" in _recall(home, "tiny", ["PERSON"]).describe()
+    contact = _recall(home, "tiny", ["PERSON", "PHONE_NUMBER"])
     assert contact.unmeasured == ("PHONE_NUMBER",) and "unmeasured for PHONE_NUMBER" in contact.describe()
     # A stale file (another table) is recomputed, not reused.
     (folder / COVERAGE_FILE).write_text(json.dumps({"entities_key": "old", "coverage": {}}))
@@ -72,7 +78,7 @@ def test_several_detectors_count_a_gold_span_found_by_any_of_them(home, tmp_path
     held_out = stored_coverage(home, "tiny")["held_out"]
     assert {r["class"]: r["overlap_recall"] for r in held_out["spacy"]}["PER"] == 0.5
     assert {r["class"]: r["overlap_recall"] for r in held_out[ANY]}["PER"] == 1.0
-    assert detector_recall(home, "tiny", ["PERSON"]).value == 1.0
+    assert _recall(home, "tiny", ["PERSON"]).value == 1.0
 
 
 def test_without_gold_the_recall_is_said_to_be_unmeasured_and_with_gold_only_exact(home, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -81,11 +87,11 @@ def test_without_gold_the_recall_is_said_to_be_unmeasured_and_with_gold_only_exa
     ingest(home, "t", [corpus], IngestOptions(format="jsonl", text_col="text", user_col="user", split="users"))
     model = _ruler(tmp_path / "ruler", [{"label": "PERSON", "pattern": "Anna Berg"}])
     detect_entities(home, "t", DetectorConfig(detectors=["spacy"], spacy_model=str(model)))
-    recall = detector_recall(home, "t", ["PERSON"])
+    recall = _recall(home, "t", ["PERSON"])
     assert recall.value is None and recall.describe().startswith("detector recall unmeasured (no gold tags")
     ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
     detect_entities(home, "demo", DetectorConfig(detectors=["gold"]))
-    gold = detector_recall(home, "demo", ["PERSON"])
+    gold = _recall(home, "demo", ["PERSON"])
     assert gold.how == "gold only" and gold.value is None  # nothing measured, so no figure is logged
 
 
@@ -96,7 +102,7 @@ def test_an_entity_level_run_logs_and_reports_the_recall_beside_its_epsilon(home
     config = TrainConfig(dataset="demo", mechanism="uedp-bounded", rounds=2, holders_per_entity=1, q_user=0.5,
                          noise_multiplier=2.0, categories=["PERSON"], local_steps=1, threads=1, checkpoint_every=0)
     result = train_configuration(home, config, progress=False)
-    expected = detector_recall(home, "demo", ["PERSON"])
+    expected = _recall(home, "demo", ["PERSON"])
     assert expected.value is not None and 0 <= expected.value < 1
     assert result.detector_recall == expected.describe()
     run = MlflowClient(tracking_uri=home.mlflow_tracking_uri).get_run(result.run_id)
