@@ -59,7 +59,7 @@ def main() -> None:
             if entities.exists():
                 (entities / "manifest.json").unlink()
             start = time.perf_counter()
-            result = detect_flow(str(home.root), "bench", config, scale_out=scale_out)
+            result = detect_flow("bench", config, home=str(home.root), scale_out=scale_out)
             timings[name] = time.perf_counter() - start
             rows[name] = sorted(map(tuple, (r.values() for r in read_table(entities).to_pylist())))
             print(f"  {name}: {result.entities} spans, {result.shards} shard(s)", file=sys.stderr)

@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib.resources import files
-from pathlib import Path
 
 from prefect import flow, runtime
 
 from uedp.detection.pipeline import DetectorConfig
 from uedp.storage.home import DataHome
 from uedp.storage.ingest import IngestResult
+from uedp.storage.remote import bundled_file
 from uedp.tasks.config import DemoConfig
 from uedp.tasks.detect import DetectResult, detect_task
 from uedp.tasks.ingest import conll_options, ingest_task
 from uedp.tasks.train import TrainResult, train_task
 
-DEMO_CORPUS = Path(str(files("uedp") / "data" / "demo.conll"))
+DEMO_CORPUS = bundled_file("demo.conll")
 __all__ = ["DEMO_CORPUS", "DemoConfig", "DemoOutcome", "demo_flow"]
 
 
@@ -29,7 +28,7 @@ class DemoOutcome:
 
 @flow(name="uedp-demo")
 def demo_flow(config: DemoConfig) -> DemoOutcome:
-    home = DataHome(Path(config.home))
+    home = DataHome.from_env(config.home or None)
     ingest = ingest_task(home, config.dataset, [DEMO_CORPUS], conll_options(split_seed=config.seed))
     detect = detect_task(home, config.dataset, DetectorConfig(detectors=["gold"]))
     flow_run_id = str(runtime.flow_run.id or "")

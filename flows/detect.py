@@ -8,7 +8,6 @@ other machines; then one task merges the parts. The result equals the single pas
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 from prefect import flow, unmapped
@@ -50,7 +49,7 @@ class ScaleOut(BaseModel):
 def detect_shards_flow(home: str, dataset: str, detector: DetectorConfig, shards: list[Shard],
                        store: str | None = None) -> DetectResult:
     """Map the shard task over the shards on this flow's task runner, then merge the parts."""
-    data_home = DataHome(Path(home))
+    data_home = DataHome.from_env(home or None)
     parts = detect_shard_task.map(unmapped(data_home), unmapped(dataset), unmapped(detector), shards, unmapped(store))
     parts.wait()  # every shard ends (finished parts stay staged for a rerun) before a failure is raised
     parts.result()  # raises the first failed shard's error, naming its input
@@ -58,9 +57,10 @@ def detect_shards_flow(home: str, dataset: str, detector: DetectorConfig, shards
 
 
 @flow(name="uedp-detect")
-def detect_flow(home: str, dataset: str, detector: DetectorConfig, progress: bool = False,
+def detect_flow(dataset: str, detector: DetectorConfig, home: str = "", progress: bool = False,
                 scale_out: ScaleOut | None = None) -> DetectResult:
-    data_home = DataHome(Path(home))
+    """``home`` empty: the data home `uedp serve` was given (``UEDP_HOME``), else ./.uedp."""
+    data_home = DataHome.from_env(home or None)
     scale_out = scale_out or ScaleOut()
     if scale_out.rows_per_shard is None:
         return detect_task(data_home, dataset, detector, progress, scale_out.store)
@@ -68,4 +68,5 @@ def detect_flow(home: str, dataset: str, detector: DetectorConfig, progress: boo
     if isinstance(shards, DetectResult):  # same corpus and detector configuration: nothing to do
         return shards
     sharded = detect_shards_flow.with_options(task_runner=scale_out.task_runner())  # type: ignore[arg-type]  # Prefect types runners by future kind
-    return sharded(home, dataset, detector, shards, scale_out.store)
+    # The resolved folder, not "": shard tasks may run in processes that do not share this environment.
+    return sharded(str(data_home.root), dataset, detector, shards, scale_out.store)

@@ -5,13 +5,12 @@ are published there for the machines that detect and train."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from prefect import flow
 from pydantic import BaseModel, ConfigDict, Field
 
 from uedp.storage.home import DataHome
 from uedp.storage.ingest import FORMATS, IngestOptions, IngestResult, SplitByUser
+from uedp.tasks.config import HOME_HELP
 from uedp.tasks.ingest import ingest_task
 
 
@@ -20,10 +19,13 @@ class IngestConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    home: str = Field(description="data home (datasets, MLflow store)")
+    home: str = Field("", description=HOME_HELP)
     dataset: str
     format: str = Field(description=f"one of {', '.join(FORMATS)}")
-    files: list[str] = Field(min_length=1, description="local paths or fsspec URLs (s3://, gs://, https://)")
+    files: list[str] = Field(min_length=1, description="local paths (on the worker), fsspec URLs (s3://, gs://, "
+                             "https://) or a corpus shipped with uedp (bundled:demo.conll)")
+    split_of: dict[str, str] = Field(default_factory=dict, description="file name -> train | valid | test, for "
+                                     "files whose names do not say which split they are")
     users: str | None = Field(None, description="source | chunk:N (ag_news, jsonl, csv); fixed for the others")
     text_col: str | None = None
     user_col: str | None = None
@@ -44,10 +46,11 @@ class IngestConfig(BaseModel):
             label_col=self.label_col, split_col=self.split_col, split=self.split,  # type: ignore[arg-type]
             split_by_user=SplitByUser(self.split_seed, self.valid_fraction, self.test_fraction),
             detokenize=self.detokenize, sec_document_types=tuple(self.sec_document_types),
+            split_of=tuple(sorted(self.split_of.items())),
         )
 
 
 @flow(name="uedp-ingest")
 def ingest_flow(config: IngestConfig, progress: bool = False) -> IngestResult:
-    return ingest_task(DataHome(Path(config.home)), config.dataset, config.files, config.options(), progress,
+    return ingest_task(DataHome.from_env(config.home or None), config.dataset, config.files, config.options(), progress,
                        config.store)

@@ -47,6 +47,6 @@ class PipelineOutcome:
 def pipeline_flow(config: PipelineConfig) -> PipelineOutcome:
     store = {"store": config.store} if config.store else {}
     ingested = ingest_flow(config.ingest.model_copy(update=store))
-    detected = detect_flow(config.ingest.home, config.ingest.dataset, config.detector,
+    detected = detect_flow(config.ingest.dataset, config.detector, home=config.ingest.home,
                            scale_out=config.scale_out.model_copy(update=store))
     return PipelineOutcome(ingested, detected, sweep_flow(config.sweep.model_copy(update=store)))

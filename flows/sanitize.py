@@ -3,8 +3,6 @@ into a new dataset, which the sweep then trains like any other."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from prefect import flow
 
 from uedp.storage.home import DataHome
@@ -12,5 +10,6 @@ from uedp.tasks.sanitize import SanitizeConfig, SanitizeResult, sanitize_task
 
 
 @flow(name="uedp-sanitize", flow_run_name="sanitize-{config.dataset}")
-def sanitize_flow(home: str, config: SanitizeConfig, progress: bool = False) -> SanitizeResult:
-    return sanitize_task(DataHome(Path(home)), config, progress)
+def sanitize_flow(config: SanitizeConfig, home: str = "", progress: bool = False) -> SanitizeResult:
+    """``home`` empty: the data home `uedp serve` was given (``UEDP_HOME``), else ./.uedp."""
+    return sanitize_task(DataHome.from_env(home or None), config, progress)

@@ -8,10 +8,9 @@ writing the report of the rest.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from prefect import flow, get_run_logger, runtime
 
+from uedp.storage.catalog import require_ingested
 from uedp.storage.home import DataHome
 from uedp.tasks.config import SweepConfig
 from uedp.tasks.report import report_task
@@ -23,7 +22,8 @@ __all__ = ["SweepConfig", "SweepOutcome", "sweep_flow"]
 
 @flow(name="uedp-sweep", flow_run_name="sweep-{config.dataset}")
 def sweep_flow(config: SweepConfig) -> SweepOutcome:
-    home = DataHome(Path(config.home))
+    home = DataHome.from_env(config.home or None)
+    require_ingested(home, config.dataset)  # before the parent MLflow run: a typo is not a failed sweep
     logger = get_run_logger()
     items = config.plan()
     flow_run_id = str(runtime.flow_run.id or "")

@@ -13,7 +13,7 @@ import logging
 import math
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import dp_accounting
 from dp_accounting import pld, rdp
@@ -29,11 +29,26 @@ ACCOUNTANTS: tuple[str, ...] = ("pld", "rdp")
 # same coin, so a clipped contribution of norm <= beta needs no extra factor 2 here. Only PLD supports
 # it for Poisson sampling.
 Adjacency = Literal["add_remove", "replace"]
+T = TypeVar("T")
 MIN_NOISE_MULTIPLIER = 0.3
 
 # dp_accounting's RDP code logs a warning for every fractional order it cannot evaluate; those orders
 # are excluded from the minimum, which keeps the bound valid. Keep them out of users' terminals.
 logging.getLogger("absl").setLevel(logging.ERROR)
+
+
+PLD_OUT_OF_MEMORY = ("the PLD accountant ran out of memory discretising this little noise ({detail}); "
+                     f"below a noise multiplier of about {MIN_NOISE_MULTIPLIER:g} epsilon is in the hundreds anyway: "
+                     "give more noise (or a target epsilon), or use the rdp accountant")
+
+
+def _fits_in_memory(compute: Callable[[], T]) -> T:
+    """Run a PLD computation, turning numpy's out-of-memory error (the discretisation of a privacy loss
+    distribution grows as the noise shrinks: 38 GiB at z = 0.001) into a ValueError that says what to do."""
+    try:
+        return compute()
+    except MemoryError as exc:
+        raise ValueError(PLD_OUT_OF_MEMORY.format(detail=str(exc).split(" for an array")[0] or "MemoryError")) from None
 
 
 def make_accountant(kind: AccountantKind, adjacency: Adjacency = "add_remove") -> dp_accounting.PrivacyAccountant:
@@ -90,11 +105,15 @@ def epsilon_after(round_event: dp_accounting.DpEvent, rounds: int, delta: float,
     if rounds <= 0 and initial is None:
         return 0.0
     accountant = make_accountant(kind, adjacency)
-    if rounds <= 0:
-        accountant.compose(initial)
-    else:
-        accountant.compose(with_initial(dp_accounting.SelfComposedDpEvent(round_event, rounds), initial))
-    return float(accountant.get_epsilon(delta))
+
+    def compose() -> float:
+        if rounds <= 0:
+            accountant.compose(initial)
+        else:
+            accountant.compose(with_initial(dp_accounting.SelfComposedDpEvent(round_event, rounds), initial))
+        return float(accountant.get_epsilon(delta))
+
+    return _fits_in_memory(compose)
 
 
 def calibrate_noise_multiplier(
@@ -198,8 +217,9 @@ class RoundAccountant:
         self.kind: AccountantKind = kind
         self.adjacency: Adjacency = adjacency
         self.rounds = 0
-        self._one_round = _round_pld(round_event, adjacency) if kind == "pld" else None
-        initial_pld = _gaussian_pld(initial, adjacency) if self._one_round is not None and initial is not None else None
+        self._one_round = _fits_in_memory(lambda: _round_pld(round_event, adjacency)) if kind == "pld" else None
+        initial_pld = (_fits_in_memory(lambda: _gaussian_pld(initial, adjacency))
+                       if self._one_round is not None and initial is not None else None)
         if self._one_round is not None and initial is not None and initial_pld is None:
             self._one_round = None  # an initial release PLD cannot build incrementally: recompose each time
         self._powers: dict[int, Any] = {}  # k -> the PLD of k rounds

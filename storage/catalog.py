@@ -12,7 +12,7 @@ import duckdb
 
 from uedp.errors import UedpError
 from uedp.storage.home import DataHome
-from uedp.storage.tables import DATA_FILE
+from uedp.storage.tables import DATA_FILE, read_manifest
 
 TABLES = ("sentences", "users", "entities")
 
@@ -25,22 +25,57 @@ class CategoryCount:
     users: int
 
 
+def require_ingested(home: DataHome, dataset: str) -> None:
+    """A clear error, before any work starts, for a dataset that was never ingested into this home."""
+    if read_manifest(home.table_dir(dataset, "sentences")) is None:
+        datasets = home.root / "datasets"
+        known = sorted(p.name for p in datasets.iterdir() if p.is_dir() and not p.name.startswith(".")) \
+            if datasets.is_dir() else []
+        raise UedpError(f"dataset {dataset!r} has no sentences table under {home.dataset_dir(dataset)}; ingest it "
+                        f"first ({'datasets here: ' + ', '.join(known) if known else 'this data home has no datasets'})")
+
+
+def stale_entities_reason(home: DataHome, dataset: str) -> str | None:
+    """Why the dataset's entities table does not describe its current sentences, or None when it does
+    (or there is none). Detection records the content key of the sentences it read; a re-ingest from
+    other files changes that key, and the old entities would otherwise pass for the new text's."""
+    entities = read_manifest(home.table_dir(dataset, "entities"))
+    sentences = read_manifest(home.table_dir(dataset, "sentences"))
+    if entities is None or sentences is None:
+        return None
+    built_from = entities.get("sentences_key")
+    if built_from == sentences.get("key"):
+        return None
+    was = f"sentences {str(built_from)[:12]}" if built_from else "sentences of unrecorded content (an older uedp)"
+    return (f"the entities table of {dataset!r} was detected from {was}, but the dataset now holds sentences "
+            f"{str(sentences.get('key'))[:12]} (it was ingested again since): run `uedp detect {dataset} ...` again")
+
+
 class Catalog:
     """An in-memory DuckDB connection with one view per existing table of ``dataset``."""
 
     def __init__(self, home: DataHome, dataset: str):
         self.dataset = dataset
-        self.con = duckdb.connect(":memory:")
+        require_ingested(home, dataset)
         self.tables: set[str] = set()
+        self.stale_entities = stale_entities_reason(home, dataset)
+        self.con = duckdb.connect(":memory:")
+        try:
+            self._create_views(home)
+        except BaseException:
+            self.con.close()  # an unclosed connection outlives the error (and nanobind reports it at exit)
+            raise
+
+    def _create_views(self, home: DataHome) -> None:
         for table in TABLES:
-            path = home.table_dir(dataset, table) / DATA_FILE
+            path = home.table_dir(self.dataset, table) / DATA_FILE
+            if table == "entities" and self.stale_entities:
+                continue  # built from an earlier ingest: never read as if it described these sentences
             if path.is_file():
                 # DDL cannot take prepared parameters: quote the path as an SQL string literal.
                 literal = "'" + str(path).replace("'", "''") + "'"
                 self.con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet({literal})")
                 self.tables.add(table)
-        if "sentences" not in self.tables:
-            raise UedpError(f"dataset {dataset!r} has no sentences table under {home.dataset_dir(dataset)}; ingest it first")
 
     def close(self) -> None:
         self.con.close()
@@ -52,6 +87,8 @@ class Catalog:
         self.close()
 
     def _require_entities(self) -> None:
+        if self.stale_entities:
+            raise UedpError(self.stale_entities)
         if "entities" not in self.tables:
             raise UedpError(f"dataset {self.dataset!r} has no entities table; run detection first")
 
@@ -102,6 +139,11 @@ class Catalog:
             [categories],
         ).fetchall()
         return [CategoryCount(*row) for row in rows]
+
+    def entities_per_category(self) -> dict[str, int]:
+        """Detected spans per category, whatever the categories chosen (what a dataset holds at all)."""
+        self._require_entities()
+        return dict(self.con.execute("SELECT category, count(*) FROM entities GROUP BY 1 ORDER BY 2 DESC").fetchall())
 
     def detectors(self) -> list[str]:
         """Names of the detectors whose spans the entities table holds."""

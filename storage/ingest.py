@@ -20,7 +20,7 @@ from typing import Literal
 from tqdm.auto import tqdm
 
 from uedp.errors import UedpError
-from uedp.storage.formats import FormatError, SourceRecord
+from uedp.storage.formats import FormatError, SourceRecord, split_from_filename
 from uedp.storage.formats.agnews import agnews_csv_records, agnews_jsonl_records
 from uedp.storage.formats.conll import conll_records
 from uedp.storage.formats.sec import edgar_corpus_records, edgar_submission_records
@@ -78,8 +78,16 @@ class IngestOptions:
     split_by_user: SplitByUser = field(default_factory=SplitByUser)
     detokenize: bool = False
     sec_document_types: tuple[str, ...] = ()
+    # (file name, split): which split a whole file is, where its name does not say (or says wrongly).
+    split_of: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
+        for file_name, role in self.split_of:
+            if role not in SPLITS:
+                raise UedpError(f"--split-of {file_name}={role}: the split must be one of {', '.join(SPLITS)}")
+        named = [file_name for file_name, _ in self.split_of]
+        if len(set(named)) != len(named):
+            raise UedpError("--split-of names a file twice")
         if self.format not in FORMATS:
             raise UedpError(f"unknown format {self.format!r}; valid: {', '.join(FORMATS)}")
         if self.split not in ("auto", "files", "users"):
@@ -107,6 +115,21 @@ class IngestOptions:
     def describe(self) -> dict[str, object]:
         return asdict(self) | {"users": self.user_strategy}
 
+    def role_of(self, path: Path) -> str | None:
+        """The split a whole file is: given with ``split_of`` (by name), else read from its name."""
+        return dict(self.split_of).get(path.name) or split_from_filename(path)
+
+
+def file_roles(files: list[Path], options: IngestOptions) -> list[str | None]:
+    """Each input's split as the file level sees it; part of the content key, so renaming
+    ``a.txt`` to ``train.txt`` (or a new ``--split-of``) is a different ingest, not a reuse."""
+    given = {file_name for file_name, _ in options.split_of}
+    unknown = sorted(given - {path.name for path in files})
+    if unknown:
+        raise UedpError(f"--split-of names {', '.join(unknown)}, which is not among the input files "
+                        f"({', '.join(path.name for path in files)})")
+    return [options.role_of(path) for path in files]
+
 
 @dataclass(frozen=True)
 class IngestResult:
@@ -116,6 +139,14 @@ class IngestResult:
     users: int
     key: str
     per_split: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def warning(self) -> str | None:
+        """What will fail later, said now: a dataset without a train split cannot be trained on."""
+        if self.per_split.get("train"):
+            return None
+        return (f"dataset {self.dataset!r} has no train split ({', '.join(f'{s} {n}' for s, n in self.per_split.items() if n) or 'no sentences'}): "
+                "`uedp train` will refuse it; say which file is which with --split-of FILE=train, or --split users")
 
 
 def records_for(path: Path, options: IngestOptions) -> Iterator[SourceRecord]:
@@ -151,6 +182,8 @@ def _user_assigner(path: Path, options: IngestOptions) -> Callable[[int, SourceR
 
 
 def _split_of(path: Path, record: SourceRecord, user: str, options: IngestOptions) -> str:
+    if path.name in dict(options.split_of):  # the user's word for the whole file beats its name and columns
+        return dict(options.split_of)[path.name]
     if options.split == "users" or (options.split == "auto" and record.split is None):
         return options.split_by_user(user)
     if record.split is None:
@@ -167,7 +200,8 @@ def ingest(home: DataHome, dataset: str, files: list[Path], options: IngestOptio
     for path in files:  # fail on a missing file before hashing, with the reader's message
         if not path.is_file():
             raise FormatError(path, None, "file not found" if not path.exists() else "not a regular file")
-    key = hash_config({"inputs": hash_files(files), "options": options.describe(), "schema": SCHEMA_VERSION})
+    key = hash_config({"inputs": hash_files(files), "roles": file_roles(files, options), "options": options.describe(),
+                       "schema": SCHEMA_VERSION})
     sentences_dir, users_dir = home.table_dir(dataset, "sentences"), home.table_dir(dataset, "users")
     if is_current(sentences_dir, key) and is_current(users_dir, key):
         manifest = read_manifest(sentences_dir) or {}

@@ -19,6 +19,7 @@ import json
 import posixpath
 import shutil
 import uuid
+from importlib.resources import files as package_files
 from pathlib import Path
 from typing import Any
 
@@ -106,11 +107,27 @@ def open_store(url: str | None) -> TableStore | None:
     return TableStore(url) if url else None
 
 
+BUNDLED = "bundled:"  # an input shipped inside the package (bundled:demo.conll), so defaults work anywhere
+
+
+def bundled_file(name: str) -> Path:
+    """A corpus shipped with uedp (``uedp/data``): what deployment defaults point at on a fresh machine."""
+    folder = Path(str(package_files("uedp") / "data"))
+    path = folder / name
+    if "/" in name or not path.is_file():
+        shipped = sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith("_"))
+        raise UedpError(f"no bundled corpus {name!r}; uedp ships: {', '.join(shipped)}")
+    return path
+
+
 def fetch_inputs(urls: list[str], into: Path) -> list[Path]:
     """Local paths for input files: local paths as they are, remote URLs copied into ``into`` (by name,
     one folder per URL so equal names do not collide). Ingest hashes content, so a copy reuses tables."""
     paths: list[Path] = []
     for index, url in enumerate(urls):
+        if url.startswith(BUNDLED):
+            paths.append(bundled_file(url.removeprefix(BUNDLED)))
+            continue
         protocol = fsspec.utils.get_protocol(url)
         if protocol in ("file", "local"):
             paths.append(Path(url.removeprefix("file://")))

@@ -77,10 +77,13 @@ class TableWriter:
         self.key = key
         self.details = dict(details or {})
         self.rows = 0
-        self._tmp = table_dir.parent / f".{table_dir.name}.tmp-{uuid.uuid4().hex[:8]}"
+        # The writer's PID in the name: a later writer can tell a folder a killed process left behind
+        # from one a live process is still filling.
+        self._tmp = table_dir.parent / f".{table_dir.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._writer: pq.ParquetWriter | None = None
 
     def __enter__(self) -> TableWriter:
+        remove_stale_temporaries(self.table_dir)
         self._tmp.mkdir(parents=True)
         self._writer = pq.ParquetWriter(self._tmp / DATA_FILE, self.schema, compression="zstd")
         return self
@@ -114,9 +117,35 @@ class TableWriter:
         swap_in(self._tmp, self.table_dir)
 
 
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def remove_stale_temporaries(table_dir: Path) -> list[Path]:
+    """Remove the half-written folders of ``table_dir`` whose writer died (``kill -9``, power loss):
+    ``.<table>.tmp-<pid>-*`` and ``.<table>.old-<pid>-*`` of a process that no longer runs, and those of
+    older uedp versions, which carry no PID. A live writer's folder is left alone. Returns what went."""
+    removed: list[Path] = []
+    if not table_dir.parent.is_dir():
+        return removed
+    for kind in ("tmp", "old"):
+        for folder in table_dir.parent.glob(f".{table_dir.name}.{kind}-*"):
+            owner = folder.name.removeprefix(f".{table_dir.name}.{kind}-").split("-")[0]
+            if (len(owner) == 8 and not owner.isdigit()) or (owner.isdigit() and not _process_alive(int(owner))):
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder)
+    return removed
+
+
 def swap_in(new_dir: Path, target: Path) -> None:
     """Replace ``target`` by ``new_dir`` with renames, so a reader never sees a partial folder."""
-    old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
+    old = target.parent / f".{target.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     if target.exists():
         os.replace(target, old)
     os.replace(new_dir, target)

@@ -38,6 +38,10 @@ else:
     MechanismName = registry.name_literal()  # a choice list in the Prefect UI and in JSON schemas
     LocalDpName = Literal[tuple(LOCAL_DP)]
     MechanismParamsUnion = registry.params_union()  # discriminated by ``mechanism``
+# Empty in every deployment's defaults: a flow run on a worker of `uedp serve` writes where the stack
+# was told to (UEDP_HOME), not into whatever folder the worker happens to run in.
+HOME_HELP = ("data home (datasets, MLflow store); empty: the one `uedp serve` was given (UEDP_HOME), "
+             "else ./.uedp")
 RANDOMNESS_HELP = ("secure (default): sampling, noise and batch order from the operating system, never stored; "
                    "seeded: from the seed, reproducible, and the guarantee does not hold against anyone who knows it")
 
@@ -277,7 +281,7 @@ class SweepConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    home: str = Field(description="data home (datasets, MLflow store)")
+    home: str = Field("", description=HOME_HELP)
     dataset: str
     mechanisms: list[MechanismName] = Field(default_factory=lambda: ["noiseless", "userdp", "uedp"],
                                             min_length=1)
@@ -372,7 +376,7 @@ class DemoConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    home: str = Field(description="data home (datasets, MLflow store)")
+    home: str = Field("", description=HOME_HELP)
     dataset: str = "demo"
     mechanisms: list[MechanismName] = Field(default_factory=lambda: ["noiseless", "deid", "userdp", "uedp"])
     categories: Categories = Field(default_factory=default_categories, validate_default=True)

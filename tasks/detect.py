@@ -93,7 +93,7 @@ def plan_detection(home: DataHome, dataset: str, config: DetectorConfig) -> Dete
     key = hash_config({"sentences": sentences["key"], "detector": config.identity(), "entity_identity": IDENTITY_VERSION,
                        "taxonomy": hashlib.sha256(Path(tax.source).read_bytes()).hexdigest()})
     details = {"detector": config.model_dump(exclude={"batch_size", "workers"}), "taxonomy": tax.source,
-               "entity_identity": IDENTITY_VERSION}
+               "entity_identity": IDENTITY_VERSION, "sentences_key": sentences["key"]}
     return DetectionPlan(dataset, key, "+".join(config.detectors), sentences_dir / DATA_FILE,
                          home.table_dir(dataset, "entities"), details, int(sentences["rows"]))
 

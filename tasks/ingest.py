@@ -28,8 +28,11 @@ def ingest_task(home: DataHome, dataset: str, files: Sequence[str | Path], optio
     if store:
         for table in ("sentences", "users"):
             store.push(home, dataset, table)
-    get_run_logger().info(
+    logger = get_run_logger()
+    logger.info(
         "%s dataset %r (%s): %d sentences, %d users%s", "reusing" if result.reused else "ingested", dataset,
         options.format, result.sentences, result.users, " (inputs unchanged)" if result.reused else "",
     )
+    if result.warning:
+        logger.warning(result.warning)
     return result

@@ -55,6 +55,9 @@ class ReportRow:
         return [b for b in self.audit_bounds if b is not None]
 
 
+ANY_CATEGORIES = "any (ignores categories)"
+
+
 def summarise(outcomes: Iterable[tuple[TrainResult, float | None]]) -> list[ReportRow]:
     """Group ``(result, target epsilon)`` pairs by mechanism, categories and target; average over seeds."""
     groups: dict[tuple[str, str, float | None], list[TrainResult]] = defaultdict(list)
@@ -98,7 +101,7 @@ def markdown(rows: list[ReportRow], title: str) -> str:
              f"| valid {metric} | test {metric} | spread over seeds | seeds | data used | MLflow runs |",
              "|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        lines.append(f"| {r.mechanism} | {r.categories} | {_num(r.target_epsilon) if r.target_epsilon else '-'} "
+        lines.append(f"| {r.mechanism} | {r.categories or ANY_CATEGORIES} | {_num(r.target_epsilon) if r.target_epsilon else '-'} "
                      f"| {_num(r.epsilon)} | {' / '.join(_num(b, 3) for b in r.audited) or '-'} | {r.delta:g} "
                      f"| {_num(r.noise_multiplier, 3) if r.noise_multiplier else '-'} "
                      f"| {r.randomness if r.randomness != 'none' else '-'} "
@@ -124,7 +127,7 @@ def markdown(rows: list[ReportRow], title: str) -> str:
                   "train tokens unchanged after sanitizing, and of tokens a masked LM recovers from the release.", "",
                   "| mechanism | categories | epsilon | tokens unchanged | mask-token inference success |",
                   "|---|---|---:|---:|---:|"]
-        lines += [f"| {r.mechanism} | {r.categories} | {_num(r.epsilon)} | {r.kept_token_share:.1%} | "
+        lines += [f"| {r.mechanism} | {r.categories or ANY_CATEGORIES} | {_num(r.epsilon)} | {r.kept_token_share:.1%} | "
                   f"{'-' if r.mask_inference_success is None else f'{r.mask_inference_success:.1%}'} |" for r in local]
     return "\n".join(lines) + "\n"
 
@@ -133,8 +136,9 @@ def plot(rows: list[ReportRow], path: Path, title: str) -> list[Path]:
     """One PNG per category set: test utility against epsilon, a line per private mechanism; the
     mechanisms without a guarantee (noiseless, deid) as horizontal reference lines."""
     written = []
-    for categories in sorted({r.categories for r in rows}):
-        subset = [r for r in rows if r.categories == categories]
+    # A mechanism that ignores categories (noiseless, dpsgd, userdp) is trained once and drawn in every set's plot.
+    for categories in sorted({r.categories for r in rows if r.categories}) or [""]:
+        subset = [r for r in rows if r.categories in (categories, "")]
         fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
         finite = [r for r in subset if math.isfinite(r.epsilon) and math.isfinite(r.test)]
         for mechanism in sorted({r.mechanism for r in finite}):
@@ -147,7 +151,7 @@ def plot(rows: list[ReportRow], path: Path, title: str) -> list[Path]:
             ax.set_xscale("log")
         metric = subset[0].metric
         ax.set(xlabel="epsilon (accounted, per mechanism's unit)", ylabel=f"test {metric}",
-               title=f"{title}\ncategories: {categories}")
+               title=f"{title}\ncategories: {categories or ANY_CATEGORIES}")
         if any(r.test > 0 for r in subset) and metric == "perplexity":
             ax.set_yscale("log")
         for axis in (ax.xaxis, ax.yaxis):
@@ -196,7 +200,7 @@ def plot_audit(rows: list[ReportRow], path: Path, title: str) -> Path | None:
 
 
 def _slug(text: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in text).strip("_") or "all"
+    return "".join(c if c.isalnum() else "_" for c in text).strip("_") or "any"
 
 
 def write_report(rows: list[ReportRow], folder: Path, title: str) -> list[Path]:

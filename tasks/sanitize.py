@@ -171,7 +171,8 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
             # Empty, so the dataset trains like any other (noiselessly: the text is already private);
             # `uedp detect` on the sanitized dataset replaces it with a real detection.
             with TableWriter(home.table_dir(config.output_name, "entities"), ENTITIES, key,
-                             {"note": "sanitized dataset: not detected", "entity_identity": IDENTITY_VERSION}):
+                             {"note": "sanitized dataset: not detected", "entity_identity": IDENTITY_VERSION,
+                              "sentences_key": key}):
                 pass
     return result
 

@@ -7,6 +7,7 @@ elsewhere (an MLflow server), so the same code serves the demo and a team deploy
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -33,23 +34,83 @@ def ui_command(home: DataHome) -> str:
     return f"mlflow ui --backend-store-uri {tracking_uri(home)}"
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Leases:
+    """Which process owns each RUNNING run this machine started: ``<home>/runs/active/<run id>.json``.
+
+    A run whose process was killed (``kill -9``, out of memory, a lost terminal) cannot end itself and
+    would stay RUNNING in MLflow forever; the next run opened from this data home marks such runs KILLED.
+    The files stay in the data home (process ids are not released)."""
+
+    def __init__(self, home: DataHome):
+        self.folder = home.root / "runs" / "active"
+
+    def take(self, run_id: str) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / f"{run_id}.json").write_text(json.dumps({"pid": os.getpid()}), encoding="utf-8")
+
+    def release(self, run_id: str) -> None:
+        (self.folder / f"{run_id}.json").unlink(missing_ok=True)
+
+    def reap(self, client: MlflowClient) -> list[str]:
+        """End the runs whose owning process is gone as KILLED; returns their ids."""
+        ended: list[str] = []
+        for lease in sorted(self.folder.glob("*.json")) if self.folder.is_dir() else []:
+            try:
+                pid = int(json.loads(lease.read_text(encoding="utf-8"))["pid"])
+            except (OSError, ValueError, KeyError, TypeError):
+                pid = -1  # unreadable: its writer died mid-write
+            if pid > 0 and _alive(pid):
+                continue
+            run_id = lease.stem
+            with contextlib.suppress(Exception):  # a run deleted from MLflow meanwhile
+                if client.get_run(run_id).info.status == "RUNNING":
+                    client.set_terminated(run_id, status="KILLED")
+                    ended.append(run_id)
+            lease.unlink(missing_ok=True)
+        return ended
+
+
 class RunTracker:
-    """A started MLflow run with the few logging calls uedp needs; ``finish`` ends it."""
+    """A started MLflow run with the few logging calls uedp needs; ``finish`` ends it.
+
+    Opening one first marks KILLED the runs of this data home whose process died (:class:`Leases`)."""
 
     def __init__(self, home: DataHome, experiment: str, run_name: str, tags: dict[str, str]):
         self.client = MlflowClient(tracking_uri=tracking_uri(home))
+        self.leases = Leases(home)
+        self.leases.reap(self.client)
         experiment_id = experiment_id_for(self.client, home, experiment)
         self.run_id: str = self.client.create_run(experiment_id, run_name=run_name, tags=tags).info.run_id
+        self.leases.take(self.run_id)
 
     @classmethod
     def attach(cls, home: DataHome, run_id: str, reopen: bool = False) -> RunTracker:
         """Log to an existing run; ``reopen`` marks it running again (a training resumed from its checkpoint)."""
         tracker = cls.__new__(cls)
         tracker.client = MlflowClient(tracking_uri=tracking_uri(home))
+        tracker.leases = Leases(home)
         tracker.run_id = run_id
         if reopen:
+            tracker.leases.reap(tracker.client)
             tracker.client.update_run(run_id, status="RUNNING")
+            tracker.leases.take(run_id)
         return tracker
+
+    def last_step(self, metric: str) -> int:
+        """The highest step ``metric`` was logged at (-1: never): a resumed run re-runs the rounds after
+        its last checkpoint, and their points are not logged twice."""
+        history = self.client.get_metric_history(self.run_id, metric)
+        return max((m.step for m in history), default=-1)
 
     def log_params(self, params: dict[str, Any]) -> None:
         self.client.log_batch(self.run_id, params=[Param(k, _param(v)) for k, v in sorted(params.items())])
@@ -112,6 +173,7 @@ class RunTracker:
 
     def finish(self, failed: bool = False) -> None:
         self.client.set_terminated(self.run_id, status="FAILED" if failed else "FINISHED")
+        self.leases.release(self.run_id)
 
 
 def experiment_id_for(client: MlflowClient, home: DataHome, experiment: str) -> str:

@@ -21,6 +21,7 @@ from uedp.tasks.torchrun import train_with_torchrun
 from uedp.tasks.training import (
     TrainResult,
     build_mechanism,
+    categories_warning,
     loss_function,
     planned_population,
     sanitize_for,
@@ -66,6 +67,8 @@ def with_audit(home: DataHome, config: TrainConfig, result: TrainResult) -> Trai
 @retried_task("train-configuration", task_run_name="train-{config.mechanism}")
 def train_task(home: DataHome, config: TrainConfig, flow_run_id: str | None = None,
                parent_run_id: str | None = None, store_url: str | None = None) -> TrainResult:
+    if (warning := categories_warning(home, config)) is not None:
+        get_run_logger().warning(warning)
     result = run_training(home, config, flow_run_id, parent_run_id, store_url)
     get_run_logger().info(
         "%s: epsilon=%s %s(test)=%.4g run_id=%s%s", config.run_name(),

@@ -8,6 +8,7 @@ configuration: weights, generators and accountant come back, and the same MLflow
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Sequence
@@ -185,6 +186,15 @@ def _open_tracker(home: DataHome, config: TrainConfig, tags: dict[str, str],
     return tracker, False
 
 
+def _forget_run_file(checkpoint: Checkpointer) -> None:
+    """A finished run is not resumed: drop its run file and the checkpoint folder once it is empty."""
+    if checkpoint.folder is None or not checkpoint.writes:
+        return
+    (checkpoint.folder / RUN_FILE).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # not empty: something else lives there; leave it
+        checkpoint.folder.rmdir()
+
+
 @dataclass
 class Setup:
     """Everything one configuration trains with, built the same way in every torchrun process."""
@@ -253,6 +263,23 @@ EVALUATION_CAVEAT = ("validation and test metrics are computed without noise on 
                      "guarantee does not cover")
 
 
+def categories_warning(home: DataHome, config: TrainConfig) -> str | None:
+    """Said before training: none of the chosen categories was detected in the dataset, so a mechanism
+    that protects entities of those categories finds no sensitive sentence (a typo, or the wrong detector)."""
+    if (not config.spec.uses_categories(config.params) or config.spec.text == "sanitized"
+            or read_manifest(home.table_dir(config.dataset, "sentences")) is None):  # not here yet (a store)
+        return None
+    with Catalog(home, config.dataset) as catalog:
+        if "entities" not in catalog.tables:
+            return None  # training itself says what is missing
+        present = catalog.entities_per_category()
+    if any(present.get(category) for category in config.categories):
+        return None
+    held = ", ".join(f"{category} {count}" for category, count in present.items()) or "no entities at all"
+    return (f"no {'/'.join(config.categories)} entity was detected in {config.dataset!r} (it holds: {held}); "
+            f"{config.mechanism} will find no sensitive sentence for these categories")
+
+
 def check_entity_identity(home: DataHome, dataset: str) -> None:
     """Refuse an entities table built with another definition of an entity's key: its units would not
     be the ones the documentation promises (one entity, one unit, across categories)."""
@@ -304,6 +331,8 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
     metric = "error" if config.task == "classification" else "perplexity"
     tracker, resumed = _open_tracker(home, config, _tags(home, config, device, flow_run_id, parent_run_id), checkpoint)
     resumed_from, first_report = 0, True
+    # Rounds between the last checkpoint and a crash run again after a resume; MLflow already has their points.
+    logged_until = tracker.last_step("epsilon") if resumed else -1
     try:
         if not resumed:
             # No count of the private data (users, sentences, entities): PRIVACY.md rule 4. The class label
@@ -325,9 +354,10 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
                 resumed_from = report.round - 1
                 bar.update(resumed_from)
             first_report = False
-            tracker.log_metrics({"epsilon": report.epsilon, "train_loss": report.loss}
-                                | ({"participants": report.participants} if report.participants is not None else {}),
-                                step=report.round)
+            if report.round > logged_until:
+                tracker.log_metrics({"epsilon": report.epsilon, "train_loss": report.loss}
+                                    | ({"participants": report.participants} if report.participants is not None
+                                       else {}), step=report.round)
             if math.isfinite(report.epsilon):
                 rounds.append(report.round)
                 epsilons.append(report.epsilon)
@@ -381,10 +411,12 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         raise
     tracker.finish()
     checkpoint.clear()
+    _forget_run_file(checkpoint)
     if s.audit is not None:  # filed last: a retry before this point resumes with the same canaries
         keep_for_run(home, config, tracker.run_id, s.audit, record)
     return TrainResult(
-        run_id=tracker.run_id, mechanism=config.mechanism, categories=list(config.categories),
+        run_id=tracker.run_id, mechanism=config.mechanism,
+        categories=list(config.categories) if config.spec.uses_categories(config.params) else [],
         epsilon=statement.epsilon, delta=statement.delta, noise_multiplier=statement.noise_multiplier,
         utility_metric=metric, utility_valid=valid, utility_test=test, rounds=statement.rounds,
         resumed_from=resumed_from, notes=statement.notes, privacy_extra=dict(statement.extra),

@@ -96,8 +96,11 @@ def test_the_sweep_is_a_base_plus_a_grid() -> None:
                         category_sets=[["PERSON"], ["LOC"]], target_epsilons=[2.0, 8.0], seeds=[0, 1],
                         model="gpt2", q_user=0.1, rounds=3)
     plan = sweep.plan()
-    # noiseless once per seed (categories change nothing), deid per category set, private x epsilons x sets
-    assert len(plan) == 2 * (1 + 2 + 2 * 2 + 2 * 2)
+    # per seed: noiseless once (categories change nothing), deid per category set, userdp once per epsilon
+    # (its training ignores categories), uedp per epsilon and category set
+    assert len(plan) == 2 * (1 + 2 + 2 + 2 * 2)
+    assert sorted(i.config.mechanism for i in plan if i.config.seed == 0) == \
+        ["deid", "deid", "noiseless", "uedp", "uedp", "uedp", "uedp", "userdp", "userdp"]
     private = [i for i in plan if i.config.is_private]
     assert all(i.config.params.q_user == 0.1 and i.config.params.rounds == 3 for i in private)
     assert all(i.config.params.target_epsilon == i.target and i.config.params.noise_multiplier is None

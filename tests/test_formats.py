@@ -192,3 +192,22 @@ def test_generic_jsonl_and_csv_columns(tmp_path: Path) -> None:
 )
 def test_split_from_filename(name: str, split: str | None) -> None:
     assert split_from_filename(Path(name)) == split
+
+
+def test_csv_errors_name_the_true_line_and_column_long_fields_and_a_bom(tmp_path: Path) -> None:
+    """Invalid UTF-8 far into a file is reported at its own line and column (it was a byte offset inside
+    the decoder's 8 KiB buffer, on the wrong line); fields over Python's 128 KiB default are read; a
+    byte-order mark before the header does not rename its first column."""
+    filler = "".join(f'"3","Title {i}","Body number {i} of the archive."\n' for i in range(2_000))
+    bad = write(tmp_path / "late.csv", filler.encode() + b'"1","caf\xe9 au lait","x"\n')
+    with pytest.raises(FormatError, match=r"late\.csv:2001: invalid UTF-8 \(byte 0xe9\) at column 9;"):
+        list(agnews_csv_records(bad))
+
+    long_body = "word " * 60_000  # 300 KB in one field
+    long = write(tmp_path / "long.csv", f'"2","Long","{long_body}"\n"3","Short","Fine."\n')
+    records = list(agnews_csv_records(long))
+    assert len(records) == 2 and len(records[0].text) > 290_000 and records[1].line == 2
+
+    bom = write(tmp_path / "bom.csv", b"\xef\xbb\xbftext,writer\nHello there,amara\nBye,okafor\n")
+    rows = list(csv_records(bom, "text", "writer", None, None))
+    assert [(r.text, r.user, r.line) for r in rows] == [("Hello there", "amara", 2), ("Bye", "okafor", 3)]

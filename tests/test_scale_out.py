@@ -93,14 +93,14 @@ def test_sharded_detection_equals_one_pass_and_is_shared_through_the_store(home:
     TableStore(store_url).push(home, demo, "sentences")
 
     shard_machine = DataHome.from_env(tmp_path / "shard-machine")  # has nothing but the store
-    result = detect_flow(str(shard_machine.root), demo, DetectorConfig(),
+    result = detect_flow(demo, DetectorConfig(), home=str(shard_machine.root),
                          scale_out=ScaleOut(rows_per_shard=37, runner="threads", store=store_url))
     assert result.shards == len(plan_shards(plan_detection(home, demo, DetectorConfig()), 37)) > 10
     assert _rows(shard_machine, demo) == single and _key(shard_machine, demo, "entities") == key
     assert not list((tmp_path / "bucket").rglob(f"{STAGING_PREFIX}*"))  # staging dropped after the merge
 
     trainer = DataHome.from_env(tmp_path / "gpu-machine")
-    again = detect_flow(str(trainer.root), demo, DetectorConfig(),
+    again = detect_flow(demo, DetectorConfig(), home=str(trainer.root),
                         scale_out=ScaleOut(rows_per_shard=37, runner="threads", store=store_url))
     assert again.reused and _rows(trainer, demo) == single  # pulled, not re-detected
 
@@ -115,7 +115,7 @@ def test_a_failing_shard_leaves_no_table_and_keeps_finished_parts(home: DataHome
     ingest(home, "t", [corpus], IngestOptions(format="jsonl", text_col="text", user_col="user", split="users"))
     config = DetectorConfig(detectors=["spacy"], spacy_model=str(tmp_path / "odd"))
     with pytest.raises(UedpError, match="SPACESHIP"):
-        detect_flow(str(home.root), "t", config, scale_out=ScaleOut(rows_per_shard=10, runner="threads"))
+        detect_flow("t", config, home=str(home.root), scale_out=ScaleOut(rows_per_shard=10, runner="threads"))
     assert read_manifest(home.table_dir("t", "entities")) is None
     staged = sorted(p.name for p in home.dataset_dir("t").glob(f"{STAGING_PREFIX}*/part-*.parquet"))
     assert staged == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]  # the rerun skips these
@@ -132,7 +132,7 @@ def test_detection_on_a_local_dask_cluster_equals_one_pass(home: DataHome, demo:
     detect_entities(home, demo, config)
     single, key = _rows(home, demo), _key(home, demo, "entities")
     (home.table_dir(demo, "entities") / "manifest.json").unlink()
-    result = detect_flow(str(home.root), demo, config,
+    result = detect_flow(demo, config, home=str(home.root),
                          scale_out=ScaleOut(rows_per_shard=150, runner="dask", dask_workers=2))
     assert result.shards >= 3 and not result.reused
     assert _rows(home, demo) == single and _key(home, demo, "entities") == key

@@ -41,27 +41,47 @@ def _chromium(url: str, profile: Path, *, screenshot: Path | None = None) -> str
     return done.stdout
 
 
+def _run_to_end(api: SyncPrefectClient, run_id: object, timeout: float = 420) -> tuple[str, object]:
+    """Poll a flow run until it ends (or the time is up): its final state's name and the state."""
+    deadline, state, current = time.monotonic() + timeout, "", None
+    while time.monotonic() < deadline:
+        current = api.read_flow_run(run_id).state  # type: ignore[arg-type]
+        state = current.type.value if current else ""
+        if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+            break
+        time.sleep(2)
+    return state, current
+
+
+def _worker_log(stack: LocalStack) -> str:
+    return (stack.logs / "worker-cpu.log").read_text(errors="replace")[-3000:]
+
+
 @pytest.mark.slow
 def test_deployed_demo_runs_on_a_worker_and_both_uis_show_it(tmp_path: Path) -> None:
     home = DataHome.from_env(tmp_path / "home")
     screenshots = Path(os.environ.get("UEDP_SCREENSHOTS") or tmp_path / "screenshots")
-    with LocalStack(home, free_port(), free_port()) as stack, SyncPrefectClient(stack.prefect_api) as api:
+    workdir = tmp_path / "workdir"  # where the workers run flows: nothing of the data may land here
+    workdir.mkdir()
+    with LocalStack(home, free_port(), free_port(), workdir=workdir) as stack, \
+            SyncPrefectClient(stack.prefect_api) as api:
         # Prefect's own client: the endpoints the UI calls, with its retries when a busy server answers 503.
+        # The ingest deployment with its defaults, as a new user's first click: the bundled corpus, no home.
+        ingest = api.read_deployment_by_name("uedp-ingest/uedp-ingest")
+        assert "home" not in ingest.parameters["config"]  # the served data home, never a folder of its own
+        state, current = _run_to_end(api, api.create_flow_run_from_deployment(ingest.id).id)
+        assert state == "COMPLETED", _worker_log(stack)
+        assert (home.table_dir("demo", "sentences") / "data.parquet").is_file()
+
         deployment = api.read_deployment_by_name("uedp-demo/uedp-demo")
         # The form's shape: the mechanism parameters are a nested block (the server checks the JSON schema).
-        config = {"home": str(home.root), "mechanisms": ["noiseless", "userdp"], "categories": ["PERSON", "LOC"],
+        config = {"mechanisms": ["noiseless", "userdp"], "categories": ["PERSON", "LOC"],
                   "settings": {"steps": 40, "rounds": 2}}
         # The UI's Run button: POST /deployments/{id}/create_flow_run with the form's parameters.
         run = api.create_flow_run_from_deployment(deployment.id, parameters={"config": config})
-        deadline, state = time.monotonic() + 420, ""
-        while time.monotonic() < deadline:
-            current = api.read_flow_run(run.id).state
-            state = current.type.value if current else ""
-            if state in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
-                break
-            time.sleep(2)
-        worker_log = (stack.logs / "worker-cpu.log").read_text(errors="replace")[-3000:]
-        assert state == "COMPLETED", f"flow run ended {state or 'not at all'}; worker log:\n{worker_log}"
+        state, current = _run_to_end(api, run.id)
+        assert state == "COMPLETED", f"flow run ended {state or 'not at all'}; worker log:\n{_worker_log(stack)}"
+        assert not list(workdir.iterdir()), "a flow run wrote into the worker's folder instead of the data home"
         # The deployment persists results: the flow run's return value is on disk, referenced by its state.
         stored = Path(getattr(current.data, "storage_key", ""))  # type: ignore[union-attr]
         assert stored.is_file() and stack.results in stored.parents

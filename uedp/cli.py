@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Optional, TypeVar
 
@@ -88,6 +89,15 @@ def user_errors(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+@contextlib.contextmanager
+def prefect_api(home: Any) -> Iterator[str]:
+    """The Prefect API a command's flows run against (a temporary one of uedp's own when none is set)."""
+    from uedp.prefect_server import prefect_api as api
+
+    with api(home) as url:
+        yield url
+
+
 def _prepare_runtime(home_override: Optional[Path]):  # type: ignore[no-untyped-def]
     """Resolve the data home and point Prefect at it (no server needed) before Prefect is imported."""
     from uedp.storage.home import DataHome
@@ -101,19 +111,27 @@ def _prepare_runtime(home_override: Optional[Path]):  # type: ignore[no-untyped-
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL" if "PREFECT_API_URL" not in os.environ else "INFO")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    # MLflow announces creating and migrating its SQLite store on every first use: not the user's business.
+    for noisy in ("mlflow.store.db.utils", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     return home
 
 
-@app.callback()
-def _root(
-    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True),
-) -> None:
-    """uedp: user- and entity-level DP training of language models, as one Prefect + MLflow pipeline."""
-    if version:
+def _print_version(value: bool) -> None:
+    """Runs while the options are parsed, before Click asks for a command (so `uedp --version` alone works)."""
+    if value:
         from uedp import __version__
 
         typer.echo(f"uedp {__version__}")
         raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", help="Print the version and exit.", is_eager=True,
+                                 callback=_print_version),
+) -> None:
+    """uedp: user- and entity-level DP training of language models, as one Prefect + MLflow pipeline."""
 
 
 def _csv(value: str | None) -> list[str]:
@@ -164,7 +182,8 @@ def demo(
     )
     _check_before_running(config.train_configs(), config.device)
     typer.echo(f"uedp demo: data home {data_home.root}")
-    outcome = demo_flow(config)
+    with prefect_api(data_home):
+        outcome = demo_flow(config)
     ing, det = outcome.ingest, outcome.detect
     typer.echo(
         f"ingest: {'reused existing' if ing.reused else 'ingested'} dataset {ing.dataset!r} "
@@ -191,6 +210,9 @@ def ingest(
     label_col: Optional[str] = typer.Option(None, help="jsonl/csv: a label column to keep."),
     split_col: Optional[str] = typer.Option(None, help="jsonl/csv: a column holding train/valid/test."),
     split: str = typer.Option("auto", help="auto: from file names or --split-col, else by user; files; users."),
+    split_of: list[str] = typer.Option([], "--split-of", metavar="FILE=SPLIT",
+                                       help="Which split a whole file is (train, valid or test), for files whose "
+                                       "names do not say: --split-of notes.txt=train. Repeatable."),
     split_seed: int = typer.Option(0, help="Seed of the by-user split."),
     valid_fraction: float = typer.Option(0.1, help="Share of users in valid (by-user split)."),
     test_fraction: float = typer.Option(0.1, help="Share of users in test (by-user split)."),
@@ -212,16 +234,30 @@ def ingest(
         home=str(data_home.root), dataset=validate_dataset_name(name), format=format, files=list(paths),
         users=users, text_col=text_col, user_col=user_col, label_col=label_col, split_col=split_col, split=split,
         split_seed=split_seed, valid_fraction=valid_fraction, test_fraction=test_fraction, detokenize=detokenize,
-        sec_document_types=_csv(sec_document_types), store=store,
+        sec_document_types=_csv(sec_document_types), store=store, split_of=_split_roles(split_of),
     )
     options = config.options()  # validate before any work starts
-    result = ingest_flow(config, progress=sys.stderr.isatty())
+    with prefect_api(data_home):
+        result = ingest_flow(config, progress=sys.stderr.isatty())
     if result.reused:
         typer.echo(f"{name}: inputs and options unchanged, reused the existing tables (nothing redone)")
     splits = ", ".join(f"{s} {result.per_split[s]}" for s in ("train", "valid", "test") if result.per_split.get(s))
     typer.echo(f"{name}: {result.sentences} sentences ({splits}), {result.users} users "
                f"[users = {options.user_strategy}]")
     typer.echo(f"tables: {data_home.dataset_dir(name)}/{{sentences,users}}/data.parquet")
+    if result.warning:
+        typer.echo(f"warning: {result.warning}", err=True)
+
+
+def _split_roles(pairs: list[str]) -> dict[str, str]:
+    """``--split-of FILE=SPLIT`` values as {file name: split}; a path names its file."""
+    roles: dict[str, str] = {}
+    for pair in pairs:
+        file_name, sep, role = pair.rpartition("=")
+        if not sep or not file_name or not role:
+            raise typer.BadParameter(f"{pair!r}: expected FILE=SPLIT, e.g. notes.txt=train", param_hint="--split-of")
+        roles[Path(file_name).name] = role.strip()
+    return roles
 
 
 @app.command()
@@ -263,7 +299,8 @@ def detect(
     )
     scale_out = ScaleOut(rows_per_shard=shard_rows, runner=runner, dask_address=dask_address,
                          dask_workers=dask_workers, store=store)
-    result = detect_flow(str(data_home.root), dataset, config, progress=sys.stderr.isatty(), scale_out=scale_out)
+    with prefect_api(data_home):
+        result = detect_flow(dataset, config, home=str(data_home.root), progress=sys.stderr.isatty(), scale_out=scale_out)
     verb = "reused (same corpus and detector configuration)" if result.reused else "wrote"
     shards = f" in {result.shards} shards" if result.shards > 1 else ""
     typer.echo(f"{dataset}: {verb} {result.entities} entity spans from {result.detector}{shards}")
@@ -290,7 +327,8 @@ def sanitize(
 
     values = merged(config_file, settings, set_, LISTED) | ({"randomness": "seeded"} if seeded else {})
     config = SanitizeConfig(**{**values, "dataset": dataset})
-    result = sanitize_flow(str(data_home.root), config, progress=sys.stderr.isatty())
+    with prefect_api(data_home):
+        result = sanitize_flow(config, home=str(data_home.root), progress=sys.stderr.isatty())
     verb = "reused (same source and settings: the same release)" if result.reused else "wrote"
     typer.echo(f"{result.dataset}: {verb}")
     typer.echo(f"  {result.statement}")
@@ -490,6 +528,10 @@ def train(
     if seeded:
         values["randomness"] = "seeded"
     config = TrainConfig(**{**values, "dataset": dataset})  # the named dataset wins over a config file's
+    from uedp.tasks.training import categories_warning
+
+    if (warning := categories_warning(data_home, config)) is not None:
+        typer.echo(f"warning: {warning}", err=True)
     result = run_training(data_home, config, store_url=store)
     if result.resumed_from:
         typer.echo(f"resumed from the checkpoint of round {result.resumed_from}")
@@ -552,10 +594,14 @@ def sweep(
             "randomness": "seeded" if seeded else None, "grid": _grid_axes(grid_axes or []) or None}
     values = merged(config_file, settings, set_, LISTED) | {k: v for k, v in grid.items() if v is not None}
     config = SweepConfig(**{**values, "home": str(data_home.root), "dataset": dataset})
+    from uedp.storage.catalog import require_ingested
+
+    require_ingested(data_home, dataset)
     items = config.plan()
     _check_before_running([item.config for item in items], config.run.device)
     typer.echo(f"uedp sweep: {len(items)} configurations on {dataset!r}")
-    outcome = sweep_flow(config)
+    with prefect_api(data_home):
+        outcome = sweep_flow(config)
     _print_summary(outcome.runs, title=f"uedp sweep on {dataset}")
     typer.echo(f"\nreport: {outcome.report[0] if outcome.report else '-'}")
     typer.echo(f"MLflow parent run: {outcome.parent_run_id}   (browse: {ui_command(data_home)})")
@@ -647,8 +693,7 @@ def serve(
 
     typer.echo(f"starting the uedp stack (logs: {data_home.root / 'stack'}) ...")
     with LocalStack(data_home, prefect_port, mlflow_port) as stack:
-        typer.echo(f"Prefect UI  {stack.prefect_ui}   (deployments: uedp-ingest, uedp-detect, uedp-sweep, "
-                   "uedp-pipeline, uedp-demo)")
+        typer.echo(f"Prefect UI  {stack.prefect_ui}   (deployments: {', '.join(stack.deployment_names())})")
         typer.echo(f"MLflow UI   {stack.mlflow_url}")
         typer.echo(f"CLI against it: export PREFECT_API_URL={stack.prefect_api} MLFLOW_TRACKING_URI={stack.mlflow_url}")
         typer.echo("Ctrl-C stops everything.")
@@ -702,7 +747,7 @@ def _print_summary(runs: list[Any], title: str = "uedp demo results") -> None:
         table.add_column(column, justify="right" if column in ("epsilon", "delta", "z", "rounds", metric) else "left")
     for r in runs:
         table.add_row(
-            r.shown_as, ",".join(r.categories), _fmt(r.epsilon), f"{r.delta:g}" if r.delta else "-",
+            r.shown_as, ",".join(r.categories) or "any", _fmt(r.epsilon), f"{r.delta:g}" if r.delta else "-",
             f"{r.noise_multiplier:.3g}" if r.noise_multiplier else "-", r.randomness if r.randomness != "none" else "-",
             str(r.rounds), f"{r.utility_test:.4g}", r.run_id,
         )

@@ -64,6 +64,13 @@ class LocalStack:
     def logs(self) -> Path:
         return self.home.root / "stack"
 
+    @staticmethod
+    def deployment_names() -> list[str]:
+        """The deployments ``prefect.yaml`` defines, in its order (what `uedp serve` says it deployed)."""
+        import yaml
+
+        return [d["name"] for d in yaml.safe_load(DEPLOYMENTS.read_text(encoding="utf-8"))["deployments"]]
+
     def env(self) -> dict[str, str]:
         """What every process of the stack (and a flow run on a worker) sees."""
         return os.environ | {

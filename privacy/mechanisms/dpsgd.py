@@ -180,4 +180,5 @@ register(MechanismSpec(
     name="dpsgd", rank=10, summary="example-level DP-SGD (one sequence is the unit), per-example gradients by Opacus",
     params=DpSgdParams, unit=DpSgd.unit, guarantee="central", build=_build, counts="sequences",
     per_example_loss=True, audited_levels=("sentence",), audit=AuditDesign("sequence"), plan=_plan,
+    uses_categories=lambda p: False,  # no category changes what it trains: a sweep trains it once
 ))

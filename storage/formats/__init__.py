@@ -9,7 +9,6 @@ from __future__ import annotations
 import bz2
 import csv
 import gzip
-import io
 import json
 import lzma
 import re
@@ -58,17 +57,31 @@ def open_binary(path: Path) -> IO[bytes] | gzip.GzipFile:  # GzipFile is no IO[b
     return open(path, "rb")
 
 
-def read_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """``(line number, line without its newline)``, decoded as strict UTF-8 (errors name the line); a
-    UTF-8 byte-order mark at the start of the file is dropped (editors on Windows write one)."""
+BOM = b"\xef\xbb\xbf"
+# Python's csv module refuses fields over 128 KiB; a filing or an article body is often longer.
+CSV_FIELD_LIMIT = 64 << 20
+
+
+def _decoded(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, line with its newline)`` decoded as strict UTF-8, the UTF-8 byte-order mark at
+    the start of the file dropped (editors on Windows write one). A bad byte is named by its line and
+    column in the file, not by an offset inside a decoder's buffer."""
     with open_binary(path) as handle:
         for lineno, raw in enumerate(handle, start=1):
-            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]
+            if lineno == 1 and raw.startswith(BOM):
+                raw = raw[len(BOM):]
             try:
-                yield lineno, raw.decode("utf-8").rstrip("\r\n")
+                yield lineno, raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise FormatError(path, lineno, f"invalid UTF-8 at byte {exc.start}") from None
+                column = len(raw[:exc.start].decode("utf-8", errors="replace")) + 1
+                raise FormatError(path, lineno, f"invalid UTF-8 (byte 0x{raw[exc.start]:02x}) at column {column}; "
+                                  "save the file as UTF-8") from None
+
+
+def read_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, line without its newline)``, decoded as strict UTF-8 (errors name line and column)."""
+    for lineno, text in _decoded(path):
+        yield lineno, text.rstrip("\r\n")
 
 
 def read_json_objects(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
@@ -86,19 +99,19 @@ def read_json_objects(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
 
 
 def read_csv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
-    """``(line where the row starts, fields)`` of a CSV file (quoted fields may span lines); blank rows skipped."""
-    with open_binary(path) as raw:
-        reader = csv.reader(io.TextIOWrapper(raw, encoding="utf-8", errors="strict", newline=""))
-        previous = 0
-        try:
-            for row in reader:
-                start, previous = previous + 1, reader.line_num
-                if row:
-                    yield start, row
-        except UnicodeDecodeError as exc:
-            raise FormatError(path, previous + 1, f"invalid UTF-8 at byte {exc.start}") from None
-        except csv.Error as exc:
-            raise FormatError(path, previous + 1, f"malformed CSV: {exc}") from None
+    """``(line where the row starts, fields)`` of a CSV file (quoted fields may span lines); blank rows
+    skipped. Decoding is line by line (:func:`_decoded`), so errors name the true line and column."""
+    if csv.field_size_limit() < CSV_FIELD_LIMIT:
+        csv.field_size_limit(CSV_FIELD_LIMIT)
+    reader = csv.reader(text for _, text in _decoded(path))
+    previous = 0
+    try:
+        for row in reader:
+            start, previous = previous + 1, reader.line_num
+            if row:
+                yield start, row
+    except csv.Error as exc:
+        raise FormatError(path, previous + 1, f"malformed CSV: {exc}") from None
 
 
 _SPLIT_WORDS = {
