@@ -8,36 +8,58 @@ writing the report of the rest.
 
 from __future__ import annotations
 
+import sys
+import traceback
+
 from prefect import flow, get_run_logger, runtime
 
 from uedp.storage.catalog import require_ingested
 from uedp.storage.home import DataHome
 from uedp.tasks.config import SweepConfig
 from uedp.tasks.report import report_task
-from uedp.tasks.sweep import SweepOutcome, SweepRun
-from uedp.tasks.train import train_task
+from uedp.tasks.sweep import Failure, SweepOutcome, SweepProgress, SweepRun
+from uedp.tasks.train import check_before_training, train_task
 
 __all__ = ["SweepConfig", "SweepOutcome", "sweep_flow"]
 
 
 @flow(name="uedp-sweep", flow_run_name="sweep-{config.dataset}")
-def sweep_flow(config: SweepConfig) -> SweepOutcome:
+def sweep_flow(config: SweepConfig, progress: bool = False) -> SweepOutcome:
+    """``progress``: the ``[k/N]`` lines on stderr too (the CLI), besides the flow run's log."""
     home = DataHome.from_env(config.home or None)
     require_ingested(home, config.dataset)  # before the parent MLflow run: a typo is not a failed sweep
     logger = get_run_logger()
     items = config.plan()
+    check_before_training([item.config for item in items], config.run.device)  # unreachable targets, devices
     flow_run_id = str(runtime.flow_run.id or "")
     sweep = SweepRun.open(home, config, items, flow_run_id)
     logger.info("sweep: %d configurations, parent MLflow run %s", len(items), sweep.run_id)
+
+    def say(line: str) -> None:
+        (logger.error if "FAILED" in line else logger.info)(line)
+        if progress:
+            print(line, file=sys.stderr, flush=True)
+
+    tally = SweepProgress(len(items), say)
     try:
         # One at a time: trainings on one machine would compete for its one GPU (deployments add a
         # concurrency limit on the "uedp-train" tag for work pools with several workers).
-        for item in items:
+        for index, item in enumerate(items, start=1):
+            tally.starting(index, item)
             state = train_task.with_options(tags=["uedp-train"])(home, item.config, flow_run_id, sweep.run_id,
                                                                  config.store, return_state=True)
-            sweep.record(item, state.result() if state.is_completed() else None)
-            if not state.is_completed():
-                logger.error("%s failed: %s", item.config.run_name(), state.message)
+            if state.is_completed():
+                result, failure = state.result(), None
+            else:
+                raised = state.result(raise_on_failure=False)
+                if isinstance(raised, BaseException):
+                    # The traceback's frames hold the failed training's objects (DuckDB connections, models)
+                    # until the process exits; only the cause is kept.
+                    traceback.clear_frames(raised.__traceback__)
+                result, failure = None, Failure.of(item.config.run_name(),
+                                                   raised if isinstance(raised, BaseException) else None)
+            sweep.record(item, result, failure)
+            tally.ended_with(index, item, result, failure)
         title = f"uedp sweep on {config.dataset} ({config.run.model} {config.run.model_size})"
         files = report_task(home, config.dataset, sweep.finished, sweep.run_id, title) if sweep.finished else []
     except BaseException:

@@ -17,9 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from tqdm.auto import tqdm
-
 from uedp.errors import UedpError
+from uedp.progress import progress as progress_bar
 from uedp.storage.formats import FormatError, SourceRecord, split_from_filename
 from uedp.storage.formats.agnews import agnews_csv_records, agnews_jsonl_records
 from uedp.storage.formats.conll import conll_records
@@ -210,7 +209,7 @@ def ingest(home: DataHome, dataset: str, files: list[Path], options: IngestOptio
 
     counts: dict[str, Counter[str]] = defaultdict(Counter)
     details: dict[str, object] = {"source": {"files": [f.name for f in files], "options": options.describe()}}
-    bar = tqdm(desc=f"ingest {dataset}", unit=" sentences", disable=not progress, mininterval=0.5)
+    bar = progress_bar(None, f"ingest {dataset}", "sentences", enabled=progress)
     with TableWriter(sentences_dir, SENTENCES, key, details) as writer:
         rows: list[dict[str, object]] = []
         sentence_id = 0

@@ -20,12 +20,12 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 from prefect import get_run_logger
-from tqdm.auto import tqdm
 
 from uedp.detection.categories import taxonomy
 from uedp.detection.identity import IDENTITY_VERSION
 from uedp.detection.pipeline import DetectorConfig, detect
 from uedp.errors import UedpError
+from uedp.progress import progress as progress_bar
 from uedp.storage.home import DataHome
 from uedp.storage.ingest import GOLD_FORMATS
 from uedp.storage.remote import TableStore, open_store
@@ -105,7 +105,7 @@ def detect_entities(home: DataHome, dataset: str, config: DetectorConfig | None 
     plan = plan_detection(home, dataset, config)
     if (reused := plan.reused()) is not None:
         return reused
-    bar = tqdm(total=plan.rows, desc=f"detect {dataset}", unit=" sentences", disable=not progress, mininterval=0.5)
+    bar = progress_bar(plan.rows, f"detect {dataset}", "sentences", enabled=progress)
 
     def batches() -> Iterator[pa.RecordBatch]:
         for batch in pq.ParquetFile(plan.sentences_file).iter_batches(batch_size=2_000, columns=COLUMNS):

@@ -18,7 +18,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from prefect import get_run_logger
-from tqdm.auto import tqdm
 
 from uedp.detection.identity import IDENTITY_VERSION
 from uedp.errors import UedpError
@@ -27,6 +26,7 @@ from uedp.privacy.randomness import Randomness
 from uedp.privacy.sanitization.embeddings import Embeddings, from_model, load_vectors
 from uedp.privacy.sanitization.mechanisms import KEEP, UNKNOWN, Sampler, privatize
 from uedp.privacy.sanitization.release import ReleaseFigures, local_dp_kind, release_figures
+from uedp.progress import progress as progress_bar
 from uedp.storage.catalog import Catalog
 from uedp.storage.home import DataHome
 from uedp.storage.schemas import ENTITIES, SENTENCES, USERS
@@ -137,13 +137,16 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
     sensitive = _sensitive_spans(home, config) if config.keep == "non-entities" else None
     ids = table["sentence_id"].to_pylist()
     segmented, records = [], []
-    for row in tqdm(rows, desc=f"segment {config.dataset}", unit=" sentences", disable=not progress, mininterval=0.5):
+    bar = progress_bar(len(rows), f"segment {config.dataset}", "sentences", enabled=progress)
+    for row in rows:
+        bar.update(1)
         spans = segmenter.spans(texts[row])
         selected = _selector(config.keep, sensitive.get(ids[row], []) if sensitive is not None else [])
         segmented.append(spans)
         text = texts[row]
         records.append(np.array([index if selected(start, end, text[start:end]) else KEEP
                                  for start, end, index in spans], dtype=np.int64))
+    bar.close()
     # A secure release's root comes from the OS and is never stored: the release is reused, never redrawn.
     randomness = Randomness.for_mode(config.randomness, config.seed)
     released = privatize(records, sampler, randomness.stream("sanitize"))

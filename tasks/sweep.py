@@ -9,6 +9,9 @@ since categories do not change it): the registry says which settings a mechanism
 from __future__ import annotations
 
 import datetime as dt
+import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from uedp.errors import UedpError
@@ -19,11 +22,80 @@ from uedp.tasks.training import TrainResult
 
 
 @dataclass(frozen=True)
+class Failure:
+    """A configuration that did not finish, and why, in words that are safe to release."""
+
+    name: str
+    cause: str
+    # Bad input or a refusal (an unreachable target epsilon, a missing table): rerunning cannot help.
+    configuration_error: bool
+
+    @classmethod
+    def of(cls, name: str, exc: BaseException | None) -> Failure:
+        """uedp's own errors name the setting and never quote the data; any other exception is named by
+        its type only (its message could quote a sentence), and the flow run's log has the rest."""
+        if isinstance(exc, UedpError):
+            return cls(name, str(exc).splitlines()[0] if str(exc) else type(exc).__name__, True)
+        kind = type(exc).__name__ if exc is not None else "crashed"
+        return cls(name, f"{kind} (see the flow run's log)", False)
+
+    def describe(self) -> str:
+        advice = "fix the setting" if self.configuration_error else "rerun to resume from its checkpoint"
+        return f"{self.name}: {self.cause} ({advice})"
+
+
+@dataclass(frozen=True)
 class SweepOutcome:
     parent_run_id: str
     runs: list[TrainResult]
-    failed: list[str]  # run names of configurations that failed
+    failures: list[Failure]  # configurations that did not finish, with their causes
     report: list[str]  # files of the privacy-utility report
+
+
+class SweepFailed(UedpError):
+    """Some configurations failed; carries what finished (the CLI prints it before the causes)."""
+
+    def __init__(self, outcome: SweepOutcome, total: int):
+        causes = "; ".join(f.describe() for f in outcome.failures)
+        super().__init__(f"{len(outcome.failures)} of {total} configurations failed: {causes} "
+                         f"(the others are in MLflow run {outcome.parent_run_id})")
+        self.outcome, self.total = outcome, total
+
+    def __reduce__(self) -> tuple[type[SweepFailed], tuple[SweepOutcome, int]]:
+        return SweepFailed, (self.outcome, self.total)  # Prefect may persist a failed flow's exception
+
+
+class SweepProgress:
+    """``[k/N]`` lines as configurations start and end, with the result or the cause, the elapsed time and
+    an estimate of the time left (mean time per finished configuration): one line each, readable in a
+    terminal, a log file and the Prefect UI's flow run log alike."""
+
+    def __init__(self, total: int, say: Callable[[str], None]):
+        self.total, self.say, self.ended = total, say, 0
+        self.started_at = self._began = time.monotonic()
+
+    def starting(self, index: int, item: SweepItem) -> None:
+        self._began = time.monotonic()
+        target = f" (target epsilon {item.target:g})" if item.target is not None else ""
+        self.say(f"[{index}/{self.total}] {item.config.run_name()}{target}: training")
+
+    def ended_with(self, index: int, item: SweepItem, result: TrainResult | None, failure: Failure | None) -> None:
+        self.ended += 1
+        now = time.monotonic()
+        left = self.total - self.ended
+        eta = f", about {_duration((now - self.started_at) / self.ended * left)} left" if left else ""
+        took = f"{_duration(now - self._began)}{eta}"
+        if result is not None:
+            epsilon = "no guarantee" if math.isinf(result.epsilon) else f"epsilon {result.epsilon:.3g}"
+            self.say(f"[{index}/{self.total}] {item.config.run_name()}: {epsilon}, test {result.utility_metric} "
+                     f"{result.utility_test:.4g} ({took})")
+        elif failure is not None:
+            self.say(f"[{index}/{self.total}] FAILED {failure.describe()} ({took})")
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
 @dataclass
@@ -34,7 +106,7 @@ class SweepRun:
     items: list[SweepItem]
     tracker: RunTracker
     finished: list[tuple[TrainResult, float | None]] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
 
     @classmethod
     def open(cls, home: DataHome, config: SweepConfig, items: list[SweepItem], flow_run_id: str) -> SweepRun:
@@ -54,21 +126,25 @@ class SweepRun:
     def run_id(self) -> str:
         return self.tracker.run_id
 
-    def record(self, item: SweepItem, result: TrainResult | None) -> None:
-        if result is None:
-            self.failed.append(item.config.run_name())
-        else:
+    def record(self, item: SweepItem, result: TrainResult | None, failure: Failure | None = None) -> None:
+        if result is not None:
             self.finished.append((result, item.target))
+        else:
+            self.failures.append(failure or Failure.of(item.config.run_name(), None))
 
     def finish(self, report: list[str]) -> SweepOutcome:
-        """Close the parent run; a sweep with failed configurations ends failed, naming them."""
-        self.tracker.log_metrics({"configurations_failed": len(self.failed),
+        """Close the parent run (the causes of failures in ``failures.json`` and a tag); a sweep with failed
+        configurations ends failed, raising :class:`SweepFailed` with what did finish."""
+        self.tracker.log_metrics({"configurations_failed": len(self.failures),
                                   "configurations_finished": len(self.finished)})
-        self.tracker.finish(failed=bool(self.failed))
-        if self.failed:
-            raise UedpError(f"{len(self.failed)} of {len(self.items)} configurations failed: {', '.join(self.failed)} "
-                            f"(the others are in MLflow run {self.run_id}; rerun to resume from checkpoints)")
-        return SweepOutcome(self.run_id, [r for r, _ in self.finished], [], report)
+        if self.failures:
+            self.tracker.log_json([f.__dict__ for f in self.failures], "failures.json")
+            self.tracker.set_tags({"uedp.failures": "; ".join(f.describe() for f in self.failures)[:4900]})
+        self.tracker.finish(failed=bool(self.failures))
+        outcome = SweepOutcome(self.run_id, [r for r, _ in self.finished], list(self.failures), report)
+        if self.failures:
+            raise SweepFailed(outcome, len(self.items))
+        return outcome
 
     def abort(self) -> None:
         self.tracker.finish(failed=True)

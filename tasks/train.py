@@ -28,8 +28,20 @@ from uedp.tasks.training import (
     train_configuration,
 )
 
-__all__ = ["TrainResult", "build_mechanism", "loss_function", "planned_population", "run_training",
+__all__ = ["TrainResult", "build_mechanism", "check_before_training", "loss_function", "planned_population", "run_training",
            "train_configuration", "train_task"]
+
+
+def check_before_training(configs: list[TrainConfig], device: str) -> None:
+    """Fail on bad settings before any work starts: the device, and the calibration of each target epsilon
+    where it does not depend on the data (mechanisms that count no units of their own): a target that is
+    out of reach is a configuration error found in seconds, not after the sweep's other trainings."""
+    from uedp.models.device import resolve_device
+
+    resolve_device(device)
+    for config in configs:
+        if config.spec.private and config.params.budget is not None and config.spec.early_calibration:
+            build_mechanism(config, planned_population(config), n_examples=0)
 
 
 def run_training(home: DataHome, config: TrainConfig, flow_run_id: str | None = None,

@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from uedp.detection.identity import IDENTITY_VERSION
 from uedp.errors import UedpError
@@ -33,6 +32,7 @@ from uedp.privacy.mechanisms.registry import BuildContext
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
 from uedp.privacy.sanitization.release import trained_on_release
+from uedp.progress import progress as progress_bar
 from uedp.storage.catalog import Catalog
 from uedp.storage.home import DataHome
 from uedp.storage.tables import read_manifest
@@ -345,8 +345,9 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
             tracker.log_metrics({f"{metric}_valid": evaluate(model, data.valid, config, pad_id, device)}, step=0)
         rounds: list[int] = []
         epsilons: list[float] = []
-        bar = tqdm(total=config.total_steps, desc=config.run_name(), unit="round" if config.is_private else "step",
-                   disable=None if progress else True, leave=False)  # None: no bar when stderr is a file
+        # Federated mechanisms count rounds, the others optimizer steps: the bar says which.
+        unit = "rounds" if "rounds" in type(config.params).model_fields else "steps"
+        bar = progress_bar(config.total_steps, f"train {config.run_name()}", unit, enabled=progress)
 
         def on_round(report: RoundReport) -> None:
             nonlocal resumed_from, first_report

@@ -5,12 +5,12 @@ Layers, top to bottom (a module imports only from its own package or from lower 
 same layer do not import each other):
 
     uedp.cli                             the command line
-    uedp.stack, uedp.options             the local stack; options derived from the configuration
+    uedp.stack, uedp.options, uedp.prefect_server   the local stack; options; the temporary Prefect server
     uedp.flows                           Prefect flows: composition only
     uedp.tasks                           Prefect tasks: thin wrappers over plain functions
     uedp.privacy, uedp.storage, uedp.detection, uedp.deployments
     uedp.models
-    uedp.errors, uedp (the package root)
+    uedp.errors, uedp.progress, uedp (the package root: leaves)
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ FOLDERS = {"uedp": "uedp", "flows": "uedp.flows", "tasks": "uedp.tasks", "storag
            "models": "uedp.models", "privacy": "uedp.privacy", "detection": "uedp.detection",
            "deployments": "uedp.deployments"}
 LAYERS = {
-    "uedp.cli": 6, "uedp.stack": 5, "uedp.options": 5,
+    "uedp.cli": 6, "uedp.stack": 5, "uedp.options": 5, "uedp.prefect_server": 5,
     "uedp.flows": 4, "uedp.tasks": 3,
     "uedp.privacy": 2, "uedp.storage": 2, "uedp.detection": 2, "uedp.deployments": 2,
     "uedp.models": 1,

@@ -274,3 +274,55 @@ def test_version_sweep_of_an_unknown_dataset_and_a_category_nobody_has(home) -> 
     assert categories_warning(home, TrainConfig(dataset="demo", mechanism="uedp", categories=["PERSON"])) is None
     assert categories_warning(home, TrainConfig(dataset="demo", mechanism="userdp", categories=["CREDIT_CARD"])) is None
     assert categories_warning(home, TrainConfig(dataset="demo", mechanism="dpsgd", categories=["CREDIT_CARD"])) is None
+
+
+def _demo_dataset(home) -> str:  # type: ignore[no-untyped-def]
+    from uedp.flows.demo import DEMO_CORPUS
+
+    ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
+    detect_entities(home, "demo", DetectorConfig(detectors=["gold"]))
+    return "demo"
+
+
+def test_a_sweep_names_each_failures_cause_and_still_reports_what_finished(home, prefect_server: None) -> None:
+    """A target epsilon no noise can reach is a configuration error: the sweep says so for that
+    configuration (not "rerun to resume"), records it on the parent run, counts k/N as it goes, and
+    prints the finished configurations' table and report before failing."""
+    from mlflow.tracking import MlflowClient
+    from typer.testing import CliRunner
+
+    from uedp.cli import app
+
+    demo = _demo_dataset(home)
+    result = CliRunner().invoke(app, ["sweep", demo, "--home", str(home.root), "--mechanisms", "noiseless,uedp",
+                                      "--epsilons", "1000", "--steps", "10", "--rounds", "2"])
+    assert result.exit_code == 2, result.output
+    assert "[1/2] noiseless-gpt2-LOC+ORG+PERSON-s0: no guarantee, test perplexity" in result.stderr
+    failed = [line for line in result.stderr.splitlines() if line.startswith("[2/2] FAILED ")]
+    assert len(failed) == 1 and "uedp: target epsilon 1000 is met even with noise multiplier" in failed[0]
+    assert "(fix the setting)" in failed[0] and "rerun" not in result.stderr
+    assert "error: 1 of 2 configurations failed (causes above)" in result.stderr
+    assert "noiseless" in result.stdout and "report: " in result.stdout  # what finished is shown
+
+    client = MlflowClient(tracking_uri=home.mlflow_tracking_uri)
+    runs = client.search_runs([client.get_experiment_by_name(demo).experiment_id])
+    (parent,) = [r for r in runs if r.data.tags.get("uedp.kind") == "sweep"]
+    assert parent.info.status == "FAILED" and "target epsilon 1000 is met" in parent.data.tags["uedp.failures"]
+    assert "failures.json" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+
+
+def test_the_sweep_flow_refuses_an_unreachable_target_before_opening_any_run(home, prefect_server: None) -> None:
+    """The Prefect UI path (no CLI in front): userdp's calibration does not depend on the data, so an
+    unreachable target is refused before the sweep's parent run exists."""
+    from mlflow.tracking import MlflowClient
+
+    from uedp.flows.sweep import sweep_flow
+    from uedp.tasks.config import SweepConfig
+
+    demo = _demo_dataset(home)
+    with pytest.raises(UedpError, match="userdp: target epsilon 1000 is met even with noise multiplier"):
+        sweep_flow(SweepConfig(home=str(home.root), dataset=demo, mechanisms=["userdp"], target_epsilons=[1000.0],
+                               rounds=2))
+    if home.mlflow_db.is_file():
+        client = MlflowClient(tracking_uri=home.mlflow_tracking_uri)
+        assert not [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]

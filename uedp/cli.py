@@ -111,6 +111,8 @@ def _prepare_runtime(home_override: Optional[Path]):  # type: ignore[no-untyped-
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL" if "PREFECT_API_URL" not in os.environ else "INFO")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    # transformers' "Loading weights" / "Writing model shards" bars on every logged model: uedp reports its own.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     # MLflow announces creating and migrating its SQLite store on every first use: not the user's business.
     for noisy in ("mlflow.store.db.utils", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -180,7 +182,9 @@ def demo(
     values = merged(config_file, settings, set_, LISTED) | {k: v for k, v in given.items() if v is not None}
     config = DemoConfig(**{**values, "home": str(data_home.root)},
     )
-    _check_before_running(config.train_configs(), config.device)
+    from uedp.tasks.train import check_before_training
+
+    check_before_training(config.train_configs(), config.device)
     typer.echo(f"uedp demo: data home {data_home.root}")
     with prefect_api(data_home):
         outcome = demo_flow(config)
@@ -238,7 +242,7 @@ def ingest(
     )
     options = config.options()  # validate before any work starts
     with prefect_api(data_home):
-        result = ingest_flow(config, progress=sys.stderr.isatty())
+        result = ingest_flow(config, progress=True)
     if result.reused:
         typer.echo(f"{name}: inputs and options unchanged, reused the existing tables (nothing redone)")
     splits = ", ".join(f"{s} {result.per_split[s]}" for s in ("train", "valid", "test") if result.per_split.get(s))
@@ -300,7 +304,7 @@ def detect(
     scale_out = ScaleOut(rows_per_shard=shard_rows, runner=runner, dask_address=dask_address,
                          dask_workers=dask_workers, store=store)
     with prefect_api(data_home):
-        result = detect_flow(dataset, config, home=str(data_home.root), progress=sys.stderr.isatty(), scale_out=scale_out)
+        result = detect_flow(dataset, config, home=str(data_home.root), progress=True, scale_out=scale_out)
     verb = "reused (same corpus and detector configuration)" if result.reused else "wrote"
     shards = f" in {result.shards} shards" if result.shards > 1 else ""
     typer.echo(f"{dataset}: {verb} {result.entities} entity spans from {result.detector}{shards}")
@@ -328,7 +332,7 @@ def sanitize(
     values = merged(config_file, settings, set_, LISTED) | ({"randomness": "seeded"} if seeded else {})
     config = SanitizeConfig(**{**values, "dataset": dataset})
     with prefect_api(data_home):
-        result = sanitize_flow(config, home=str(data_home.root), progress=sys.stderr.isatty())
+        result = sanitize_flow(config, home=str(data_home.root), progress=True)
     verb = "reused (same source and settings: the same release)" if result.reused else "wrote"
     typer.echo(f"{result.dataset}: {verb}")
     typer.echo(f"  {result.statement}")
@@ -527,6 +531,14 @@ def train(
         raise UedpError("give at most one of --noise-multiplier and --target-epsilon")
     if seeded:
         values["randomness"] = "seeded"
+    from uedp.tasks.config import parameter_names
+
+    for name, names in parameter_names(registry.get(values["mechanism"]).params).items():
+        given = [n for n in names if values.get(n) is not None]
+        if len(given) > 1:  # e.g. --rounds and --steps: one count under two names
+            raise UedpError(f"{values['mechanism']} counts {name}: give --{name.replace('_', '-')} only "
+                            f"(--{' and --'.join(g.replace('_', '-') for g in given[1:])} "
+                            f"{'is its alias' if len(given) == 2 else 'are its aliases'})")
     config = TrainConfig(**{**values, "dataset": dataset})  # the named dataset wins over a config file's
     from uedp.tasks.training import categories_warning
 
@@ -598,13 +610,25 @@ def sweep(
 
     require_ingested(data_home, dataset)
     items = config.plan()
-    _check_before_running([item.config for item in items], config.run.device)
+    from uedp.tasks.sweep import SweepFailed
+    from uedp.tasks.train import check_before_training
+
+    check_before_training([item.config for item in items], config.run.device)
     typer.echo(f"uedp sweep: {len(items)} configurations on {dataset!r}")
+    failed: SweepFailed | None = None
     with prefect_api(data_home):
-        outcome = sweep_flow(config)
-    _print_summary(outcome.runs, title=f"uedp sweep on {dataset}")
+        try:
+            outcome = sweep_flow(config, progress=True)
+        except SweepFailed as exc:  # what finished is still worth a table and a report
+            failed, outcome = exc, exc.outcome
+    if outcome.runs:
+        _print_summary(outcome.runs, title=f"uedp sweep on {dataset}")
     typer.echo(f"\nreport: {outcome.report[0] if outcome.report else '-'}")
     typer.echo(f"MLflow parent run: {outcome.parent_run_id}   (browse: {ui_command(data_home)})")
+    if failed is not None:
+        for failure in outcome.failures:
+            typer.echo(f"failed: {failure.describe()}", err=True)
+        raise UedpError(f"{len(outcome.failures)} of {failed.total} configurations failed (causes above)")
 
 
 def _grid_axes(axes: list[str]) -> dict[str, list[Any]]:
@@ -723,18 +747,6 @@ def datasets(home: Optional[Path] = HOME_OPTION) -> None:
             if manifest:
                 tables.append(f"{table}={manifest['rows']}")
         typer.echo(f"{dataset}: {' '.join(tables) or '(no complete tables)'}")
-
-
-def _check_before_running(configs: list[TrainConfig], device: str) -> None:
-    """Fail on bad settings before any work starts: the device, and the calibration of a target epsilon
-    where it does not depend on the data (mechanisms that count no units of their own)."""
-    from uedp.models.device import resolve_device
-    from uedp.tasks.train import build_mechanism, planned_population
-
-    resolve_device(device)
-    for config in configs:
-        if config.spec.private and config.params.budget is not None and config.spec.early_calibration:
-            build_mechanism(config, planned_population(config), n_examples=0)
 
 
 def _print_summary(runs: list[Any], title: str = "uedp demo results") -> None:

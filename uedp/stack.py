@@ -78,7 +78,7 @@ class LocalStack:
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "INFO",
             "PREFECT_WORKER_QUERY_SECONDS": "2", "MLFLOW_TRACKING_URI": self.mlflow_url,
             "UEDP_HOME": str(self.home.root), "UEDP_WORKDIR": str(self.workdir), "TOKENIZERS_PARALLELISM": "false",
-            "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+            "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
             "PREFECT_RESULTS_PERSIST_BY_DEFAULT": "true",
             "PREFECT_LOCAL_STORAGE_PATH": str(self.results),
         }
