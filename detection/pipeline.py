@@ -46,14 +46,16 @@ class DetectorConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    detectors: list[DetectorName] = Field(default_factory=_default_detectors, min_length=1)
+    detectors: list[DetectorName] = Field(default_factory=_default_detectors, min_length=1,
+                                          description="gold (the corpus' own tags: CoNLL-2003), spacy (a NER "
+                                          "pipeline), presidio (pattern and context recognizers)")
     spacy_model: str | None = Field(None, description="installed package name or folder of a spaCy pipeline")
     presidio_entities: list[str] | None = Field(None, description="Presidio entity types to ask for (default all)")
     recognizers: str | None = Field(None, description="YAML file of extra recognizers, Presidio's format")
     default_recognizers: bool = Field(True, description="add uedp's recall-first recognizers (phone, e-mail, card, "
                                       "IBAN, SSN, IP and URL shapes, valid or not) to Presidio's own")
     score_threshold: float = Field(0.4, ge=0, le=1, description="drop Presidio results scored below this")
-    batch_size: int = Field(256, ge=1)
+    batch_size: int = Field(256, ge=1, description="sentences per spaCy batch (speed only: results are the same)")
     workers: int = Field(1, ge=1, description="worker processes for the spaCy and Presidio pass")
 
     @model_validator(mode="after")

@@ -28,6 +28,11 @@ class DemoOutcome:
 
 @flow(name="uedp-demo")
 def demo_flow(config: DemoConfig) -> DemoOutcome:
+    """Ingest the bundled corpus, detect its gold entities, train each mechanism and log it to MLflow.
+
+    Args:
+        config: the mechanisms, the sensitive categories, the seed and the mechanism settings.
+    """
     home = DataHome.from_env(config.home or None)
     ingest = ingest_task(home, config.dataset, [DEMO_CORPUS], conll_options(split_seed=config.seed))
     detect = detect_task(home, config.dataset, DetectorConfig(detectors=["gold"]))

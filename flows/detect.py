@@ -59,7 +59,16 @@ def detect_shards_flow(home: str, dataset: str, detector: DetectorConfig, shards
 @flow(name="uedp-detect")
 def detect_flow(dataset: str, detector: DetectorConfig, home: str = "", progress: bool = False,
                 scale_out: ScaleOut | None = None) -> DetectResult:
-    """``home`` empty: the data home `uedp serve` was given (``UEDP_HOME``), else ./.uedp."""
+    """Detect sensitive entities in every sentence into the dataset's entities table (reused when the
+    sentences and the detector configuration are unchanged).
+
+    Args:
+        dataset: an ingested dataset of the data home.
+        detector: which detectors, with which models and recognizers.
+        home: the data home; empty: the one `uedp serve` was given (UEDP_HOME), else ./.uedp.
+        progress: report progress on stderr (the worker's log), besides the flow run's log.
+        scale_out: detection shards and the task runner that spreads them (empty: one task).
+    """
     data_home = DataHome.from_env(home or None)
     scale_out = scale_out or ScaleOut()
     if scale_out.rows_per_shard is None:

@@ -22,10 +22,10 @@ class PipelineConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    ingest: IngestConfig
-    detector: DetectorConfig = Field(default_factory=DetectorConfig)
+    ingest: IngestConfig = Field(description="the corpus files and how to read them")
+    detector: DetectorConfig = Field(default_factory=DetectorConfig, description="which detectors find the entities")
     scale_out: ScaleOut = Field(default_factory=ScaleOut, description="detection shards and their task runner")
-    sweep: SweepConfig
+    sweep: SweepConfig = Field(description="the mechanisms, category sets, epsilons and seeds to train")
     store: str | None = Field(None, description="fsspec URL of the shared table store (s3://bucket/uedp) for "
                                                 "every stage; empty: the data home only")
 
@@ -45,6 +45,11 @@ class PipelineOutcome:
 
 @flow(name="uedp-pipeline", flow_run_name="pipeline-{config.ingest.dataset}")
 def pipeline_flow(config: PipelineConfig) -> PipelineOutcome:
+    """Ingest, detect and sweep in one run; each stage is reused when its inputs are unchanged.
+
+    Args:
+        config: the ingest, detection and sweep parts, and the table store they share.
+    """
     store = {"store": config.store} if config.store else {}
     ingested = ingest_flow(config.ingest.model_copy(update=store))
     detected = detect_flow(config.ingest.dataset, config.detector, home=config.ingest.home,

@@ -25,7 +25,12 @@ __all__ = ["SweepConfig", "SweepOutcome", "sweep_flow"]
 
 @flow(name="uedp-sweep", flow_run_name="sweep-{config.dataset}")
 def sweep_flow(config: SweepConfig, progress: bool = False) -> SweepOutcome:
-    """``progress``: the ``[k/N]`` lines on stderr too (the CLI), besides the flow run's log."""
+    """Train every configuration of the grid, one MLflow run each under a parent run, then the report.
+
+    Args:
+        config: the grid (mechanisms, category sets, target epsilons, seeds) and the shared settings.
+        progress: the [k/N] lines on stderr too (the CLI), besides the flow run's log.
+    """
     home = DataHome.from_env(config.home or None)
     require_ingested(home, config.dataset)  # before the parent MLflow run: a typo is not a failed sweep
     logger = get_run_logger()

@@ -7,6 +7,11 @@ from typing import Literal, TypedDict
 
 ModelKind = Literal["gpt2", "lstm", "bert"]
 Task = Literal["lm", "classification"]
+# The size presets of every model kind (SIZE_PRESETS says which kind has which): a choice list in forms.
+SizePreset = Literal["tiny", "small", "paper"]
+# Where training runs: a choice list in forms (resolve_device checks that the machine has it).
+Device = Literal["auto", "cpu", "cuda", "cuda:0", "cuda:1", "cuda:2", "cuda:3", "cuda:4", "cuda:5", "cuda:6",
+                 "cuda:7"]
 
 
 class Gpt2Preset(TypedDict):

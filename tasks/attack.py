@@ -168,8 +168,12 @@ SUMMARY: tuple[tuple[str, str, str], ...] = (
 def summary_rows(outcome: AttackOutcome) -> list[tuple[str, str, str, str]]:
     """(attack, figure, value, random baseline) for the figures people read first; extraction per category
     (its baseline: an entity guessed by chance among the top-k is close to 0)."""
-    rows = [(attack, key, f"{outcome.metrics[key]:.4g}", baseline) for attack, key, baseline in SUMMARY
-            if key in outcome.metrics]
+    # The accounted epsilon first: every bound below is read against it (a bound above it: the accounting is wrong).
+    accounted = ("inf (no guarantee)" if outcome.accounted_epsilon is None
+                 else f"{outcome.accounted_epsilon:.4g} at delta {outcome.delta:g}")
+    rows = [("accounted (dp_accounting)", "epsilon", accounted, "-")]
+    rows += [(attack, key, f"{outcome.metrics[key]:.4g}", baseline) for attack, key, baseline in SUMMARY
+             if key in outcome.metrics]
     rows += [("extraction", key, f"{value:.1%}", "~0") for key, value in sorted(outcome.metrics.items())
              if key.startswith("extraction_top")]
     return rows

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 from pydantic.fields import FieldInfo
 
 from uedp.detection.categories import Categories, default_categories
-from uedp.models.presets import SIZE_PRESETS, ModelKind, Task, task_of
+from uedp.models.presets import SIZE_PRESETS, Device, ModelKind, SizePreset, Task, task_of
 from uedp.privacy.attacks.canaries import canary_format
 from uedp.privacy.mechanisms import registry
 from uedp.privacy.mechanisms.params import MechanismParams, PrivateParams, SanitizationSettings
@@ -53,8 +53,8 @@ class RunSettings(BaseModel):
 
     model: ModelKind = Field("gpt2", description="gpt2 (next-word prediction), lstm (the Selective-DP paper's "
                                                  "200/200 LSTM) or bert (sequence classification)")
-    model_size: str = Field("tiny", description="a size preset (gpt2: tiny, small; lstm: tiny, paper; bert: tiny, "
-                                                "small) or a pretrained checkpoint folder / hub name")
+    model_size: SizePreset | str = Field("tiny", description="a size preset (gpt2: tiny, small; lstm: tiny, paper; "
+                                         "bert: tiny, small) or a pretrained checkpoint folder / hub name")
     tokenizer: str = Field("byte", description="'byte' (leak-free byte-level) or a pretrained path / hub name")
     max_len: int = Field(96, ge=8, le=4096, description="tokens per sentence at most")
     randomness: RandomnessMode = Field("secure", description=RANDOMNESS_HELP)
@@ -62,7 +62,7 @@ class RunSettings(BaseModel):
                                      "(sequences; users) public; default: a DP count composed into epsilon")
     count_noise: float = Field(DEFAULT_COUNT_NOISE_STD, gt=0, description="std of the Gaussian noise of the DP count "
                                "of units (sensitivity 1)")
-    device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
+    device: Device = Field("auto", description="auto (a GPU when there is one), cpu, cuda or cuda:N")
     processes: int = Field(1, ge=1, description="torchrun processes (one per GPU); they split each round's users or "
                                                 "examples and sum their clipped contributions")
     threads: int | None = Field(None, ge=1, description="torch threads per process (default: OMP_NUM_THREADS if set, "
@@ -247,8 +247,9 @@ class SanitizeConfig(SanitizationSettings):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    dataset: str
-    mechanism: LocalDpName = "custext"
+    dataset: str = Field(description="the dataset whose train split is sanitized")
+    mechanism: LocalDpName = Field("custext", description="custext (CusText: a fixed output set per token) or "
+                                   "santext (SanText: any token, weighted by distance)")
     epsilon: float = Field(gt=0, description="per-token epsilon of the exponential mechanism")
     embeddings: str = Field(description="a vector file (GloVe/word2vec text, .npz) or model:<pretrained folder>")
     categories: Categories = Field(default_factory=lambda: ["PII"], validate_default=True,
@@ -282,14 +283,16 @@ class SweepConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     home: str = Field("", description=HOME_HELP)
-    dataset: str
+    dataset: str = Field(description="an ingested and detected dataset of the data home")
     mechanisms: list[MechanismName] = Field(default_factory=lambda: ["noiseless", "userdp", "uedp"],
-                                            min_length=1)
+                                            min_length=1, description="the mechanisms to train; those that ignore "
+                                            "categories (noiseless, dpsgd, userdp) train once per epsilon and seed")
     category_sets: list[Categories] = Field(default_factory=lambda: [["PERSON", "LOC", "ORG"]], min_length=1,
                                             description="each entry is one set of sensitive categories")
     target_epsilons: list[float] = Field(default_factory=list, description="calibrate each private mechanism to "
                                          "each; empty: use the noise multiplier")
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="one run per seed (initial "
+                             "weights; every draw too with seeded randomness); the report shows their spread")
     run: RunSettings = Field(default_factory=RunSettings, description="settings every configuration shares")
     settings: MechanismSettings = Field(default_factory=MechanismSettings,
                                         description="mechanism parameters (each mechanism takes the ones it knows)")
@@ -377,14 +380,18 @@ class DemoConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     home: str = Field("", description=HOME_HELP)
-    dataset: str = "demo"
-    mechanisms: list[MechanismName] = Field(default_factory=lambda: ["noiseless", "deid", "userdp", "uedp"])
-    categories: Categories = Field(default_factory=default_categories, validate_default=True)
-    seed: int = 0
+    dataset: str = Field("demo", description="the name the bundled demo corpus is ingested under")
+    mechanisms: list[MechanismName] = Field(default_factory=lambda: ["noiseless", "deid", "userdp", "uedp"],
+                                            description="the mechanisms to train, one run each")
+    categories: Categories = Field(default_factory=default_categories, validate_default=True,
+                                   description="the entity categories treated as sensitive (canonical names or "
+                                   "composites such as PII)")
+    seed: int = Field(0, description="initial weights and the by-user split (and every draw with seeded "
+                      "randomness)")
     # Seeded, so the demo's table is reproducible; its runs are tagged and their statements say the
     # guarantee does not hold against anyone who knows the seed.
     randomness: Literal["secure", "seeded"] = Field("seeded", description=RANDOMNESS_HELP)
-    device: str = "auto"
+    device: Device = Field("auto", description="auto (a GPU when there is one), cpu, cuda or cuda:N")
     settings: MechanismSettings = Field(default_factory=MechanismSettings,
                                         description="mechanism parameters (each mechanism takes the ones it knows)")
 

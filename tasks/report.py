@@ -4,8 +4,12 @@ plots and a Markdown table, written under the data home and logged to the sweep'
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import math
 import statistics
+import tempfile
+import textwrap
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -15,11 +19,13 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from matplotlib.ticker import ScalarFormatter
+from matplotlib.ticker import NullFormatter, ScalarFormatter
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from uedp.errors import UedpError
 from uedp.storage.home import DataHome
+from uedp.tasks.config import TrainConfig
 from uedp.tasks.tracking import RunTracker
 from uedp.tasks.training import TrainResult
 
@@ -147,15 +153,19 @@ def plot(rows: list[ReportRow], path: Path, title: str) -> list[Path]:
                         marker="o", capsize=3, label=mechanism)
         for index, r in enumerate(r for r in subset if not math.isfinite(r.epsilon) and math.isfinite(r.test)):
             ax.axhline(r.test, linestyle="--", color=f"C{(index + 5) % 10}", label=f"{r.mechanism} (no guarantee)")
-        if finite and min(r.epsilon for r in finite) > 0:
-            ax.set_xscale("log")
         metric = subset[0].metric
-        ax.set(xlabel="epsilon (accounted, per mechanism's unit)", ylabel=f"test {metric}",
-               title=f"{title}\ncategories: {categories or ANY_CATEGORIES}")
-        if any(r.test > 0 for r in subset) and metric == "perplexity":
+        # Log scales only across more than a decade: a narrower log axis has no major tick to label, and
+        # its minor labels (5.86x10^0, 5.87x10^0, ...) run into each other.
+        if _spans_a_decade([r.epsilon for r in finite]):
+            ax.set_xscale("log")
+        if metric == "perplexity" and _spans_a_decade([r.test for r in subset if math.isfinite(r.test)]):
             ax.set_yscale("log")
+        ax.set(xlabel="epsilon (accounted, per mechanism's unit)", ylabel=f"test {metric}")
+        # Long category lists wrap instead of running off the figure.
+        ax.set_title(f"{title}\n" + textwrap.fill(f"categories: {categories or ANY_CATEGORIES}", 70), fontsize=10)
         for axis in (ax.xaxis, ax.yaxis):
             axis.set_major_formatter(ScalarFormatter())  # plain numbers on log axes, not 6x10^0
+            axis.set_minor_formatter(NullFormatter())
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()
@@ -199,6 +209,11 @@ def plot_audit(rows: list[ReportRow], path: Path, title: str) -> Path | None:
     return path
 
 
+def _spans_a_decade(values: list[float]) -> bool:
+    positive = [v for v in values if v > 0 and math.isfinite(v)]
+    return bool(positive) and len(positive) == len(values) and max(positive) >= 10 * min(positive)
+
+
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in text).strip("_") or "any"
 
@@ -223,3 +238,72 @@ def report_task(home: DataHome, dataset: str, outcomes: list[tuple[TrainResult, 
     for path in files:
         parent.log_file(path, "report")
     return files
+
+
+# --- rebuilding a report from runs already in MLflow -------------------------------------------------
+def outcome_of_run(tracker: RunTracker) -> tuple[TrainResult, float | None] | None:
+    """A finished training run as the sweep saw it (its result and the target epsilon it was calibrated
+    to), read back from its ``resolved_config.json`` and metrics; None for anything else (a sweep's
+    parent run, a failed or running one, a run of another tool)."""
+    run = tracker.client.get_run(tracker.run_id)
+    if run.info.status != "FINISHED" or run.data.tags.get("uedp.kind") == "sweep":
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = tracker.download("resolved_config.json", Path(tmp))
+        if path is None:
+            return None
+        logged = json.loads(path.read_text(encoding="utf-8"))
+    config, privacy = TrainConfig.from_logged(logged["config"]), logged["privacy"]
+    metric = "error" if config.task == "classification" else "perplexity"
+    metrics = run.data.metrics  # the latest value of each: the valid figure after the last round
+    result = TrainResult(
+        run_id=tracker.run_id, mechanism=config.mechanism,
+        categories=list(config.categories) if config.spec.uses_categories(config.params) else [],
+        epsilon=float(privacy["epsilon"]), delta=float(privacy["delta"]),
+        noise_multiplier=float(privacy["noise_multiplier"]), utility_metric=metric,
+        utility_valid=float(metrics.get(f"{metric}_valid", math.nan)),
+        utility_test=float(metrics.get(f"{metric}_test", math.nan)), rounds=int(privacy["rounds"]),
+        notes=str(privacy.get("notes", "")), privacy_extra=dict(privacy.get("extra", {})),
+        randomness=str(privacy.get("randomness", "none")), caveats=tuple(privacy.get("caveats", ())),
+        public=tuple(privacy.get("public", ())), label=config.label,
+        audit_epsilon=metrics.get("audit_one_run_epsilon_lower_bound"),
+        detector_recall=run.data.params.get("privacy_detector_recall", ""))
+    return result, (config.params.budget if config.spec.private else None)
+
+
+def runs_to_report(home: DataHome, dataset: str, parent_run_id: str | None = None,
+                   run_ids: list[str] | None = None) -> list[RunTracker]:
+    """The runs a rebuilt report covers: the given ones, a sweep's children, or every run of the dataset."""
+    if run_ids:
+        trackers = [RunTracker.attach(home, run_id) for run_id in run_ids]
+        for tracker in trackers:
+            tracker.require_run()
+        return trackers
+    probe = RunTracker.attach(home, parent_run_id or "")
+    experiment = probe.client.get_experiment_by_name(dataset)
+    if experiment is None:
+        raise UedpError(f"no MLflow experiment {dataset!r} in {probe.client.tracking_uri}: nothing was trained on it")
+    if parent_run_id:
+        probe.require_run()
+    query = f"tags.`mlflow.parentRunId` = '{parent_run_id}'" if parent_run_id else ""
+    runs = probe.client.search_runs([experiment.experiment_id], filter_string=query, max_results=5000)
+    return [RunTracker.attach(home, run.info.run_id) for run in runs if run.data.tags.get("uedp.kind") != "sweep"]
+
+
+def rebuild_report(home: DataHome, dataset: str, parent_run_id: str | None = None,
+                   run_ids: list[str] | None = None, title: str | None = None) -> tuple[list[Path], int, int]:
+    """Write the privacy-utility report of runs already in MLflow: a sweep's (under its folder, and logged
+    to its parent run again), chosen runs, or all of a dataset's. Returns the files, the runs used and
+    the runs skipped (not finished training runs)."""
+    trackers = runs_to_report(home, dataset, parent_run_id, run_ids)
+    outcomes = [outcome for tracker in trackers if (outcome := outcome_of_run(tracker)) is not None]
+    if not outcomes:
+        raise UedpError(f"none of the {len(trackers)} runs is a finished training run of {dataset!r}")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    folder = home.reports_dir(dataset) / (parent_run_id or f"rebuilt-{stamp}")
+    files = write_report(summarise(outcomes), folder, title or f"uedp runs on {dataset}")
+    if parent_run_id:
+        parent = RunTracker.attach(home, parent_run_id)
+        for path in files:
+            parent.log_file(path, "report")
+    return files, len(outcomes), len(trackers) - len(outcomes)

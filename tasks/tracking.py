@@ -25,6 +25,11 @@ from mlflow.tracking import MlflowClient
 from uedp.errors import UedpError
 from uedp.storage.home import DataHome
 
+# MLflow 3's UI opens an experiment by its kind: without this tag it may guess "GenAI" and open on traces,
+# which uedp never logs; model training opens on the runs table and the metric charts.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+MODEL_TRAINING = "custom_model_development"
+
 
 def tracking_uri(home: DataHome) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or home.mlflow_tracking_uri
@@ -180,10 +185,13 @@ def experiment_id_for(client: MlflowClient, home: DataHome, experiment: str) -> 
     """The experiment of a dataset, created on first use (artifacts in the data home for a local store)."""
     found = client.get_experiment_by_name(experiment)
     if found is not None:
+        if found.tags.get(EXPERIMENT_KIND_TAG) is None:  # made by an older uedp: open it in the runs view too
+            client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING)
         return str(found.experiment_id)
     home.mlflow_artifacts.mkdir(parents=True, exist_ok=True)
     location = (home.mlflow_artifacts / experiment).as_uri() if tracking_uri(home).startswith("sqlite") else None
-    return str(client.create_experiment(experiment, artifact_location=location))
+    return str(client.create_experiment(experiment, artifact_location=location,
+                                        tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING}))
 
 
 def _param(value: Any) -> str:

@@ -7,7 +7,9 @@ configuration: weights and accountant come back, and the same MLflow run continu
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from prefect import get_run_logger
 
@@ -45,7 +47,8 @@ def check_before_training(configs: list[TrainConfig], device: str) -> None:
 
 
 def run_training(home: DataHome, config: TrainConfig, flow_run_id: str | None = None,
-                 parent_run_id: str | None = None, store_url: str | None = None) -> TrainResult:
+                 parent_run_id: str | None = None, store_url: str | None = None,
+                 report_to: Callable[[str], Any] | None = None) -> TrainResult:
     """Train one configuration: in this process, or under ``torchrun`` when it asks for several processes;
     with a table store, the dataset's tables come from there first (this worker may be another machine)."""
     store = open_store(store_url)
@@ -56,7 +59,7 @@ def run_training(home: DataHome, config: TrainConfig, flow_run_id: str | None = 
         if config.spec.text == "sanitized":
             sanitize_for(home, config)  # once, here: every rank then reuses this one release
         return train_with_torchrun(home, config, flow_run_id, parent_run_id)
-    result = train_configuration(home, config, flow_run_id, parent_run_id)
+    result = train_configuration(home, config, flow_run_id, parent_run_id, report_to=report_to)
     return with_audit(home, config, result) if config.audit_canaries else result
 
 
@@ -81,7 +84,8 @@ def train_task(home: DataHome, config: TrainConfig, flow_run_id: str | None = No
                parent_run_id: str | None = None, store_url: str | None = None) -> TrainResult:
     if (warning := categories_warning(home, config)) is not None:
         get_run_logger().warning(warning)
-    result = run_training(home, config, flow_run_id, parent_run_id, store_url)
+    # Progress lines in the flow run's log (the Prefect UI), a line per tenth of the rounds.
+    result = run_training(home, config, flow_run_id, parent_run_id, store_url, report_to=get_run_logger().info)
     get_run_logger().info(
         "%s: epsilon=%s %s(test)=%.4g run_id=%s%s", config.run_name(),
         "inf" if math.isinf(result.epsilon) else f"{result.epsilon:.3g}", result.utility_metric, result.utility_test,

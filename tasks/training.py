@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -322,8 +322,10 @@ def train_replica(home: DataHome, config: TrainConfig) -> None:
 
 
 def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | None = None,
-                        parent_run_id: str | None = None, progress: bool = True) -> TrainResult:
-    """Train and evaluate one configuration; every figure goes to one MLflow run (torchrun: the main process)."""
+                        parent_run_id: str | None = None, progress: bool = True,
+                        report_to: Callable[[str], Any] | None = None) -> TrainResult:
+    """Train and evaluate one configuration; every figure goes to one MLflow run (torchrun: the main process).
+    Progress goes to the terminal (``progress``), or as lines to ``report_to`` (a Prefect flow run's log)."""
     ranks = Ranks.current()
     s = set_up(home, config, ranks)
     device, tokenizer, data, model, mechanism, checkpoint = s.device, s.tokenizer, s.data, s.model, s.mechanism, s.checkpoint
@@ -347,7 +349,7 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         epsilons: list[float] = []
         # Federated mechanisms count rounds, the others optimizer steps: the bar says which.
         unit = "rounds" if "rounds" in type(config.params).model_fields else "steps"
-        bar = progress_bar(config.total_steps, f"train {config.run_name()}", unit, enabled=progress)
+        bar = progress_bar(config.total_steps, f"train {config.run_name()}", unit, enabled=progress, say=report_to)
 
         def on_round(report: RoundReport) -> None:
             nonlocal resumed_from, first_report

@@ -50,3 +50,31 @@ def test_the_ui_form_offers_mechanisms_and_categories_as_choices() -> None:
     assert sweep["mechanisms"]["items"]["enum"] == list(MechanismName.__args__)  # type: ignore[attr-defined]
     choices = sweep["category_sets"]["items"]["items"]["enum"]
     assert "PERSON" in choices and "PII" in choices and set(taxonomy().canonical) <= set(choices)
+
+
+def _fields(schema: dict) -> dict[str, dict]:
+    """Every field of a flow's form, top level and nested blocks, as ``Block.field`` -> its schema."""
+    out = {f"(flow).{name}": prop for name, prop in schema["properties"].items()}
+    for block, definition in schema.get("definitions", {}).items():
+        out |= {f"{block}.{name}": prop for name, prop in definition.get("properties", {}).items()}
+    return out
+
+
+@pytest.mark.parametrize("deployment", SPEC["deployments"], ids=lambda d: d["name"])
+def test_every_form_field_says_what_it_is(deployment: dict) -> None:
+    """The Prefect UI shows a field's description under it: none may be blank."""
+    schema = parameter_schema(load_flow_from_entrypoint(deployment["entrypoint"])).model_dump()
+    bare = sorted(name for name, prop in _fields(schema).items() if not prop.get("description"))
+    assert not bare, f"form fields without a description: {bare}"
+
+
+def test_sizes_and_devices_are_choices_and_the_budget_stop_is_in_the_form() -> None:
+    from uedp.flows.sweep import sweep_flow
+    from uedp.models.presets import SIZE_PRESETS
+
+    fields = _fields(parameter_schema(sweep_flow).model_dump())
+    # a choice list, or a pretrained checkpoint's folder / hub name in the form's second option
+    sizes = next(option["enum"] for option in fields["RunSettings.model_size"]["anyOf"] if "enum" in option)
+    assert set(sizes) == {size for presets in SIZE_PRESETS.values() for size in presets}
+    assert {"auto", "cpu", "cuda", "cuda:0"} <= set(fields["RunSettings.device"]["enum"])
+    assert "max_epsilon" in {name.split(".")[1] for name in fields if name.startswith("MechanismSettings.")}

@@ -326,3 +326,46 @@ def test_the_sweep_flow_refuses_an_unreachable_target_before_opening_any_run(hom
     if home.mlflow_db.is_file():
         client = MlflowClient(tracking_uri=home.mlflow_tracking_uri)
         assert not [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+
+
+def test_uedp_report_rebuilds_a_sweeps_report_from_mlflow(home, prefect_server: None) -> None:
+    from typer.testing import CliRunner
+
+    from uedp.cli import app
+    from uedp.tasks.config import TrainConfig
+    from uedp.tasks.train import train_configuration
+
+    demo = _demo_dataset(home)
+    runner = CliRunner()
+    swept = runner.invoke(app, ["sweep", demo, "--home", str(home.root), "--mechanisms", "noiseless,uedp",
+                                "--epsilons", "8", "--steps", "10", "--rounds", "2", "--categories", "PERSON"])
+    assert swept.exit_code == 0, swept.output
+    parent = swept.stdout.split("MLflow parent run: ")[1].split()[0]
+    sweep_report = (home.reports_dir(demo) / parent / "report.md").read_text(encoding="utf-8")
+    table = [line for line in sweep_report.splitlines() if line.startswith("| uedp |") or line.startswith("| noiseless")]
+
+    (home.reports_dir(demo) / parent / "report.md").unlink()
+    rebuilt = runner.invoke(app, ["report", demo, "--home", str(home.root), "--parent", parent])
+    assert rebuilt.exit_code == 0, rebuilt.output
+    again = (home.reports_dir(demo) / parent / "report.md").read_text(encoding="utf-8")
+    assert [line for line in again.splitlines() if line in table] == table and len(table) == 2  # same rows
+
+    single = train_configuration(home, TrainConfig(dataset=demo, mechanism="userdp", rounds=2, q_user=0.5,
+                                                   noise_multiplier=1.0), progress=False)
+    every = runner.invoke(app, ["report", demo, "--home", str(home.root)])
+    assert every.exit_code == 0 and "report of 3 runs: " in every.stdout  # the sweep's two and the single one
+    folder = Path(every.stdout.split(": ", 1)[1].splitlines()[0]).parent
+    assert "| userdp | any (ignores categories) |" in (folder / "report.md").read_text(encoding="utf-8")
+    assert single.run_id
+    bad = runner.invoke(app, ["report", "nosuch", "--home", str(home.root)])
+    assert bad.exit_code == 2 and "no MLflow experiment 'nosuch'" in bad.stderr
+
+
+def test_the_attack_table_puts_the_accounted_epsilon_beside_the_audit_bound() -> None:
+    from uedp.tasks.attack import AttackOutcome, summary_rows
+
+    rows = summary_rows(AttackOutcome({"audit_one_run_epsilon_lower_bound": 1.2, "mia_user_auc": 0.51},
+                                      accounted_epsilon=2.0, delta=1e-5))
+    assert rows[:2] == [("accounted (dp_accounting)", "epsilon", "2 at delta 1e-05", "-"),
+                        ("one-run audit (canaries at the unit)", "audit_one_run_epsilon_lower_bound", "1.2", "0")]
+    assert summary_rows(AttackOutcome({}))[0][2] == "inf (no guarantee)"

@@ -631,6 +631,34 @@ def sweep(
         raise UedpError(f"{len(outcome.failures)} of {failed.total} configurations failed (causes above)")
 
 
+@app.command()
+@user_errors
+def report(
+    dataset: str = typer.Argument(..., help="The dataset whose MLflow experiment holds the runs."),
+    parent: Optional[str] = typer.Option(None, help="A sweep's parent run id: its runs, its report folder, and the "
+                                         "report logged to it again."),
+    runs: Optional[str] = typer.Option(None, help="Comma-separated run ids to put in one report (any runs of the "
+                                       "dataset: several sweeps, single `uedp train` runs)."),
+    title: Optional[str] = typer.Option(None, help="The plots' title."),
+    home: Optional[Path] = HOME_OPTION,
+) -> None:
+    """Rebuild the privacy-utility report (Markdown table and PNG plots) from runs already in MLflow.
+
+    With neither --parent nor --runs: every finished training run of the dataset. Failed, running and
+    killed runs are left out (and counted).
+    """
+    data_home = _prepare_runtime(home)
+    from uedp.tasks.report import rebuild_report
+
+    if parent and runs:
+        raise UedpError("give --parent or --runs, not both")
+    files, used, skipped = rebuild_report(data_home, dataset, parent, _csv(runs) or None, title)
+    left_out = f" ({skipped} not finished training runs left out)" if skipped else ""
+    typer.echo(f"report of {used} runs{left_out}: {files[0]}")
+    for path in files[1:]:
+        typer.echo(f"  plot: {path}")
+
+
 def _grid_axes(axes: list[str]) -> dict[str, list[Any]]:
     """``--grid name=1,4,16`` -> ``{"name": [1, 4, 16]}`` (numbers where they parse, text otherwise)."""
     out: dict[str, list[Any]] = {}

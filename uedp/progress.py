@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import IO, Any, Protocol
 
 from tqdm.auto import tqdm
@@ -30,9 +31,10 @@ class LineProgress:
     """A progress report of whole lines, for output that is not a terminal."""
 
     def __init__(self, total: int | None, desc: str, unit: str, stream: IO[str] | None = None,
-                 every_percent: float = 10.0, every_seconds: float = 60.0):
+                 every_percent: float = 10.0, every_seconds: float = 60.0, say: Callable[[str], Any] | None = None):
         self.total, self.desc, self.unit = total, desc, unit.strip()
         self.stream = stream if stream is not None else sys.stderr
+        self.say = say  # where lines go instead of the stream (a Prefect run logger)
         self.every_percent, self.every_seconds = every_percent, every_seconds
         self.n, self.postfix = 0, ""
         self.started = self.last_line = time.monotonic()
@@ -67,8 +69,12 @@ class LineProgress:
         else:
             done, left = f"{self.n} {self.unit}", ""
         extra = f", {self.postfix}" if self.postfix else ""
-        self.stream.write(f"{self.desc}: {done}, {_duration(elapsed)}{left}{extra}\n")
-        self.stream.flush()
+        line = f"{self.desc}: {done}, {_duration(elapsed)}{left}{extra}"
+        if self.say is not None:
+            self.say(line)
+        else:
+            self.stream.write(line + "\n")
+            self.stream.flush()
         self.last_line = now
 
 
@@ -83,10 +89,14 @@ class _Silent:
         pass
 
 
-def progress(total: int | None, desc: str, unit: str, enabled: bool = True) -> Progress:
-    """A tqdm bar on a terminal, whole lines elsewhere, nothing when ``enabled`` is false."""
+def progress(total: int | None, desc: str, unit: str, enabled: bool = True,
+             say: Callable[[str], Any] | None = None) -> Progress:
+    """A tqdm bar on a terminal, whole lines elsewhere (to ``say`` when given: a flow run's logger),
+    nothing when ``enabled`` is false."""
     if not enabled:
         return _Silent()
+    if say is not None:
+        return LineProgress(total, desc, unit, say=say)
     if sys.stderr.isatty():
         bar: Progress = tqdm(total=total, desc=desc, unit=f" {unit.strip()}", mininterval=0.5, leave=False)
         return bar
