@@ -43,12 +43,12 @@ def stale_entities_reason(home: DataHome, dataset: str) -> str | None:
     sentences = read_manifest(home.table_dir(dataset, "sentences"))
     if entities is None or sentences is None:
         return None
-    built_from = entities.get("sentences_key")
-    if built_from == sentences.get("key"):
+    if entities.get("sentences_key") == sentences.get("key"):
         return None
-    was = f"sentences {str(built_from)[:12]}" if built_from else "sentences of unrecorded content (an older uedp)"
-    return (f"the entities table of {dataset!r} was detected from {was}, but the dataset now holds sentences "
-            f"{str(sentences.get('key'))[:12]} (it was ingested again since): run `uedp detect {dataset} ...` again")
+    # Named by when each table was written, never by content hashes (this message may reach MLflow).
+    return (f"the entities table of {dataset!r} (detected {entities.get('created', 'by an older uedp')}) was built "
+            f"from other sentences than the dataset now holds (ingested {sentences.get('created', '?')}): run "
+            f"`uedp detect {dataset} ...` again")
 
 
 class Catalog:

@@ -180,9 +180,14 @@ class TrainConfig(RunSettings):
         return self.model_size in SIZE_PRESETS[self.model]
 
     def run_name(self) -> str:
+        """What tells runs apart, most telling first, so a truncated name in MLflow's runs table still
+        reads: ``uedp-eps8-PERSON+LOC-s0``, ``userdp-eps8-s0`` (its training ignores categories),
+        ``dpsgd-lstm-eps3-s1`` (a model other than the default GPT-2)."""
         budget = self.params.budget
-        suffix = f"-eps{budget:g}" if budget and self.is_private else ""
-        return f"{self.label}-{self.model}-{'+'.join(self.categories)}{suffix}-s{self.seed}"
+        parts = [self.label, *([self.model] if self.model != "gpt2" else []),
+                 *([f"eps{budget:g}"] if budget and self.is_private else []),
+                 *(["+".join(self.categories)] if self.spec.uses_categories(self.params) else []), f"s{self.seed}"]
+        return "-".join(parts)
 
     @property
     def label(self) -> str:

@@ -35,8 +35,16 @@ def tracking_uri(home: DataHome) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or home.mlflow_tracking_uri
 
 
+# MLflow 3's UI opens on its GenAI pages unless told otherwise; this query opens the runs and their charts.
+MODEL_TRAINING_VIEW = "#/experiments?workflowType=machine_learning"
+
+
 def ui_command(home: DataHome) -> str:
-    return f"mlflow ui --backend-store-uri {tracking_uri(home)}"
+    """How to look at the runs: the tracking server's page, or the command that serves the local store."""
+    uri = tracking_uri(home)
+    if uri.startswith(("http://", "https://")):
+        return f"{uri.rstrip('/')}/{MODEL_TRAINING_VIEW}"
+    return f"mlflow ui --backend-store-uri {uri}, then http://127.0.0.1:5000/{MODEL_TRAINING_VIEW}"
 
 
 def _alive(pid: int) -> bool:

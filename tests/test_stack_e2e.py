@@ -93,6 +93,10 @@ def test_deployed_demo_runs_on_a_worker_and_both_uis_show_it(tmp_path: Path) -> 
         assert all(r.info.status == "FINISHED" and r.data.tags["uedp.flow_run_id"] == str(run.id) for r in runs)
         assert all(r.data.params["categories"] == "LOC,PERSON" for r in runs)
 
+        # The experiment opens in MLflow's model-training view (runs, charts), not on GenAI traces.
+        assert experiment.tags.get("mlflow.experimentKind") == "custom_model_development"
+        assert {r.info.run_name for r in runs} == {"noiseless-s0", "userdp-s0"}  # short: shown whole in the table
+
         screenshots.mkdir(parents=True, exist_ok=True)
         form_url = f"{stack.prefect_ui}/deployments/deployment/{deployment.id}/run"
         form = _chromium(form_url, tmp_path / "chromium")
@@ -100,9 +104,14 @@ def test_deployed_demo_runs_on_a_worker_and_both_uis_show_it(tmp_path: Path) -> 
         _chromium(form_url, tmp_path / "chromium", screenshot=screenshots / "prefect-run-form.png")
         ids = json.dumps([r.info.run_id for r in runs])
         compare_url = (f"{stack.mlflow_url}/#/compare-runs?runs={urllib.parse.quote(ids)}"
-                       f"&experiments={urllib.parse.quote(json.dumps([experiment.experiment_id]))}")
+                       f"&experiments={urllib.parse.quote(json.dumps([experiment.experiment_id]))}"
+                       "&workflowType=machine_learning")
         compare = _chromium(compare_url, tmp_path / "chromium")
         assert all(r.info.run_name in compare for r in runs)
         _chromium(compare_url, tmp_path / "chromium", screenshot=screenshots / "mlflow-compare-runs.png")
-    for name in ("prefect-run-form.png", "mlflow-compare-runs.png"):
+        runs_url = f"{stack.mlflow_url}/#/experiments/{experiment.experiment_id}/runs?workflowType=machine_learning"
+        table = _chromium(runs_url, tmp_path / "chromium")
+        assert "Model training" in table and all(r.info.run_name in table for r in runs)
+        _chromium(runs_url, tmp_path / "chromium", screenshot=screenshots / "mlflow-runs.png")
+    for name in ("prefect-run-form.png", "mlflow-compare-runs.png", "mlflow-runs.png"):
         assert (screenshots / name).stat().st_size > 20_000, name  # a rendered page, not a blank one

@@ -742,11 +742,12 @@ def serve(
     import threading
 
     from uedp.stack import LocalStack
+    from uedp.tasks.tracking import MODEL_TRAINING_VIEW
 
     typer.echo(f"starting the uedp stack (logs: {data_home.root / 'stack'}) ...")
     with LocalStack(data_home, prefect_port, mlflow_port) as stack:
         typer.echo(f"Prefect UI  {stack.prefect_ui}   (deployments: {', '.join(stack.deployment_names())})")
-        typer.echo(f"MLflow UI   {stack.mlflow_url}")
+        typer.echo(f"MLflow UI   {stack.mlflow_url}/{MODEL_TRAINING_VIEW}")
         typer.echo(f"CLI against it: export PREFECT_API_URL={stack.prefect_api} MLFLOW_TRACKING_URI={stack.mlflow_url}")
         typer.echo("Ctrl-C stops everything.")
         stopped = threading.Event()
