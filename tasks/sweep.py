@@ -23,7 +23,12 @@ from uedp.tasks.training import TrainResult
 
 @dataclass(frozen=True)
 class Failure:
-    """A configuration that did not finish, and why, in words that are safe to release."""
+    """A configuration that did not finish, and why.
+
+    The cause is for the curator (the console, and the flow run's log, where Prefect records a failed
+    task's error anyway); MLflow gets only what does not read the data: which configuration, and whether
+    it was a configuration error or a crash (:meth:`released`). A refusal can depend on the data (a
+    declared count below the true one), so its words stay out of MLflow."""
 
     name: str
     cause: str
@@ -38,6 +43,9 @@ class Failure:
             return cls(name, str(exc).splitlines()[0] if str(exc) else type(exc).__name__, True)
         kind = type(exc).__name__ if exc is not None else "crashed"
         return cls(name, f"{kind} (see the flow run's log)", False)
+
+    def released(self) -> dict[str, str]:
+        return {"configuration": self.name, "kind": "configuration error" if self.configuration_error else "crash"}
 
     def describe(self) -> str:
         advice = "fix the setting" if self.configuration_error else "rerun to resume from its checkpoint"
@@ -138,8 +146,10 @@ class SweepRun:
         self.tracker.log_metrics({"configurations_failed": len(self.failures),
                                   "configurations_finished": len(self.finished)})
         if self.failures:
-            self.tracker.log_json([f.__dict__ for f in self.failures], "failures.json")
-            self.tracker.set_tags({"uedp.failures": "; ".join(f.describe() for f in self.failures)[:4900]})
+            released = [f.released() for f in self.failures]
+            self.tracker.log_json(released, "failures.json")
+            self.tracker.set_tags({"uedp.failures": "; ".join(f"{r['configuration']}: {r['kind']}"
+                                                                for r in released)[:4900]})
         self.tracker.finish(failed=bool(self.failures))
         outcome = SweepOutcome(self.run_id, [r for r, _ in self.finished], list(self.failures), report)
         if self.failures:

@@ -23,7 +23,6 @@ from uedp.tasks.torchrun import train_with_torchrun
 from uedp.tasks.training import (
     TrainResult,
     build_mechanism,
-    categories_warning,
     loss_function,
     planned_population,
     sanitize_for,
@@ -82,8 +81,6 @@ def with_audit(home: DataHome, config: TrainConfig, result: TrainResult) -> Trai
 @retried_task("train-configuration", task_run_name="train-{config.mechanism}")
 def train_task(home: DataHome, config: TrainConfig, flow_run_id: str | None = None,
                parent_run_id: str | None = None, store_url: str | None = None) -> TrainResult:
-    if (warning := categories_warning(home, config)) is not None:
-        get_run_logger().warning(warning)
     # Progress lines in the flow run's log (the Prefect UI), a line per tenth of the rounds.
     result = run_training(home, config, flow_run_id, parent_run_id, store_url, report_to=get_run_logger().info)
     get_run_logger().info(

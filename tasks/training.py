@@ -265,7 +265,10 @@ EVALUATION_CAVEAT = ("validation and test metrics are computed without noise on 
 
 def categories_warning(home: DataHome, config: TrainConfig) -> str | None:
     """Said before training: none of the chosen categories was detected in the dataset, so a mechanism
-    that protects entities of those categories finds no sensitive sentence (a typo, or the wrong detector)."""
+    that protects entities of those categories finds no sensitive sentence (a typo, or the wrong detector).
+
+    For the curator's terminal only (`uedp train`): it counts the raw data, so it never goes to a task's
+    log, MLflow or any other release (docs/PRIVACY.md)."""
     if (not config.spec.uses_categories(config.params) or config.spec.text == "sanitized"
             or read_manifest(home.table_dir(config.dataset, "sentences")) is None):  # not here yet (a store)
         return None

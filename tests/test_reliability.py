@@ -307,7 +307,9 @@ def test_a_sweep_names_each_failures_cause_and_still_reports_what_finished(home,
     client = MlflowClient(tracking_uri=home.mlflow_tracking_uri)
     runs = client.search_runs([client.get_experiment_by_name(demo).experiment_id])
     (parent,) = [r for r in runs if r.data.tags.get("uedp.kind") == "sweep"]
-    assert parent.info.status == "FAILED" and "target epsilon 1000 is met" in parent.data.tags["uedp.failures"]
+    # MLflow learns which configuration failed and how, not the message (a refusal can read the data)
+    assert parent.info.status == "FAILED"
+    assert parent.data.tags["uedp.failures"] == "uedp-eps1000-LOC+ORG+PERSON-s0: configuration error"
     assert "failures.json" in {a.path for a in client.list_artifacts(parent.info.run_id)}
 
 
