@@ -32,7 +32,8 @@ def sweep_flow(config: SweepConfig, progress: bool = False) -> SweepOutcome:
         progress: the [k/N] lines on stderr too (the CLI), besides the flow run's log.
     """
     home = DataHome.from_env(config.home or None)
-    require_ingested(home, config.dataset)  # before the parent MLflow run: a typo is not a failed sweep
+    if not config.store:  # with a table store each training pulls the tables; here they may not be yet
+        require_ingested(home, config.dataset)  # before the parent MLflow run: a typo is not a failed sweep
     logger = get_run_logger()
     items = config.plan()
     check_before_training([item.config for item in items], config.run.device)  # unreachable targets, devices
@@ -56,7 +57,10 @@ def sweep_flow(config: SweepConfig, progress: bool = False) -> SweepOutcome:
             if state.is_completed():
                 result, failure = state.result(), None
             else:
-                raised = state.result(raise_on_failure=False)
+                try:
+                    raised = state.result(raise_on_failure=False)
+                except Exception as exc:  # a crashed task may have no result to read back
+                    raised = exc
                 if isinstance(raised, BaseException):
                     # The traceback's frames hold the failed training's objects (DuckDB connections, models)
                     # until the process exits; only the cause is kept.

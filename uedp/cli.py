@@ -608,7 +608,8 @@ def sweep(
     config = SweepConfig(**{**values, "home": str(data_home.root), "dataset": dataset})
     from uedp.storage.catalog import require_ingested
 
-    require_ingested(data_home, dataset)
+    if not store:  # with a table store the trainings pull the tables first
+        require_ingested(data_home, dataset)
     items = config.plan()
     from uedp.tasks.sweep import SweepFailed
     from uedp.tasks.train import check_before_training
