@@ -53,7 +53,7 @@ def sweep_flow(config: SweepConfig, progress: bool = False) -> SweepOutcome:
         for index, item in enumerate(items, start=1):
             tally.starting(index, item)
             state = train_task.with_options(tags=["uedp-train"])(home, item.config, flow_run_id, sweep.run_id,
-                                                                 config.store, return_state=True)
+                                                                 config.store, console=progress, return_state=True)
             if state.is_completed():
                 result, failure = state.result(), None
             else:

@@ -249,7 +249,8 @@ class RoundAccountant:
         inside a block) are not, so the cache stays small over any number of rounds."""
         if k in self._powers:
             return self._powers[k]
-        power = self._one_round if k == 1 else self._one_round.self_compose(k)  # type: ignore[attr-defined]
+        one = self._one_round
+        power = one if k == 1 else _fits_in_memory(lambda: one.self_compose(k))  # type: ignore[attr-defined]
         if k & (k - 1) == 0:
             self._powers[k] = power
         return power
@@ -258,7 +259,9 @@ class RoundAccountant:
         extra = rounds - self._knot
         if extra == 0:
             return self._knot_pld
-        return self._power(extra) if self._knot_pld is None else self._knot_pld.compose(self._power(extra))
+        power = self._power(extra)
+        knot = self._knot_pld
+        return power if knot is None else _fits_in_memory(lambda: knot.compose(power))
 
     def _bound_after_next(self) -> float:
         """An upper bound of epsilon after one more round (the end of the block that round falls in)."""

@@ -134,6 +134,10 @@ def remove_stale_temporaries(table_dir: Path) -> list[Path]:
     removed: list[Path] = []
     if not table_dir.parent.is_dir():
         return removed
+    if not table_dir.exists():  # a writer died between swap_in's two renames: its .old- is the last good table
+        olds = sorted(table_dir.parent.glob(f".{table_dir.name}.old-*"), key=lambda p: p.stat().st_mtime)
+        if olds and (olds[-1] / MANIFEST_FILE).is_file():
+            os.replace(olds[-1], table_dir)
     for kind in ("tmp", "old"):
         for folder in table_dir.parent.glob(f".{table_dir.name}.{kind}-*"):
             owner = folder.name.removeprefix(f".{table_dir.name}.{kind}-").split("-")[0]

@@ -62,7 +62,8 @@ class RunSettings(BaseModel):
                                      "(sequences; users) public; default: a DP count composed into epsilon")
     count_noise: float = Field(DEFAULT_COUNT_NOISE_STD, gt=0, description="std of the Gaussian noise of the DP count "
                                "of units (sensitivity 1)")
-    device: Device = Field("auto", description="auto (a GPU when there is one), cpu, cuda or cuda:N")
+    device: Device | str = Field("auto", description="auto (a GPU when there is one), cpu, cuda or cuda:N (or any "
+                                 "torch device name in the form's second option)")
     processes: int = Field(1, ge=1, description="torchrun processes (one per GPU); they split each round's users or "
                                                 "examples and sum their clipped contributions")
     threads: int | None = Field(None, ge=1, description="torch threads per process (default: OMP_NUM_THREADS if set, "
@@ -396,7 +397,7 @@ class DemoConfig(BaseModel):
     # Seeded, so the demo's table is reproducible; its runs are tagged and their statements say the
     # guarantee does not hold against anyone who knows the seed.
     randomness: Literal["secure", "seeded"] = Field("seeded", description=RANDOMNESS_HELP)
-    device: Device = Field("auto", description="auto (a GPU when there is one), cpu, cuda or cuda:N")
+    device: Device | str = Field("auto", description="auto (a GPU when there is one), cpu, cuda or cuda:N")
     settings: MechanismSettings = Field(default_factory=MechanismSettings,
                                         description="mechanism parameters (each mechanism takes the ones it knows)")
 

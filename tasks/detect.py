@@ -63,6 +63,8 @@ class DetectionPlan:
         """The existing entities table's result, when it was built from exactly this key."""
         if not is_current(self.entities_dir, self.key):
             return None
+        if (read_manifest(self.entities_dir) or {}).get("sentences_key") != self.details["sentences_key"]:
+            return None  # written by an older uedp, which did not record its sentences: rebuild it
         return DetectResult(self.dataset, self.detector, True, int(read_manifest(self.entities_dir)["rows"]))  # type: ignore[index]
 
 

@@ -253,7 +253,10 @@ def outcome_of_run(tracker: RunTracker) -> tuple[TrainResult, float | None] | No
         if path is None:
             return None
         logged = json.loads(path.read_text(encoding="utf-8"))
-    config, privacy = TrainConfig.from_logged(logged["config"]), logged["privacy"]
+    try:
+        config, privacy = TrainConfig.from_logged(logged["config"]), logged["privacy"]
+    except (ValueError, KeyError):  # a run of a uedp whose configuration this one no longer reads: skipped
+        return None
     metric = "error" if config.task == "classification" else "perplexity"
     metrics = run.data.metrics  # the latest value of each: the valid figure after the last round
     result = TrainResult(

@@ -126,6 +126,10 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
     # compose (twice the epsilon), so the same configuration always names the same release.
     out_sentences, out_users = home.table_dir(config.output_name, "sentences"), home.table_dir(config.output_name, "users")
     if is_current(out_sentences, key) and is_current(out_users, key):
+        out_entities = home.table_dir(config.output_name, "entities")
+        if (read_manifest(out_entities) or {}).get("note") == EMPTY_ENTITIES_NOTE and \
+                (read_manifest(out_entities) or {}).get("sentences_key") != key:  # an older uedp's: rewrite it
+            _write_empty_entities(out_entities, key)
         return SanitizeResult(**read_manifest(out_sentences)["sanitization"], dataset=config.output_name, reused=True)  # type: ignore[index]
 
     sampler, unprotected = _sampler(home, config, embeddings)
@@ -173,11 +177,17 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
             users.write_batch(read_table(home.table_dir(config.dataset, "users")))
             # Empty, so the dataset trains like any other (noiselessly: the text is already private);
             # `uedp detect` on the sanitized dataset replaces it with a real detection.
-            with TableWriter(home.table_dir(config.output_name, "entities"), ENTITIES, key,
-                             {"note": "sanitized dataset: not detected", "entity_identity": IDENTITY_VERSION,
-                              "sentences_key": key}):
-                pass
+            _write_empty_entities(home.table_dir(config.output_name, "entities"), key)
     return result
+
+
+EMPTY_ENTITIES_NOTE = "sanitized dataset: not detected"
+
+
+def _write_empty_entities(folder: Path, sentences_key: str) -> None:
+    with TableWriter(folder, ENTITIES, sentences_key, {"note": EMPTY_ENTITIES_NOTE, "entity_identity": IDENTITY_VERSION,
+                                                       "sentences_key": sentences_key}):
+        pass
 
 
 def _sampler(home: DataHome, config: SanitizeConfig, embeddings: Embeddings) -> tuple[Sampler, float]:

@@ -69,7 +69,9 @@ class Leases:
 
     def take(self, run_id: str) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        (self.folder / f"{run_id}.json").write_text(json.dumps({"pid": os.getpid()}), encoding="utf-8")
+        partial = self.folder / f".{run_id}.{os.getpid()}.partial"  # whole or absent: a reaper never reads half
+        partial.write_text(json.dumps({"pid": os.getpid()}), encoding="utf-8")
+        os.replace(partial, self.folder / f"{run_id}.json")
 
     def release(self, run_id: str) -> None:
         (self.folder / f"{run_id}.json").unlink(missing_ok=True)

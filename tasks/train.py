@@ -80,9 +80,11 @@ def with_audit(home: DataHome, config: TrainConfig, result: TrainResult) -> Trai
 
 @retried_task("train-configuration", task_run_name="train-{config.mechanism}")
 def train_task(home: DataHome, config: TrainConfig, flow_run_id: str | None = None,
-               parent_run_id: str | None = None, store_url: str | None = None) -> TrainResult:
-    # Progress lines in the flow run's log (the Prefect UI), a line per tenth of the rounds.
-    result = run_training(home, config, flow_run_id, parent_run_id, store_url, report_to=get_run_logger().info)
+               parent_run_id: str | None = None, store_url: str | None = None, console: bool = False) -> TrainResult:
+    """``console``: progress on this process's terminal (a flow the CLI runs); else progress lines in the
+    flow run's log (the Prefect UI), a line per tenth of the rounds."""
+    report_to = None if console else get_run_logger().info
+    result = run_training(home, config, flow_run_id, parent_run_id, store_url, report_to=report_to)
     get_run_logger().info(
         "%s: epsilon=%s %s(test)=%.4g run_id=%s%s", config.run_name(),
         "inf" if math.isinf(result.epsilon) else f"{result.epsilon:.3g}", result.utility_metric, result.utility_test,

@@ -76,5 +76,6 @@ def test_sizes_and_devices_are_choices_and_the_budget_stop_is_in_the_form() -> N
     # a choice list, or a pretrained checkpoint's folder / hub name in the form's second option
     sizes = next(option["enum"] for option in fields["RunSettings.model_size"]["anyOf"] if "enum" in option)
     assert set(sizes) == {size for presets in SIZE_PRESETS.values() for size in presets}
-    assert {"auto", "cpu", "cuda", "cuda:0"} <= set(fields["RunSettings.device"]["enum"])
+    devices = next(option["enum"] for option in fields["RunSettings.device"]["anyOf"] if "enum" in option)
+    assert {"auto", "cpu", "cuda", "cuda:0"} <= set(devices)
     assert "max_epsilon" in {name.split(".")[1] for name in fields if name.startswith("MechanismSettings.")}

@@ -371,3 +371,35 @@ def test_the_attack_table_puts_the_accounted_epsilon_beside_the_audit_bound() ->
     assert rows[:2] == [("accounted (dp_accounting)", "epsilon", "2 at delta 1e-05", "-"),
                         ("one-run audit (canaries at the unit)", "audit_one_run_epsilon_lower_bound", "1.2", "0")]
     assert summary_rows(AttackOutcome({}))[0][2] == "inf (no guarantee)"
+
+
+def test_an_older_entities_table_is_rebuilt_by_detect_not_reused(home, tmp_path: Path) -> None:
+    """Tables written before detection recorded its sentences are stale; `uedp detect` must rebuild them
+    (their detection key is unchanged, so a plain key check would call them current forever)."""
+    import json
+
+    from uedp.storage.tables import MANIFEST_FILE
+
+    gold = DetectorConfig(detectors=["gold"])
+    ingest(home, "s", [write(tmp_path / "eng.train", CORPUS_A)], IngestOptions(format="conll2003"))
+    detect_entities(home, "s", gold)
+    manifest_file = home.table_dir("s", "entities") / MANIFEST_FILE
+    manifest = json.loads(manifest_file.read_text())
+    del manifest["sentences_key"]  # as an older uedp wrote it
+    manifest_file.write_text(json.dumps(manifest))
+    with Catalog(home, "s") as catalog:
+        assert "entities" not in catalog.tables
+    assert not detect_entities(home, "s", gold).reused
+    with Catalog(home, "s") as catalog:
+        assert [c.category for c in catalog.category_counts(["PERSON"])] == ["PERSON"]
+
+
+def test_a_writer_killed_between_the_two_renames_leaves_its_old_table_restored(home, tmp_path: Path) -> None:
+    from uedp.storage.tables import remove_stale_temporaries
+
+    ingest(home, "s", [write(tmp_path / "eng.train", CORPUS_A)], IngestOptions(format="conll2003"))
+    table = home.table_dir("s", "sentences")
+    old = table.parent / f".sentences.old-{_dead_pid()}-0badc0de"
+    os.replace(table, old)  # the target renamed away, the new folder never moved in
+    remove_stale_temporaries(table)
+    assert (table / "data.parquet").is_file() and not old.exists()

@@ -4,8 +4,9 @@ Prefect starts one of its own in that case (its "ephemeral" server), but a busy 
 20-second start-up wait (a raw ``RuntimeError`` traceback), and a ``kill -9`` of the command leaves
 that server running with parent PID 1. uedp starts the same server itself instead:
 
-- the child asks the kernel to kill it when its parent dies (Linux ``PR_SET_PDEATHSIG``), and its PID
-  is recorded under the data home, so the next command ends any that survived anyway;
+- on Linux the child asks the kernel to kill it when its parent dies (``PR_SET_PDEATHSIG``), and its PID
+  is recorded under the data home, so the next command ends any that survived anyway (elsewhere a
+  killed command's server must be ended by hand);
 - the start-up wait is measured in wall-clock time (``UEDP_PREFECT_STARTUP_SECONDS``, default 180) and
   a port taken meanwhile is retried on another;
 - failing to start is one line naming the log file, never a traceback.
@@ -32,7 +33,9 @@ STARTUP_SECONDS_ENV = "UEDP_PREFECT_STARTUP_SECONDS"
 DEFAULT_STARTUP_SECONDS = 180.0
 PID_PREFIX = "temporary-server-"  # temporary-server-<parent pid>.pid holds the server's pid
 _PR_SET_PDEATHSIG = 1
-_PORT_TAKEN = 3  # uvicorn's exit code when it cannot bind
+_PORT_TAKEN = 3  # uvicorn's exit code when it cannot start (a taken port among other causes)
+# Loopback health checks never go through HTTP(S)_PROXY.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def startup_seconds() -> float:
@@ -43,11 +46,14 @@ def startup_seconds() -> float:
         raise UedpError(f"{STARTUP_SECONDS_ENV}={raw!r} is not a number of seconds") from None
 
 
+# Looked up in the parent: calling dlopen between fork and exec can deadlock a threaded parent.
+_PRCTL = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None) if sys.platform.startswith("linux") else None
+
+
 def _die_with_parent() -> None:
-    """Runs in the child between fork and exec: SIGKILL it when the process that started it dies."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    """Runs in the child between fork and exec (Linux): SIGKILL it when the process that started it dies."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _free_port() -> int:
@@ -84,7 +90,10 @@ def end_survivors(home: DataHome) -> int:
         parent = record.stem.removeprefix(PID_PREFIX)
         if not parent.isdigit() or _alive(int(parent)):
             continue
-        server = record.read_text(encoding="utf-8").strip()
+        try:
+            server = record.read_text(encoding="utf-8").strip()
+        except OSError:  # another command ended it first
+            continue
         if server.isdigit() and _is_temporary_server(int(server)):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(server), signal.SIGKILL)
@@ -134,29 +143,38 @@ class TemporaryServer:
         env = os.environ | {"PREFECT_UI_ENABLED": "0", "PREFECT_HOME": str(self.home.prefect_home),
                             "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
         with self.log_file.open("ab") as log:
-            process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+            process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
         self._record.write_text(f"{process.pid}\n", encoding="utf-8")
         return process
 
     def _start(self) -> None:
         self.process = self._spawn()
         deadline = time.monotonic() + self.timeout
+        retries = 3
         while time.monotonic() < deadline:
             code = self.process.poll()
-            if code == _PORT_TAKEN:  # another program took the port between our check and its bind
+            if code == _PORT_TAKEN and retries and "address already in use" in self._log_tail().lower():
+                retries -= 1  # another program took the port between our check and its bind
+                time.sleep(0.5)
                 self.process = self._spawn()
                 continue
             if code is not None:
                 raise UedpError(f"Prefect's temporary server exited with code {code} while starting; "
                                 f"see {self.log_file}")
-            with contextlib.suppress(OSError), urllib.request.urlopen(f"{self.api_url}/health", timeout=5) as answer:
+            with contextlib.suppress(OSError), _DIRECT.open(f"{self.api_url}/health", timeout=5) as answer:
                 if answer.status == 200:
                     return
             time.sleep(0.25)
         raise UedpError(f"Prefect's temporary server did not answer within {self.timeout:.0f} s (a busy machine?); "
                         f"set {STARTUP_SECONDS_ENV} higher, or run against a server (`uedp serve`, then "
                         f"PREFECT_API_URL); its log: {self.log_file}")
+
+    def _log_tail(self) -> str:
+        try:
+            return self.log_file.read_text(encoding="utf-8", errors="replace")[-2000:]
+        except OSError:
+            return ""
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
