@@ -125,3 +125,13 @@ def sequence_nll(model: torch.nn.Module, sequences: Sequence[torch.Tensor], pad_
         out.append(torch.stack([nll.sum(1).double(), (targets != IGNORE).sum(1).double()], dim=1).cpu())
     model.train(was_training)
     return torch.cat(out) if out else torch.zeros((0, 2), dtype=torch.float64)
+
+
+def baseline_errors(labels: Sequence[int], n_classes: int) -> dict[str, float]:
+    """The error rates a classifier must beat to have learnt anything, on the split whose labels these are:
+    ``majority`` always answers that split's most frequent class (the best constant answer), ``uniform``
+    guesses uniformly among the ``n_classes`` classes (in expectation)."""
+    if not labels or n_classes < 1:
+        raise ValueError("baseline errors need labels and at least one class")
+    counts = torch.bincount(torch.as_tensor(list(labels)), minlength=n_classes)
+    return {"majority": 1.0 - float(counts.max()) / len(labels), "uniform": 1.0 - 1.0 / n_classes}

@@ -12,7 +12,7 @@ import tempfile
 import textwrap
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import matplotlib
@@ -55,6 +55,7 @@ class ReportRow:
     # The one-run audit's lower bound of each seed's run (runs with audit canaries), None where not audited.
     # Each is a bound at 95% on its own; their mean is not one, so they are shown side by side.
     audit_bounds: tuple[float | None, ...] = ()
+    baselines: dict[str, float] = field(default_factory=dict)  # classification: majority-class, uniform test error
 
     @property
     def audited(self) -> list[float]:
@@ -81,7 +82,8 @@ def summarise(outcomes: Iterable[tuple[TrainResult, float | None]]) -> list[Repo
             kept_token_share=_mean_of(results, "kept_token_share"),
             mask_inference_success=_mean_of(results, "mask_inference_success"),
             randomness=results[0].randomness, caveats=tuple(dict.fromkeys(c for r in results for c in r.caveats)),
-            data_share=_mean_of(results, "data_share_used"), audit_bounds=tuple(r.audit_epsilon for r in results)))
+            data_share=_mean_of(results, "data_share_used"), audit_bounds=tuple(r.audit_epsilon for r in results),
+            baselines=results[0].baselines))
     return sorted(rows, key=lambda r: (r.categories, r.mechanism, math.inf if r.target_epsilon is None else r.target_epsilon))
 
 
@@ -114,6 +116,11 @@ def markdown(rows: list[ReportRow], title: str) -> str:
                      f"| {_num(r.valid)} | {_num(r.test)} | {_num(r.test_spread, 2)} | {r.seeds} "
                      f"| {'-' if r.data_share is None else f'{r.data_share:.1%}'} "
                      f"| {' '.join(run[:8] for run in r.run_ids)} |")
+    baselines = next((r.baselines for r in rows if r.baselines), None)
+    if baselines:
+        lines += ["", f"Baselines on the test split: always answering its majority class gives error "
+                  f"{baselines['majority']:.4g}; a uniform guess gives {baselines['uniform']:.4g}. A model at or "
+                  "above these has learnt nothing."]
     if any(r.audited for r in rows):
         lines += ["", "Audit bound: the one-run audit's lower bound on epsilon at 95% confidence (Steinke, Nasr and "
                   "Jagielski 2023) from the canaries planted at each mechanism's unit (`audit_canaries`), one per "
@@ -153,6 +160,10 @@ def plot(rows: list[ReportRow], path: Path, title: str) -> list[Path]:
                         marker="o", capsize=3, label=mechanism)
         for index, r in enumerate(r for r in subset if not math.isfinite(r.epsilon) and math.isfinite(r.test)):
             ax.axhline(r.test, linestyle="--", color=f"C{(index + 5) % 10}", label=f"{r.mechanism} (no guarantee)")
+        baselines = next((r.baselines for r in subset if r.baselines), {})
+        for name, value in baselines.items():
+            ax.axhline(value, linestyle=":", color="0.35" if name == "majority" else "0.6",
+                       label=f"{name}-class baseline" if name == "majority" else f"{name} guess baseline")
         metric = subset[0].metric
         # Log scales only across more than a decade: a narrower log axis has no major tick to label, and
         # its minor labels (5.86x10^0, 5.87x10^0, ...) run into each other.
@@ -270,7 +281,9 @@ def outcome_of_run(tracker: RunTracker) -> tuple[TrainResult, float | None] | No
         randomness=str(privacy.get("randomness", "none")), caveats=tuple(privacy.get("caveats", ())),
         public=tuple(privacy.get("public", ())), label=config.label,
         audit_epsilon=metrics.get("audit_one_run_epsilon_lower_bound"),
-        detector_recall=run.data.params.get("privacy_detector_recall", ""))
+        detector_recall=run.data.params.get("privacy_detector_recall", ""),
+        baselines={name: metrics[f"error_test_{name}_baseline"] for name in ("majority", "uniform")
+                   if f"error_test_{name}_baseline" in metrics})
     return result, (config.params.budget if config.spec.private else None)
 
 

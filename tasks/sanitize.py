@@ -9,7 +9,6 @@ without an embedding is released as ``<unk>`` whatever it was.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -23,7 +22,7 @@ from uedp.detection.identity import IDENTITY_VERSION
 from uedp.errors import UedpError
 from uedp.privacy.mechanisms.params import Keep
 from uedp.privacy.randomness import Randomness
-from uedp.privacy.sanitization.embeddings import Embeddings, from_model, load_vectors
+from uedp.privacy.sanitization.embeddings import WORD, Embeddings, from_model, load_vectors
 from uedp.privacy.sanitization.mechanisms import KEEP, UNKNOWN, Sampler, privatize
 from uedp.privacy.sanitization.release import ReleaseFigures, local_dp_kind, release_figures
 from uedp.progress import progress as progress_bar
@@ -37,7 +36,6 @@ from uedp.tasks.retry import retried_task
 __all__ = ["SanitizeConfig", "SanitizeResult", "sanitize_dataset", "sanitize_task"]
 
 UNKNOWN_TEXT = "<unk>"
-WORD = re.compile(r"\w+(?:['’-]\w+)*|[^\w\s]")
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from uedp.errors import UedpError
 from uedp.models.batching import Example
 from uedp.models.device import resolve_device
 from uedp.models.factory import build_model
-from uedp.models.metrics import causal_lm_loss, classification_error, classification_loss, perplexity
+from uedp.models.metrics import baseline_errors, causal_lm_loss, classification_error, classification_loss, perplexity
 from uedp.models.parallel import Ranks
 from uedp.models.threads import use_threads
 from uedp.models.tokenization import load_tokenizer
@@ -67,6 +67,9 @@ class TrainResult:
     label: str = ""  # the mechanism as reports show it (uedp-bounded-k4); empty: the mechanism's name
     audit_epsilon: float | None = None  # the one-run audit's lower bound (runs with audit canaries)
     detector_recall: str = ""  # entity-level mechanisms: the detectors' recall, in words (measured or not)
+    # Classification: the test error of always answering the test split's majority class, and of a
+    # uniform guess; an error rate means something only beside them.
+    baselines: dict[str, float] = field(default_factory=dict)
 
     @property
     def shown_as(self) -> str:
@@ -145,6 +148,12 @@ def evaluate(model: torch.nn.Module, examples: Sequence[Example], config: TrainC
     if config.task == "classification":
         return classification_error(model, examples, pad_id, device)
     return perplexity(model, [e for e in examples if isinstance(e, torch.Tensor)], pad_id, device)
+
+
+def baselines_on(examples: Sequence[Example], classes: list[str] | None) -> dict[str, float]:
+    """Classification: the majority-class and uniform-guess test errors (empty for language models)."""
+    labels = [int(e[1]) for e in examples if isinstance(e, tuple)]
+    return baseline_errors(labels, len(classes)) if classes and labels else {}
 
 
 def keyed_table_id(home: DataHome, dataset: str, table: str) -> str:
@@ -384,6 +393,9 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         valid = evaluate(model, data.valid, config, pad_id, device)
         test = evaluate(model, data.test, config, pad_id, device)
         tracker.log_metrics({f"{metric}_valid": valid}, step=statement.rounds)
+        baselines = baselines_on(data.test, data.classes)
+        if baselines:  # computed from the test split's labels, like the test error itself
+            tracker.log_metrics({f"error_test_{name}_baseline": value for name, value in baselines.items()})
         tracker.log_metrics({metric: test, f"{metric}_test": test, "final_epsilon": statement.epsilon}
                             | ({"detector_recall": s.recall.value} if s.recall and s.recall.value is not None else {}))
         tracker.log_params({"noise_multiplier_used": statement.noise_multiplier, "accountant_used": statement.accountant,
@@ -428,4 +440,5 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         resumed_from=resumed_from, notes=statement.notes, privacy_extra=dict(statement.extra),
         randomness=statement.randomness, caveats=statement.caveats, public=statement.public,
         label=config.label, detector_recall=s.recall.describe() if s.recall is not None else "",
+        baselines=baselines,
     )

@@ -245,48 +245,13 @@ def test_cli_sanitizes_and_the_result_trains(home, demo: str, vectors: Path) -> 
     assert bad.exit_code != 0 and "missing.txt not found" in bad.output
 
 
-def _tiny_masked_lm(folder: Path, texts: list[str], steps: int = 250) -> Path:
-    """A real BertForMaskedLM with a word-level tokenizer, trained here on the given texts and saved
-    with save_pretrained: the attacker's model (in real use bert-base-uncased)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
-
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    words = sorted({w.lower() for t in texts for w in re.findall(r"\w+(?:['’-]\w+)*|[^\w\s]", t)})
-    vocab = {w: i for i, w in enumerate(specials + words)}
-    core = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    core.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit()])
-    core.normalizer = __import__("tokenizers").normalizers.Lowercase()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
-                                        sep_token="[SEP]", mask_token="[MASK]")
-    torch.manual_seed(0)
-    model = BertForMaskedLM(BertConfig(vocab_size=len(vocab), hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                                       intermediate_size=128, max_position_embeddings=128))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    spaced = [" ".join(re.findall(r"\w+(?:['’-]\w+)*|[^\w\s]", t)) for t in texts]
-    generator = torch.Generator().manual_seed(0)
-    model.train()
-    for _ in range(steps):
-        batch = tokenizer([spaced[i] for i in torch.randint(len(spaced), (32,), generator=generator)],
-                          return_tensors="pt", padding=True, truncation=True, max_length=64)
-        labels = batch["input_ids"].clone()
-        chosen = (torch.rand(labels.shape, generator=generator) < 0.2) & (batch["attention_mask"] == 1)
-        labels[~chosen] = -100
-        batch["input_ids"] = batch["input_ids"].masked_fill(chosen, tokenizer.mask_token_id)
-        loss = model(**batch, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 @pytest.mark.slow
 def test_mask_token_inference_attack_recovers_less_from_sanitized_text(home, demo: str, vectors: Path,
                                                                        tmp_path: Path) -> None:
     train = [r["text"] for r in read_table(home.table_dir(demo, "sentences")).to_pylist() if r["split"] == "train"]
-    attacker = _tiny_masked_lm(tmp_path / "mlm", train)
+    from uedp.privacy.attacks.mask_inference import train_masked_lm
+
+    attacker = train_masked_lm(train, tmp_path / "mlm")
     result = sanitize_dataset(home, SanitizeConfig(dataset=demo, epsilon=0.5, k=10, embeddings=str(vectors),
                                                    attack_model=str(attacker), attack_sentences=120))
     assert result.mask_inference_success_original > 0.3  # the attacker's model knows this text well

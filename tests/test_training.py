@@ -182,6 +182,20 @@ def test_bert_classifier_learns_a_labelled_corpus_and_reports_test_error(home, t
     run = _client(home).get_run(result.run_id)
     assert run.data.params["classes"] == "1,2" and "error_test" in run.data.metrics
     assert run.data.metrics["error_test"] == result.utility_test
+    # An error rate is read beside what a model that learnt nothing gets (10 of each class in test).
+    assert result.baselines == {"majority": 0.5, "uniform": 0.5}
+    assert run.data.metrics["error_test_majority_baseline"] == 0.5
+    from uedp.tasks.report import markdown, summarise
+
+    assert "majority class gives error 0.5; a uniform guess gives 0.5" in markdown(summarise([(result, None)]), "t")
+
+
+def test_baseline_errors_are_the_majority_class_and_a_uniform_guess() -> None:
+    from uedp.models.metrics import baseline_errors
+
+    assert baseline_errors([0, 0, 0, 1, 2, 2], 4) == pytest.approx({"majority": 0.5, "uniform": 0.75})
+    with pytest.raises(ValueError):
+        baseline_errors([], 2)
 
 
 def test_bert_classifier_per_example_gradients_and_from_pretrained(tmp_path: Path) -> None:

@@ -551,6 +551,8 @@ def train(
                  else "no privacy guarantee")
     typer.echo(f"{config.run_name()}: {guarantee}; test {result.utility_metric} {result.utility_test:.4g} "
                f"after {result.rounds} rounds")
+    if result.baselines:
+        typer.echo(_baselines_line(result.baselines))
     if result.detector_recall and math.isfinite(result.epsilon):
         typer.echo(f"this epsilon covers the detected entities: {result.detector_recall}")
     if result.notes:
@@ -658,6 +660,58 @@ def report(
     typer.echo(f"report of {used} runs{left_out}: {files[0]}")
     for path in files[1:]:
         typer.echo(f"  plot: {path}")
+
+
+REPRODUCE_NAMES = ("uedp-conll", "selective-conll", "sanitize-conll")  # uedp.reproduce.EXPERIMENTS (a test checks)
+
+
+@app.command()
+@user_errors
+def reproduce(
+    name: str = typer.Argument(..., help=f"The experiment: {', '.join(REPRODUCE_NAMES)}."),
+    scale: str = typer.Option("cpu", help="ci (a few documents and steps, seeded: minutes), cpu (the whole corpus, "
+                              "under 30 minutes on 2 cores) or gpu (the larger configuration)."),
+    conll_dir: Path = typer.Option(Path(os.environ.get("UEDP_CONLL_DIR", "../shared/data/conll2003")),
+                                   help="Folder with CoNLL-2003's eng.train, eng.testa and eng.testb "
+                                   "(default: $UEDP_CONLL_DIR or ../shared/data/conll2003)."),
+    out: Optional[Path] = typer.Option(None, help="Folder of the results page (default: docs/results/NAME, "
+                                       "or NAME-ci / NAME-gpu for those scales).", show_default=False),
+    device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
+    threads: int = typer.Option(1, min=1, help="Torch threads per training."),
+    check: bool = typer.Option(False, help="Exit 1 when a claim the page makes at this scale does not hold."),
+    page_only: bool = typer.Option(False, help="Rebuild the page in --out from its results.json, without training "
+                                   "(after its text or claims changed); the figures, command and wall time stay."),
+    home: Optional[Path] = HOME_OPTION,
+) -> None:
+    """Reproduce a seed paper's experiment with one command: ingest, detect, train every mechanism through
+    `uedp sweep`, then write a results page (table, PNGs, the command, the machine, the wall time, the
+    paper's own figures beside ours, and each claim checked).
+
+    Example: uedp reproduce uedp-conll --scale cpu --conll-dir ../shared/data/conll2003
+    """
+    data_home = _prepare_runtime(home)
+    from uedp.reproduce import EXPERIMENTS, command_line, default_out, rerender
+    from uedp.reproduce import reproduce as run_experiment
+
+    if name not in EXPERIMENTS:
+        raise UedpError(f"unknown experiment {name!r}; valid: {', '.join(EXPERIMENTS)}")
+    if scale not in ("ci", "cpu", "gpu"):
+        raise typer.BadParameter(f"{scale!r}: expected ci, cpu or gpu", param_hint="--scale")
+    target = out or default_out(name, scale)  # type: ignore[arg-type]
+    if page_only:
+        page = rerender(name, data_home, target)
+    else:
+        typer.echo(f"uedp reproduce {name} ({scale} scale): {EXPERIMENTS[name].summary}")
+        with prefect_api(data_home):
+            page = run_experiment(name, scale, data_home, conll_dir, target, device, threads,  # type: ignore[arg-type]
+                                  say=lambda line: typer.echo(line, err=True), command=command_line())
+    for verdict in page.verdicts:
+        typer.echo(f"  [{verdict.verdict}] {verdict.statement}: {verdict.ours}")
+    typer.echo(f"page: {target / 'README.md'}")
+    failed = [v for v in page.verdicts if not v.holds]
+    if check and failed:
+        typer.echo(f"error: {len(failed)} claim(s) do not hold at the {scale} scale", err=True)
+        raise typer.Exit(1)
 
 
 def _grid_axes(axes: list[str]) -> dict[str, list[Any]]:
@@ -794,6 +848,8 @@ def _print_summary(runs: list[Any], title: str = "uedp demo results") -> None:
             str(r.rounds), f"{r.utility_test:.4g}", r.run_id,
         )
     Console(width=160).print(table)
+    if baselines := next((r.baselines for r in runs if r.baselines), None):
+        typer.echo(_baselines_line(baselines))
     for r in runs:
         if r.notes:
             typer.echo(f"note ({r.mechanism}): {r.notes}")
@@ -813,6 +869,11 @@ def _print_guarantee(result: Any) -> None:
     for caveat in result.caveats:
         typer.echo(f"not covered by epsilon: {caveat}")
     typer.echo(f"what this epsilon means: {PRIVACY_DOC}")
+
+
+def _baselines_line(baselines: dict[str, float]) -> str:
+    return (f"baselines on the test split: majority class error {baselines['majority']:.4g}, uniform guess error "
+            f"{baselines['uniform']:.4g}")
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ better protection; on unsanitized text the rate is the model's plain fill-in-the
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 
@@ -56,3 +57,49 @@ def masked_lm_predictor(model: torch.nn.Module, tokenizer: object, device: torch
         return guesses
 
     return predict
+
+
+def train_masked_lm(texts: Sequence[str], folder: Path, steps: int = 250, seed: int = 0, hidden: int = 64,
+                    layers: int = 2, batch_size: int = 32, mask_share: float = 0.2) -> Path:
+    """The attacker's model built offline: a small BERT masked LM with a word-level (lower-case)
+    vocabulary of ``texts``, trained on them and saved with ``save_pretrained`` into ``folder``.
+
+    In real use the attacker takes a pretrained BERT; where none can be downloaded, a model trained on
+    public text the attacker could hold plays that part (never on the private text: it would know the
+    answers).
+    """
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast
+
+    from uedp.privacy.sanitization.embeddings import words_of
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    spaced = [" ".join(words_of(t)) for t in texts]
+    vocabulary = sorted({w.lower() for t in spaced for w in t.split()})
+    vocab = {w: i for i, w in enumerate(specials + vocabulary)}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    core.normalizer = normalizers.Lowercase()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+                                        sep_token="[SEP]", mask_token="[MASK]")  # type: ignore[no-untyped-call]
+    torch.manual_seed(seed)
+    model = BertForMaskedLM(BertConfig(vocab_size=len(vocab), hidden_size=hidden, num_hidden_layers=layers,
+                                       num_attention_heads=2, intermediate_size=2 * hidden, max_position_embeddings=128))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    generator = torch.Generator().manual_seed(seed)
+    model.train()
+    for _ in range(steps):
+        batch = tokenizer([spaced[i] for i in torch.randint(len(spaced), (batch_size,), generator=generator)],
+                          return_tensors="pt", padding=True, truncation=True, max_length=64)
+        labels = batch["input_ids"].clone()
+        chosen = (torch.rand(labels.shape, generator=generator) < mask_share) & (batch["attention_mask"] == 1)
+        labels[~chosen] = -100
+        batch["input_ids"] = batch["input_ids"].masked_fill(chosen, tokenizer.mask_token_id)
+        loss = model(**batch, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

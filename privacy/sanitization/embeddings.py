@@ -9,6 +9,9 @@ the private corpus, so the mapping built from it reveals nothing about the users
 from __future__ import annotations
 
 import hashlib
+import re
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +19,14 @@ import numpy as np
 import torch
 
 from uedp.errors import UedpError
+
+# A word, as the sanitizers segment text: a run of word characters (with inner apostrophes and
+# hyphens), or one punctuation mark.
+WORD = re.compile(r"\w+(?:['’-]\w+)*|[^\w\s]")
+
+
+def words_of(text: str) -> list[str]:
+    return WORD.findall(text)
 
 
 @dataclass(frozen=True)
@@ -93,3 +104,55 @@ def from_model(model: torch.nn.Module, tokenizer: object) -> Embeddings:
     ids = [i for i in range(min(len(tokenizer), weight.shape[0])) if i not in specials]  # type: ignore[arg-type]
     tokens = tokenizer.convert_ids_to_tokens(ids)  # type: ignore[attr-defined]
     return Embeddings(list(tokens), weight[ids], f"model input embeddings ({type(model).__name__})")
+
+
+def word_vectors_from_text(texts: Iterable[str], dim: int = 64, window: int = 2, min_count: int = 1,
+                           source: str = "") -> Embeddings:
+    """Word vectors learnt offline from public text: the truncated SVD of the positive pointwise mutual
+    information of lower-case words within ``window`` of each other (Levy and Goldberg's PPMI-SVD,
+    context counts smoothed to the power 0.75), rows scaled to unit length.
+
+    For machines that cannot download GloVe. The texts must be public (the vocabulary and the vectors
+    are the mechanism's, and a release is local DP only if the mapping depends on no private text).
+    """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.linalg import svds
+
+    sentences = [[w.lower() for w in words_of(t)] for t in texts]
+    counts = Counter(w for s in sentences for w in s)
+    tokens = sorted((w for w, c in counts.items() if c >= min_count), key=lambda w: (-counts[w], w))
+    if len(tokens) <= dim + 1:
+        raise UedpError(f"word vectors {source}: {len(tokens)} distinct words is too few for {dim} dimensions")
+    index = {w: i for i, w in enumerate(tokens)}
+    rows: list[int] = []
+    cols: list[int] = []
+    for sentence in sentences:
+        ids = [index[w] for w in sentence if w in index]
+        for i, a in enumerate(ids):
+            for b in ids[max(0, i - window):i]:
+                rows += [a, b]
+                cols += [b, a]
+    n = len(tokens)
+    pairs = coo_matrix((np.ones(len(rows), dtype=np.float64), (rows, cols)), shape=(n, n)).tocsr()
+    pairs.sum_duplicates()
+    word_totals = np.asarray(pairs.sum(axis=1)).ravel()
+    context = np.asarray(pairs.sum(axis=0)).ravel() ** 0.75
+    ppmi = pairs.tocoo()
+    # PMI with smoothed context probabilities: P(w, c) / (P(w) P_0.75(c)).
+    values = np.log(ppmi.data * context.sum() / (word_totals[ppmi.row] * context[ppmi.col]))
+    keep = values > 0
+    matrix = coo_matrix((values[keep], (ppmi.row[keep], ppmi.col[keep])), shape=(n, n)).tocsr()
+    u, singular, _ = svds(matrix, k=dim, random_state=0)
+    vectors = (u * np.sqrt(singular)).astype(np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors = vectors / np.where(norms > 0, norms, 1.0)
+    return Embeddings(tokens, vectors, source or "word vectors from text")
+
+
+def save_npz(embeddings: Embeddings, path: Path) -> Path:
+    """Write ``tokens`` and ``vectors`` as an ``.npz`` that :func:`load_vectors` reads."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.tmp.npz")
+    np.savez(partial, tokens=np.asarray(embeddings.tokens), vectors=embeddings.vectors)
+    partial.replace(path)
+    return path

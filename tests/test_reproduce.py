@@ -1,0 +1,143 @@
+"""``uedp reproduce``: the three experiments at their ``ci`` scale on the real CoNLL-2003 files, through
+the real flows, MLflow store and Parquet tables; each page's claims for that scale must hold, and the
+page must be whole (README, PNGs, results.json) with the command and the machine on it.
+
+Also the parts that need no training: the offline word vectors and attacker, the CoNLL document split,
+the claims' verdicts, and a page that fails half-way leaving the old page intact.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from uedp.errors import UedpError
+from uedp.reproduce import EXPERIMENTS, reproduce
+from uedp.reproduce.common import Claim, Page, Results, RunRow, conll_documents, judge
+
+
+@pytest.mark.parametrize("name", list(EXPERIMENTS))
+def test_ci_scale_runs_the_experiment_and_its_claims_hold(name: str, home, shared_conll: Path, prefect_server,
+                                                          tmp_path: Path) -> None:
+    out = tmp_path / "page"
+    lines: list[str] = []
+    page = reproduce(name, "ci", home, shared_conll, out, say=lines.append)
+    assert page.verdicts, "a page without claims checks nothing"
+    failed = [f"{v.statement}: {v.ours}" for v in page.verdicts if not v.holds]
+    assert not failed, f"{name} at the ci scale: claims that do not hold: {failed}"
+    files = {p.name for p in out.iterdir()}
+    assert {"README.md", "results.json"} <= files and any(f.endswith(".png") for f in files)
+    text = (out / "README.md").read_text(encoding="utf-8")
+    assert "uedp reproduce " + name in text and "ci scale" in text and "minutes" in text
+    assert "## The seeds' claims, checked" in text
+    data = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert data["runs"] and all(run["run_id"] for run in data["runs"])
+    assert all(math.isfinite(run["perplexity"]) for run in data["runs"])
+    for png in out.glob("*.png"):
+        assert png.stat().st_size > 10_000  # a drawn figure, not an empty canvas
+    assert not list(out.parent.glob(".page.tmp-*")) and not list(out.parent.glob(".page.old-*"))
+
+
+def test_every_experiment_is_offered_by_the_cli() -> None:
+    from uedp.cli import REPRODUCE_NAMES
+
+    assert set(REPRODUCE_NAMES) == set(EXPERIMENTS)
+
+
+def test_unknown_experiment_or_scale_is_one_clear_error(home, tmp_path: Path) -> None:
+    with pytest.raises(UedpError, match="unknown experiment 'nosuch'; valid: uedp-conll"):
+        reproduce("nosuch", "ci", home, tmp_path, tmp_path / "out")
+    with pytest.raises(UedpError, match="unknown scale 'huge'"):
+        reproduce("uedp-conll", "huge", home, tmp_path, tmp_path / "out")  # type: ignore[arg-type]
+
+
+def test_missing_conll_files_are_named(home, tmp_path: Path, prefect_server) -> None:
+    with pytest.raises(UedpError, match=r"eng\.train.*--conll-dir"):
+        reproduce("uedp-conll", "ci", home, tmp_path / "nowhere", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_conll_documents_split_at_docstart(tmp_path: Path) -> None:
+    path = tmp_path / "eng.train"
+    path.write_text("-DOCSTART- -X- O O\n\nEU NNP B-NP B-ORG\n\n-DOCSTART- -X- O O\n\nPeter NNP B-NP B-PER\n"
+                    "Blackburn NNP I-NP I-PER\n\n-DOCSTART- -X- O O\n\n", encoding="utf-8")
+    documents = conll_documents(path)
+    assert len(documents) == 2  # the empty last document is dropped
+    assert documents[1][2].startswith("Peter")
+
+
+def _row(label: str, perplexity: float, target: float | None = None) -> RunRow:
+    return RunRow(label, "gpt2 tiny", target, math.inf if target is None else target, perplexity, 1.0, "r" * 32)
+
+
+def test_claims_are_judged_on_the_figures_and_a_missing_run_is_not_a_pass() -> None:
+    results = Results([_row("noiseless", 10.0), _row("userdp", 20.0, 2.0)])
+    better = Claim("noiseless beats userdp", "the seed", "reproduces",
+                   lambda r: (r.perplexity("noiseless") < r.perplexity("userdp"), "ours"))
+    missing = Claim("uedp beats userdp", "the seed", "contradicts",
+                    lambda r: (r.perplexity("uedp") < r.perplexity("userdp"), "ours"))
+    ci_only = Claim("never judged at cpu", "", "reproduces", lambda r: (True, ""), ("ci",))
+    verdicts = judge([better, missing, ci_only], results, "cpu")
+    assert [v.verdict for v in verdicts] == ["reproduces", "does not hold at this scale"]
+    assert "not measured (no finished run of uedp)" in verdicts[1].ours
+    worse = Results([_row("noiseless", 30.0), _row("userdp", 20.0, 2.0)])
+    assert not judge([better], worse, "cpu")[0].holds
+
+
+def test_a_page_that_fails_half_way_leaves_the_old_page_whole(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = tmp_path / "page"
+    out.mkdir()
+    (out / "README.md").write_text("the old page\n", encoding="utf-8")
+
+    class Broken:
+        def savefig(self, path: Path) -> None:
+            Path(path).write_bytes(b"half")
+            raise OSError("disk full")
+
+    page = Page("t", ["x"], {"a.png": Broken()}, Results(), [])
+    with pytest.raises(OSError, match="disk full"):
+        page.write(out)
+    assert (out / "README.md").read_text(encoding="utf-8") == "the old page\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["page"]
+    figure = plt.figure()
+    Page("t", ["new"], {"a.png": figure}, Results(), []).write(out)
+    assert (out / "README.md").read_text(encoding="utf-8") == "# t\n\nnew\n"
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "a.png", "results.json"]
+
+
+def test_word_vectors_from_public_text_put_related_words_together() -> None:
+    from uedp.privacy.sanitization.embeddings import word_vectors_from_text
+
+    cities = ["paris", "london", "berlin", "madrid", "rome", "vienna"]
+    numbers = ["one", "two", "three", "four", "five", "six"]
+    rng = np.random.default_rng(0)
+    texts = [f"he flew to {rng.choice(cities)} on monday ." for _ in range(300)]
+    texts += [f"she bought {rng.choice(numbers)} apples today ." for _ in range(300)]
+    embeddings = word_vectors_from_text(texts, dim=8)
+    assert np.allclose(np.linalg.norm(embeddings.vectors, axis=1), 1.0, atol=1e-5)
+
+    def cosine(a: str, b: str) -> float:
+        return float(embeddings.vectors[embeddings.index[a]] @ embeddings.vectors[embeddings.index[b]])
+
+    assert cosine("paris", "london") > cosine("paris", "three") + 0.3
+    assert cosine("two", "five") > cosine("two", "berlin") + 0.3
+    with pytest.raises(UedpError, match="too few"):
+        word_vectors_from_text(["a b c"], dim=8)
+
+
+def test_saved_vectors_load_back(tmp_path: Path) -> None:
+    from uedp.privacy.sanitization.embeddings import load_vectors, save_npz, word_vectors_from_text
+
+    texts = [f"w{i} w{i + 1} w{i + 2} w{(i * 7) % 50}" for i in range(200)]
+    embeddings = word_vectors_from_text(texts, dim=4)
+    loaded = load_vectors(save_npz(embeddings, tmp_path / "v.npz"))
+    assert loaded.tokens == embeddings.tokens and np.allclose(loaded.vectors, embeddings.vectors)

@@ -1,0 +1,302 @@
+"""What every reproduction shares: the CoNLL-2003 inputs (whole, or the first documents of each file for
+the ``ci`` scale), runs of the real flows, per-run figures read back from MLflow, the claims a page
+checks, and the page itself (written whole, or not at all).
+
+A reproduction runs what a user runs (``ingest_flow``, ``detect_flow``, ``sweep_flow``) in a data
+home, so every run it reports is an MLflow run a reader can open; the page adds the seeds' own
+figures beside ours and says, claim by claim, what holds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from uedp.errors import UedpError
+from uedp.storage.home import DataHome
+
+Scale = Literal["ci", "cpu", "gpu"]
+SCALES: tuple[Scale, ...] = ("ci", "cpu", "gpu")
+CONLL_FILES = {"eng.train": "train", "eng.testa": "valid", "eng.testb": "test"}
+GOLD_CATEGORIES = ["PERSON", "LOC", "ORG", "MISC"]
+UNIFORM_BYTE_PERPLEXITY = 257.0  # byte tokens: a uniform guess over 256 bytes and the end mark
+
+
+@dataclass
+class Context:
+    """One reproduction's inputs and where its work goes."""
+
+    name: str
+    scale: Scale
+    home: DataHome
+    conll_dir: Path
+    device: str = "auto"
+    threads: int = 1
+    say: Callable[[str], None] = print
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One trained model's figures as a page shows them."""
+
+    label: str  # the mechanism as reports show it (uedp-bounded-k1)
+    family: str  # the model (gpt2 tiny, lstm tiny)
+    target: float | None  # the target epsilon it was calibrated to; None: no budget
+    epsilon: float  # accounted (inf: no guarantee)
+    perplexity: float  # test
+    seconds: float  # wall time of the run (MLflow's start and end)
+    run_id: str
+    extra: dict[str, float] = field(default_factory=dict)  # exposure, kept-token share, data used ...
+
+
+@dataclass
+class Results:
+    """Everything a page reports: the runs, and any other figures (curves, shares) by name."""
+
+    runs: list[RunRow] = field(default_factory=list)
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def select(self, label: str, target: float | None = None, family: str | None = None) -> list[RunRow]:
+        return [r for r in self.runs if r.label == label and (target is None or r.target == target)
+                and (family is None or r.family == family)]
+
+    def perplexity(self, label: str, target: float | None = None, family: str | None = None) -> float:
+        """Mean test perplexity over seeds (a missing configuration is an error naming it)."""
+        rows = self.select(label, target, family)
+        if not rows:
+            raise UedpError(f"no finished run of {label}" + (f" at epsilon {target:g}" if target else "")
+                            + (f" ({family})" if family else ""))
+        return statistics.fmean(r.perplexity for r in rows)
+
+    def extra(self, label: str, key: str, target: float | None = None, family: str | None = None) -> float:
+        rows = [r for r in self.select(label, target, family) if key in r.extra]
+        if not rows:
+            raise UedpError(f"no {key} for {label}" + (f" at epsilon {target:g}" if target else ""))
+        return statistics.fmean(r.extra[key] for r in rows)
+
+    def targets(self) -> list[float]:
+        return sorted({r.target for r in self.runs if r.target is not None})
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One point a page makes, checked on its own figures.
+
+    ``statement`` is what we claim; ``seeds`` what the seed paper says on the point; a claim that holds
+    ``reproduces`` or ``contradicts`` the seed. ``scales`` are those where the figures are meant to
+    show it (the ``ci`` scale is too small for some): the ``ci`` test asserts every claim of its scale.
+    """
+
+    statement: str
+    seeds: str
+    when_holds: Literal["reproduces", "contradicts", "extends"]
+    check: Callable[[Results], tuple[bool, str]]  # holds, and our figures in words
+    scales: tuple[Scale, ...] = SCALES
+
+
+@dataclass(frozen=True)
+class Verdict:
+    statement: str
+    seeds: str
+    ours: str
+    holds: bool
+    verdict: str
+
+
+def judge(claims: Iterable[Claim], results: Results, scale: Scale) -> list[Verdict]:
+    out = []
+    for claim in claims:
+        if scale not in claim.scales:
+            continue
+        try:
+            holds, ours = claim.check(results)
+        except UedpError as exc:  # a configuration that did not finish: the claim cannot be judged
+            holds, ours = False, f"not measured ({exc})"
+        out.append(Verdict(claim.statement, claim.seeds, ours, holds,
+                           claim.when_holds if holds else "does not hold at this scale"))
+    return out
+
+
+# --- inputs -------------------------------------------------------------------------------------------
+
+
+def conll_documents(path: Path) -> list[list[str]]:
+    """A CoNLL-2003 file's documents, each its lines from ``-DOCSTART-`` up to the next one."""
+    documents: list[list[str]] = []
+    with open(path, encoding="utf-8-sig") as handle:
+        for line in handle:
+            if line.startswith("-DOCSTART-") or not documents:
+                documents.append([])
+            documents[-1].append(line)
+    return [d for d in documents if any(line.strip() and not line.startswith("-DOCSTART-") for line in d)]
+
+
+def conll_inputs(ctx: Context, first: dict[str, int] | None) -> tuple[list[Path], str]:
+    """The CoNLL-2003 files to ingest and the dataset name: the files themselves, or (``first``: documents
+    per split) a copy of each file's first documents under the data home, which this command writes."""
+    paths = {name: ctx.conll_dir / name for name in CONLL_FILES}
+    missing = [str(p) for p in paths.values() if not p.is_file()]
+    if missing:
+        raise UedpError(f"CoNLL-2003 file(s) not found: {', '.join(missing)}; give --conll-dir, the folder holding "
+                        "eng.train, eng.testa and eng.testb (they are not redistributed with uedp)")
+    if not first:
+        return list(paths.values()), "conll2003"
+    tag = "-".join(str(first[split]) for split in CONLL_FILES.values())
+    folder = ctx.home.root / "reproduce" / "inputs" / f"conll2003-first-{tag}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, path in paths.items():
+        documents = conll_documents(path)[: first[CONLL_FILES[name]]]
+        text = "".join(line for document in documents for line in document)
+        target = folder / name
+        if not target.is_file() or target.read_text(encoding="utf-8") != text:
+            partial = folder / f".{name}.tmp-{os.getpid()}"
+            partial.write_text(text, encoding="utf-8")
+            partial.replace(target)
+    return [folder / name for name in CONLL_FILES], f"conll2003-first-{tag}"
+
+
+def train_documents(paths: list[Path]) -> int:
+    """Documents (users) in the train file: the input's own count, as the papers give |U|."""
+    return len(conll_documents(next(p for p in paths if p.name == "eng.train")))
+
+
+def ingest_conll_gold(ctx: Context, first: dict[str, int] | None) -> tuple[str, int]:
+    """Ingest CoNLL-2003 (one user per document) and take its gold entities; reused when unchanged."""
+    from uedp.detection.pipeline import DetectorConfig
+    from uedp.flows.detect import detect_flow
+    from uedp.flows.ingest import IngestConfig, ingest_flow
+
+    paths, dataset = conll_inputs(ctx, first)
+    ctx.say(f"ingest {dataset} from {paths[0].parent}")
+    ingest_flow(IngestConfig(home=str(ctx.home.root), dataset=dataset, format="conll2003",
+                             files=[str(p) for p in paths]))
+    detect_flow(dataset, DetectorConfig(detectors=["gold"]), home=str(ctx.home.root))
+    return dataset, train_documents(paths)
+
+
+# --- runs ---------------------------------------------------------------------------------------------
+
+
+def run_sweep(ctx: Context, config: Any, family: str) -> list[RunRow]:
+    """One ``sweep_flow``; every configuration must finish (a reproduction with a hole is not a result)."""
+    from uedp.flows.sweep import sweep_flow
+    from uedp.tasks.sweep import SweepFailed
+
+    try:
+        outcome = sweep_flow(config, progress=True)
+    except SweepFailed as exc:
+        raise UedpError(f"{ctx.name}: {exc}") from None
+    names = run_names_and_seconds(ctx.home, [r.run_id for r in outcome.runs])
+    targets = {item.config.run_name(): item.target for item in config.plan()}
+    rows = []
+    for result in outcome.runs:
+        name, seconds = names.get(result.run_id, ("", math.nan))
+        extra = {k: float(v) for k, v in result.privacy_extra.items() if isinstance(v, (int, float))}
+        rows.append(RunRow(result.shown_as, family, targets.get(name), result.epsilon, result.utility_test, seconds,
+                           result.run_id, extra))
+    return rows
+
+
+def run_names_and_seconds(home: DataHome, run_ids: list[str]) -> dict[str, tuple[str, float]]:
+    """Each run's name and wall time (MLflow's start and end times)."""
+    from mlflow.tracking import MlflowClient
+
+    from uedp.tasks.tracking import tracking_uri
+
+    client = MlflowClient(tracking_uri=tracking_uri(home))
+    out = {}
+    for run_id in run_ids:
+        info = client.get_run(run_id).info
+        seconds = (info.end_time - info.start_time) / 1000 if info.end_time and info.start_time else math.nan
+        out[run_id] = (info.run_name or "", seconds)
+    return out
+
+
+# --- the page -----------------------------------------------------------------------------------------
+
+
+def machine() -> str:
+    import torch
+
+    cpus = os.cpu_count() or 0
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return f"{platform.machine()}, {cpus} CPUs, {gpu}, {platform.system()} {platform.release()}, " \
+           f"Python {platform.python_version()}, torch {torch.__version__}"
+
+
+def number(value: float, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if math.isinf(value):
+        return "inf"
+    if abs(value) >= 1e4:
+        return f"{value:.2e}"
+    return f"{value:.{digits}g}"
+
+
+def perplexity_text(value: float) -> str:
+    """Perplexity as a page shows it, saying when a model is worse than a uniform guess over bytes."""
+    if value >= 1e4:
+        return f"{value:.1e} (diverged)"
+    return number(value, 4) + (" (worse than uniform)" if value > UNIFORM_BYTE_PERPLEXITY else "")
+
+
+def markdown_table(header: list[str], rows: list[list[str]], align: str | None = None) -> str:
+    align = align or "|".join("---" if i == 0 else "---:" for i in range(len(header)))
+    lines = ["| " + " | ".join(header) + " |", "|" + align + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def verdict_table(verdicts: list[Verdict]) -> str:
+    rows = [[v.statement, v.seeds, v.ours, f"**{v.verdict}**"] for v in verdicts]
+    return markdown_table(["claim", "the seed paper", "ours", "verdict"], rows, "---|---|---|---")
+
+
+@dataclass
+class Page:
+    """A results page: Markdown sections and figures, written into a folder as one unit."""
+
+    title: str
+    sections: list[str]
+    figures: dict[str, Any]  # file name -> matplotlib figure
+    results: Results
+    verdicts: list[Verdict]
+
+    def write(self, folder: Path) -> list[Path]:
+        """Write README.md, results.json and the PNGs into a fresh temporary folder, then swap it in: a
+        failure leaves the old page whole."""
+        import matplotlib.pyplot as plt
+
+        folder = folder.resolve()
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        partial = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir()
+        try:
+            for name, figure in self.figures.items():
+                figure.savefig(partial / name)
+                plt.close(figure)
+            (partial / "README.md").write_text(f"# {self.title}\n\n" + "\n\n".join(self.sections).rstrip() + "\n",
+                                               encoding="utf-8")
+            data = {"runs": [asdict(r) for r in self.results.runs], "figures": self.results.figures,
+                    "claims": [asdict(v) for v in self.verdicts]}
+            (partial / "results.json").write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
+            old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
+            if folder.exists():
+                folder.rename(old)
+            partial.rename(folder)
+            shutil.rmtree(old, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        return sorted(folder.iterdir())
+
