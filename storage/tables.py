@@ -92,6 +92,13 @@ class TableWriter:
         if rows:
             self.write_batch(pa.RecordBatch.from_pylist(rows, schema=self.schema))
 
+    def side_file(self, name: str) -> Path:
+        """Where to write a file that belongs with this table (swapped in with it, or dropped with it).
+        Only the data and the manifest are pushed to a table store: a side file stays in this home."""
+        if name in (DATA_FILE, MANIFEST_FILE) or "/" in name or name.startswith("."):
+            raise ValueError(f"{name!r} cannot be a side file of a table")
+        return self._tmp / name
+
     def write_batch(self, batch: pa.RecordBatch | pa.Table) -> None:
         assert self._writer is not None, "use TableWriter as a context manager"
         self._writer.write(batch)

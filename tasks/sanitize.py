@@ -22,6 +22,7 @@ from uedp.detection.identity import IDENTITY_VERSION
 from uedp.errors import UedpError
 from uedp.privacy.mechanisms.params import Keep
 from uedp.privacy.randomness import Randomness
+from uedp.privacy.sanitization.draws import DRAWS_FILE, Draws
 from uedp.privacy.sanitization.embeddings import WORD, Embeddings, from_model, load_vectors
 from uedp.privacy.sanitization.mechanisms import KEEP, UNKNOWN, Sampler, privatize
 from uedp.privacy.sanitization.release import ReleaseFigures, local_dp_kind, release_figures
@@ -53,6 +54,11 @@ class SanitizeResult(ReleaseFigures):
     mask_inference_success: float | None = None
     mask_inference_success_sanitized: float | None = None
     mask_inference_success_original: float | None = None
+
+    def attack_figures(self) -> dict[str, float | None]:
+        return {"mask_inference_success": self.mask_inference_success,
+                "mask_inference_success_sanitized": self.mask_inference_success_sanitized,
+                "mask_inference_success_original": self.mask_inference_success_original}
 
 
 class Segmenter:
@@ -123,19 +129,19 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
     # An existing sanitization is reused, never redrawn: a second draw released next to the first would
     # compose (twice the epsilon), so the same configuration always names the same release.
     out_sentences, out_users = home.table_dir(config.output_name, "sentences"), home.table_dir(config.output_name, "users")
+    sampler, unprotected = _sampler(home, config, embeddings)
+    segmenter = Segmenter(embeddings, tokenizer)
+    table = read_table(home.table_dir(config.dataset, "sentences"))
+    texts = table["text"].to_pylist()
     if is_current(out_sentences, key) and is_current(out_users, key):
         out_entities = home.table_dir(config.output_name, "entities")
         if (read_manifest(out_entities) or {}).get("note") == EMPTY_ENTITIES_NOTE and \
                 (read_manifest(out_entities) or {}).get("sentences_key") != key:  # an older uedp's: rewrite it
             _write_empty_entities(out_entities, key)
-        return SanitizeResult(**read_manifest(out_sentences)["sanitization"], dataset=config.output_name, reused=True)  # type: ignore[index]
+        return _reused(config, out_sentences, sampler, unprotected, table, texts, segmenter)
 
-    sampler, unprotected = _sampler(home, config, embeddings)
-    segmenter = Segmenter(embeddings, tokenizer)
-    table = read_table(home.table_dir(config.dataset, "sentences"))
     train = pc.equal(table["split"], "train").to_numpy(zero_copy_only=False)
     rows = np.flatnonzero(train)
-    texts = table["text"].to_pylist()
     sensitive = _sensitive_spans(home, config) if config.keep == "non-entities" else None
     ids = table["sentence_id"].to_pylist()
     segmented, records = [], []
@@ -152,31 +158,67 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
     # A secure release's root comes from the OS and is never stored: the release is reused, never redrawn.
     randomness = Randomness.for_mode(config.randomness, config.seed)
     released = privatize(records, sampler, randomness.stream("sanitize"))
+    draws = Draws(rows, [[(s, e) for s, e, _ in spans] for spans in segmented], records, released)
     new_texts = list(texts)
-    for row, spans, record, out in zip(rows, segmented, records, released):
-        new_texts[row] = _rebuild(texts[row], spans, record, out, segmenter)
+    for row, places, record, out in zip(rows, draws.spans, records, released):
+        new_texts[row] = _rebuild(texts[row], places, record, out, segmenter)
 
-    result = _summary(config, sampler, unprotected, table, rows, records, released)
-    if config.attack_model:
-        attack = _mask_inference(config, [texts[r] for r in rows], segmented, records, released, segmenter)
-        result = replace(result, mask_inference_success=attack["mask_inference_success"],
-                         mask_inference_success_sanitized=attack["mask_inference_success_sanitized"],
-                         mask_inference_success_original=attack["mask_inference_success_original"])
+    result = _measure(config, sampler, unprotected, table, texts, draws, segmenter, reused=False)
     sanitized = table.set_column(table.schema.get_field_index("text"), "text", pa.array(new_texts, pa.string()))
     spans_column = pa.array([[] if is_train else s for is_train, s in zip(train, table["gold_spans"].to_pylist())],
                             SENTENCES.field("gold_spans").type)
     sanitized = sanitized.set_column(sanitized.schema.get_field_index("gold_spans"), "gold_spans", spans_column)
     details = {"source": {"dataset": config.dataset, "sentences_key": source["key"]},
                "sanitization": {k: v for k, v in asdict(result).items() if k not in ("dataset", "reused")},
-               "config": config.model_dump(), "per_split": source.get("per_split", {})}
+               "figures_version": FIGURES_VERSION, "config": config.model_dump(),
+               "per_split": source.get("per_split", {})}
     with TableWriter(out_sentences, SENTENCES, key, details) as writer:
         writer.write_batch(sanitized)
+        draws.save(writer.side_file(DRAWS_FILE))  # private, like the raw text: stays in this home
         with TableWriter(out_users, USERS, key, details) as users:  # nested: a failure drops all three
             users.write_batch(read_table(home.table_dir(config.dataset, "users")))
             # Empty, so the dataset trains like any other (noiselessly: the text is already private);
             # `uedp detect` on the sanitized dataset replaces it with a real detection.
             _write_empty_entities(home.table_dir(config.output_name, "entities"), key)
     return result
+
+
+# Raised when a release figure's definition changes (2: a token released as <unk> is not an original
+# token kept), so that figures stored by an older uedp are never reported as current ones.
+FIGURES_VERSION = 2
+
+
+def _measure(config: SanitizeConfig, sampler: Sampler, unprotected: float, table: pa.Table, texts: list[str],
+             draws: Draws, segmenter: Segmenter, reused: bool) -> SanitizeResult:
+    """The release's figures from its draws, with the attack when an attacker was given."""
+    result = replace(_summary(config, sampler, unprotected, table, draws.rows, draws.records, draws.released),
+                     reused=reused)
+    if config.attack_model:
+        attack = _mask_inference(config, [texts[r] for r in draws.rows], draws, segmenter)
+        result = replace(result, mask_inference_success=attack["mask_inference_success"],
+                         mask_inference_success_sanitized=attack["mask_inference_success_sanitized"],
+                         mask_inference_success_original=attack["mask_inference_success_original"])
+    return result
+
+
+def _reused(config: SanitizeConfig, folder: Path, sampler: Sampler, unprotected: float, table: pa.Table,
+            texts: list[str], segmenter: Segmenter) -> SanitizeResult:
+    """An existing release's figures: recomputed from its draws where this home holds them; otherwise
+    the figures stored with it, when they follow the current definitions and no attack is asked for."""
+    draws = Draws.load(folder / DRAWS_FILE)
+    if draws is not None:
+        return _measure(config, sampler, unprotected, table, texts, draws, segmenter, reused=True)
+    manifest = read_manifest(folder) or {}
+    redraw = (f"to draw it again, remove {folder.parent} (a new draw is a new release: a model trained on the old "
+              "one and a model trained on the new one together cost both epsilons)")
+    if manifest.get("figures_version") != FIGURES_VERSION:
+        raise UedpError(f"sanitized dataset {config.output_name!r} was drawn by an older uedp: its stored figures "
+                        f"(kept-token share, attack) follow older definitions and its draws were not kept; {redraw}")
+    if config.attack_model:
+        raise UedpError(f"sanitized dataset {config.output_name!r}: its draws are not in this data home (pulled from a "
+                        f"table store?), so the attack cannot be run on it here; run it where the release was drawn, "
+                        f"or {redraw}")
+    return SanitizeResult(**manifest["sanitization"], dataset=config.output_name, reused=True)
 
 
 EMPTY_ENTITIES_NOTE = "sanitized dataset: not detected"
@@ -210,34 +252,34 @@ def _selector(keep: Keep, sensitive: list[tuple[int, int]]) -> Callable[[int, in
     return lambda start, end, surface: True
 
 
-def _mask_inference(config: SanitizeConfig, texts: list[str], segmented: list[list[tuple[int, int, int]]],
-                    records: list[np.ndarray], released: list[np.ndarray], segmenter: Segmenter) -> dict[str, float]:
-    """The thesis' mask-token inference attack on a seeded sample of the sanitized train sentences."""
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
-
+def _mask_inference(config: SanitizeConfig, texts: list[str], draws: Draws, segmenter: Segmenter) -> dict[str, float]:
+    """The thesis' mask-token inference attack on a seeded sample of the sanitized train sentences
+    (the same sample for every release of a dataset, so releases compare)."""
     from uedp.models.device import resolve_device
-    from uedp.privacy.attacks.mask_inference import inference_success, masked_lm_predictor
+    from uedp.privacy.attacks.mask_inference import inference_success, load_predictor
 
     folder = Path(config.attack_model or "")
     if not folder.is_dir():
-        raise UedpError(f"attack model {folder} is not a folder with a masked language model (save_pretrained)")
-    predict = masked_lm_predictor(AutoModelForMaskedLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder),
-                                  resolve_device("auto"))
+        raise UedpError(f"attack model {folder} is not a folder (a bigram cloze model or a masked language model)")
+    try:
+        predict = load_predictor(folder, resolve_device("auto"))
+    except ValueError as exc:
+        raise UedpError(str(exc)) from None
     rng = np.random.default_rng(config.seed)
     picks = sorted(rng.choice(len(texts), size=min(config.attack_sentences, len(texts)), replace=False).tolist())
-    original = [[texts[i][s:e] for s, e, _ in segmented[i]] for i in picks]
+    original = [[texts[i][s:e] for s, e in draws.spans[i]] for i in picks]
     private = [[texts[i][s:e] if chosen == KEEP else segmenter.text_of(int(out))
-                for (s, e, _), chosen, out in zip(segmented[i], records[i], released[i])] for i in picks]
-    sanitized_positions = [[chosen != KEEP for chosen in records[i]] for i in picks]
+                for (s, e), chosen, out in zip(draws.spans[i], draws.records[i], draws.released[i])] for i in picks]
+    sanitized_positions = [[chosen != KEEP for chosen in draws.records[i]] for i in picks]
     return {"mask_inference_success": inference_success(original, private, predict),
             "mask_inference_success_sanitized": inference_success(original, private, predict, only=sanitized_positions),
             "mask_inference_success_original": inference_success(original, original, predict)}
 
 
-def _rebuild(text: str, spans: list[tuple[int, int, int]], record: np.ndarray, out: np.ndarray,
+def _rebuild(text: str, spans: list[tuple[int, int]], record: np.ndarray, out: np.ndarray,
              segmenter: Segmenter) -> str:
     pieces, cursor = [], 0
-    for (start, end, _), chosen, released in zip(spans, record, out):
+    for (start, end), chosen, released in zip(spans, record, out):
         pieces.append(text[cursor:start])
         pieces.append(text[start:end] if chosen == KEEP else segmenter.text_of(int(released)))
         cursor = end

@@ -385,7 +385,7 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         if s.release is not None:  # training on a local-DP release: the guarantee is the release's
             r = s.release
             statement = trained_on_release(statement, config.mechanism, r.statement, r,
-                                           r.unprotected_share, r.randomness, r.caveats, r.mask_inference_success)
+                                           r.unprotected_share, r.randomness, r.caveats, r.attack_figures())
             tracker.log_metrics(statement.extra)  # kept-token share, attack success: comparable across runs
         statement = replace(statement, caveats=(*statement.caveats, *s.caveats),
                             public=(*statement.public, *(("the class label set",) if data.classes else ())))

@@ -17,7 +17,8 @@ import pytest
 
 from uedp.errors import UedpError
 from uedp.reproduce import EXPERIMENTS, reproduce
-from uedp.reproduce.common import Claim, Page, Results, RunRow, conll_documents, judge
+from uedp.reproduce.common import Claim, Context, Page, Results, RunRow, conll_documents, judge
+from uedp.reproduce.sanitize_conll import SCALES as SCALES_OF_SANITIZE
 
 
 @pytest.mark.parametrize("name", list(EXPERIMENTS))
@@ -141,3 +142,49 @@ def test_saved_vectors_load_back(tmp_path: Path) -> None:
     embeddings = word_vectors_from_text(texts, dim=4)
     loaded = load_vectors(save_npz(embeddings, tmp_path / "v.npz"))
     assert loaded.tokens == embeddings.tokens and np.allclose(loaded.vectors, embeddings.vectors)
+
+
+def _release(label: str, epsilon: float, kept: float, attacked: float, original: float = 0.25) -> RunRow:
+    return RunRow(label, "gpt2 tiny", epsilon, epsilon, 20.0, 1.0, "r" * 32,
+                  {"kept_token_share": kept, "mask_inference_success": attacked,
+                   "mask_inference_success_original": original})
+
+
+def test_sanitize_attack_claims_fail_on_a_release_that_hides_nothing_or_an_attacker_that_ignores_context() -> None:
+    from uedp.reproduce.sanitize_conll import SCALES, attack_on_original, claims
+
+    def verdicts(runs: list[RunRow]) -> dict[str, bool]:
+        results = Results([_row("noiseless", 10.0), *runs])
+        return {v.statement: v.holds for v in judge(claims(SCALES["cpu"]), results, "cpu")}
+
+    hides = "every release hides tokens from the attack: it recovers fewer than from the original text"
+    rises = "the mask-token inference attack recovers more as epsilon rises"
+    sound = [_release("custext", 1.0, 0.1, 0.08), _release("custext", 10.0, 0.5, 0.15)]
+    assert attack_on_original(Results(sound)) == pytest.approx(0.25)
+    assert verdicts(sound)[hides] and verdicts(sound)[rises]
+    # a broken sanitizer that releases the text unchanged: the attack does as well as on the original
+    assert not verdicts([_release("custext", 1.0, 1.0, 0.25), _release("custext", 10.0, 1.0, 0.25)])[hides]
+    # an attacker that guesses "." everywhere: the same success on every release (the old page's 6.2%)
+    assert not verdicts([_release("custext", 1.0, 0.1, 0.062), _release("custext", 10.0, 0.5, 0.062)])[rises]
+
+
+def test_a_page_re_rendered_twice_says_so_once(home, tmp_path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    from uedp.reproduce import rerender
+    from uedp.reproduce.sanitize_conll import page
+
+    out = tmp_path / "sanitize-conll"
+    results = Results([_row("noiseless", 10.0), _release("custext", 1.0, 0.1, 0.08),
+                       _release("custext", 10.0, 0.5, 0.15)],
+                      {"dataset": "d", "public_sentences": 10, "vocabulary_coverage": 0.9, "scale": "cpu"})
+    made = page(Context("sanitize-conll", "cpu", home, tmp_path), SCALES_OF_SANITIZE["cpu"], results)
+    made.sections.insert(1, "Made by `uedp reproduce sanitize-conll` (cpu scale) in **1.0 minutes**.")
+    made.write(out)  # as an older uedp wrote it: no made_by in results.json
+    plt.close("all")
+    for _ in range(2):
+        rerender("sanitize-conll", home, out)
+    text = (out / "README.md").read_text(encoding="utf-8")
+    assert text.count("Made by `uedp reproduce sanitize-conll`") == 1
+    assert text.count("re-rendered from `results.json`") == 1
+    assert json.loads((out / "results.json").read_text(encoding="utf-8"))["figures"]["made_by"].startswith("Made by")

@@ -31,6 +31,21 @@ def inference_success(original: Sequence[Sequence[str]], sanitized: Sequence[Seq
     return hits / len(jobs)
 
 
+def load_predictor(folder: Path, device: torch.device) -> Predictor:
+    """The attacker saved in ``folder``: a :class:`~uedp.privacy.attacks.cloze.BigramCloze` (built offline
+    from public text), or any Hugging Face masked LM saved with ``save_pretrained`` (e.g. bert-base)."""
+    from uedp.privacy.attacks.cloze import BigramCloze
+
+    if BigramCloze.is_saved_in(folder):
+        return BigramCloze.load(folder).predict
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"attack model {folder} holds neither a bigram cloze model nor a masked language model "
+                         "saved with save_pretrained (config.json)")
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    return masked_lm_predictor(AutoModelForMaskedLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder), device)
+
+
 def masked_lm_predictor(model: torch.nn.Module, tokenizer: object, device: torch.device) -> Predictor:
     """A Hugging Face masked LM (``AutoModelForMaskedLM``) as the attack's predictor: the masked word
     becomes one mask token; the guess is the top token at that position."""
@@ -61,12 +76,12 @@ def masked_lm_predictor(model: torch.nn.Module, tokenizer: object, device: torch
 
 def train_masked_lm(texts: Sequence[str], folder: Path, steps: int = 250, seed: int = 0, hidden: int = 64,
                     layers: int = 2, batch_size: int = 32, mask_share: float = 0.2) -> Path:
-    """The attacker's model built offline: a small BERT masked LM with a word-level (lower-case)
-    vocabulary of ``texts``, trained on them and saved with ``save_pretrained`` into ``folder``.
+    """A small BERT masked LM with a word-level (lower-case) vocabulary of ``texts``, trained on them and
+    saved with ``save_pretrained`` into ``folder``: the Hugging Face path of the attack, built offline.
 
-    In real use the attacker takes a pretrained BERT; where none can be downloaded, a model trained on
-    public text the attacker could hold plays that part (never on the private text: it would know the
-    answers).
+    In real use the attacker takes a pretrained BERT. Trained here on a few thousand sentences it learns
+    little more than word frequency (see :mod:`uedp.privacy.attacks.cloze`, the stronger attacker at that
+    size); on a small, repetitive corpus it learns the text well enough to test the attack's path.
     """
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
     from transformers import BertConfig, BertForMaskedLM, PreTrainedTokenizerFast

@@ -188,8 +188,10 @@ class SanitizationSettings(BaseModel):
     keep: Keep = Field("none", description="custext/santext: none; stopwords (the thesis' + variants); non-entities "
                                            "(sanitize only detected entities of the chosen categories)")
     vocab_limit: int | None = Field(None, ge=2, description="custext/santext: use the first N vectors (most frequent)")
-    attack_model: str | None = Field(None, description="custext/santext: masked-LM folder for the mask-token "
-                                                       "inference attack on the release")
+    attack_model: str | None = Field(None, description="custext/santext: the attacker's folder for the mask-token "
+                                                       "inference attack on the release: a Hugging Face masked LM "
+                                                       "(save_pretrained, e.g. bert-base-uncased) or a bigram cloze "
+                                                       "model (privacy/attacks/cloze.py)")
 
     @field_validator("strategy")
     @classmethod

@@ -4,7 +4,7 @@ task writes tables; the privacy meaning lives here, once."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,7 +86,9 @@ class ReleaseFigures:
     user_epsilon_max: float
     tokens: int
     sanitized_share: float  # of train tokens, how many went through the mechanism
-    unchanged_share: float  # of train tokens, how many are the original token after sanitizing (Table 3.6)
+    # of train tokens, how many are the original token after sanitizing (Table 3.6): kept tokens and
+    # sanitized ones that came out as themselves; a token without an embedding, released as <unk>, is not
+    unchanged_share: float
     sanitized_unchanged_share: float  # of sanitized tokens, how many came out as themselves
     unknown_share: float  # of sanitized tokens, how many had no embedding
 
@@ -109,7 +111,7 @@ def release_figures(sampler: Sampler, users_of_records: list[str], records: list
         record_epsilon_max=float(per_record.max()) if len(per_record) else 0.0,
         record_epsilon_median=float(np.median(per_record)) if len(per_record) else 0.0,
         user_epsilon_max=max(per_user.values(), default=0.0), tokens=int(len(flat_in)),
-        sanitized_share=float(sanitized.sum() / n), unchanged_share=float(((flat_in == flat_out) | ~sanitized).sum() / n),
+        sanitized_share=float(sanitized.sum() / n), unchanged_share=float((((flat_in == flat_out) & known) | ~sanitized).sum() / n),
         sanitized_unchanged_share=float((flat_in[known] == flat_out[known]).sum() / n_sanitized),
         unknown_share=float((flat_in == UNKNOWN).sum() / n_sanitized),
     )
@@ -117,8 +119,11 @@ def release_figures(sampler: Sampler, users_of_records: list[str], records: list
 
 def trained_on_release(statement: PrivacyStatement, mechanism: str, release_statement: str, figures: ReleaseFigures,
                        unprotected_share: float, randomness: str, caveats: tuple[str, ...],
-                       mask_inference_success: float | None) -> PrivacyStatement:
-    """Noiseless training on a local-DP release: the guarantee is the release's (post-processing)."""
+                       attack: Mapping[str, float | None]) -> PrivacyStatement:
+    """Noiseless training on a local-DP release: the guarantee is the release's (post-processing).
+
+    ``attack``: the mask-token inference attack's figures by name (None where it did not run); like the
+    kept-token share they are computed against the raw text, outside the guarantee (docs/PRIVACY.md)."""
     return PrivacyStatement(
         mechanism=mechanism, unit=release_statement, epsilon=figures.per_token_epsilon, delta=0.0,
         accountant="local DP, basic composition", rounds=statement.rounds, notes=statement.notes,
@@ -126,4 +131,4 @@ def trained_on_release(statement: PrivacyStatement, mechanism: str, release_stat
         extra={"epsilon_record_median": figures.record_epsilon_median, "epsilon_record_max": figures.record_epsilon_max,
                "epsilon_user_max": figures.user_epsilon_max, "sanitized_share": figures.sanitized_share,
                "kept_token_share": figures.unchanged_share, "unprotected_share": unprotected_share,
-               **({"mask_inference_success": mask_inference_success} if mask_inference_success is not None else {})})
+               **{name: value for name, value in attack.items() if value is not None}})

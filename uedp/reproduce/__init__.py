@@ -75,6 +75,9 @@ def reproduce(name: str, scale: Scale, home: DataHome, conll_dir: Path, out: Pat
     return page
 
 
+RERENDERED = " This page was re-rendered from `results.json` on "
+
+
 def rerender(name: str, home: DataHome, out: Path) -> Page:
     """Rebuild a page from its own ``results.json`` without training again (after the page's text or
     claims changed): the figures, the command, the machine and the wall time stay those of the run."""
@@ -95,8 +98,9 @@ def rerender(name: str, home: DataHome, out: Path) -> Page:
     made_by = results.figures.get("made_by") or next(
         (line for line in (readme.read_text(encoding="utf-8").splitlines() if readme.is_file() else [])
          if line.startswith("Made by ")), "")
-    page.sections.insert(1, f"{made_by} This page was re-rendered from `results.json` on "
-                            f"{datetime.now(UTC):%Y-%m-%d} (`--page-only`).")
+    made_by = made_by.split(RERENDERED)[0].rstrip()  # a page re-rendered before says so once, not once per time
+    page.results.figures["made_by"] = made_by
+    page.sections.insert(1, f"{made_by}{RERENDERED}{datetime.now(UTC):%Y-%m-%d} (`--page-only`).")
     page.write(out)
     return page
 

@@ -263,8 +263,10 @@ def figure(results: Results, s: Settings) -> Any:
     for panel in axes:
         panel.set_xticks(range(len(labels)), labels)
         panel.grid(alpha=0.3, axis="y")
-        panel.margins(y=0.12)  # room for the value labels
-        panel.legend(fontsize=8, loc="upper left")
+        # headroom above the tallest bar, so the value labels and the one-row legend never overlap a bar
+        heights = [p.get_height() for p in panel.patches if math.isfinite(p.get_height())]
+        panel.set_ylim(0, 1.4 * max(heights, default=1.0))
+        panel.legend(fontsize=8, loc="upper left", ncol=3)
     axes[0].set(ylabel="test perplexity (lower is better)",
                 title=f"utility at {_at(s)} (noiseless, deid: no guarantee)")
     axes[1].set(ylabel="canary exposure (mean; lower is safer)", title="exposure of the planted secrets")
