@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# Test processes: most slow tests wait on a Prefect or MLflow server, a subprocess or a browser, so two
+# workers on 2 cores ran the suite 1.55x faster (1670 s -> 1075 s, same machine, same hour).
+TEST_WORKERS ?= 2
 
 .PHONY: setup demo test lint wheel browser constraints clean
 
@@ -18,8 +21,8 @@ setup: $(STAMP)  ## create .venv and install uedp with pinned dependencies
 demo: $(STAMP)  ## install, then run the end-to-end demo (ingest, detect, train, evaluate, log to MLflow)
 	$(BIN)/uedp demo
 
-test: $(STAMP) browser lint  ## install, lint and type-check, then run the whole test suite
-	$(BIN)/python -m pytest
+test: $(STAMP) browser lint  ## install, lint and type-check, then run the whole test suite (TEST_WORKERS processes)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 lint: $(STAMP)  ## ruff, and mypy on the installed layout of the package (strict on the privacy core)
 	$(BIN)/ruff check .
