@@ -275,11 +275,29 @@ class SanitizeConfig(SanitizationSettings):
 
     @property
     def output_name(self) -> str:
+        """The release's name: everything a sweep varies that changes the draw (one name, one release;
+        a second release under a name that holds one is refused, never drawn over it)."""
         if self.output:
             return self.output
         plus = {"none": "", "stopwords": "-plus", "non-entities": "-entities"}[self.keep]
         k = f"-k{self.k}" if local_dp_kind(self.mechanism).has_output_sets else ""
-        return f"{self.dataset}-{self.mechanism}-e{self.epsilon:g}{k}-{self.strategy}{plus}"
+        seeded = f"-seeded{self.seed}" if self.randomness == "seeded" else ""  # secure: the seed draws nothing
+        name = f"{self.dataset}-{self.mechanism}-e{self.epsilon:g}{k}-{self.strategy}{plus}{seeded}"
+        if self.keep != "non-entities":
+            return name
+        which = "-".join(sorted(self.categories))
+        if len(name) + 1 + len(which) > 64:  # dataset names are folder names: 64 characters at most
+            which = "c" + hashlib.sha256(which.encode()).hexdigest()[:8]
+        return f"{name}-{which}"
+
+    def release_settings(self) -> dict[str, Any]:
+        """The settings that decide the draw (the release's identity with the source text, the entities
+        and the vectors): not the output name or the attack, nor the seed of a secure draw, which only
+        picks the attack's sample."""
+        settings = self.model_dump(exclude={"output", "embeddings", "attack_model", "attack_sentences"})
+        if self.randomness == "secure":
+            settings["seed"] = 0  # as releases were keyed before the seed was left out: they stay current
+        return settings
 
 
 class SweepConfig(BaseModel):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +34,7 @@ from uedp.storage.schemas import ENTITIES, SENTENCES, USERS
 from uedp.storage.tables import TableWriter, hash_config, is_current, read_manifest, read_table
 from uedp.tasks.config import SanitizeConfig
 from uedp.tasks.retry import retried_task
+from uedp.tasks.sanitize_attack import ATTACK_FIGURES, attack_figures, attack_spec
 
 __all__ = ["SanitizeConfig", "SanitizeResult", "sanitize_dataset", "sanitize_task"]
 
@@ -124,21 +126,22 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
     embeddings, tokenizer = load_embeddings(config)
     if config.keep == "stopwords":
         embeddings = without_stopwords(embeddings)
-    key = hash_config({"sentences": source["key"], "entities": entities_key, "embeddings": embeddings.key(),
-                       "config": config.model_dump(exclude={"output", "embeddings", "attack_model", "attack_sentences"})})
-    # An existing sanitization is reused, never redrawn: a second draw released next to the first would
-    # compose (twice the epsilon), so the same configuration always names the same release.
+    identity = {"sentences": source["key"], "entities": entities_key, "embeddings": embeddings.key(),
+                "config": config.release_settings()}
+    key = hash_config(identity)
+    # A release is drawn once and then reused, never redrawn: a second draw released next to the first
+    # would compose (twice the epsilon), so one name holds one release, and another release (other
+    # settings, other source text) under a name that holds one is refused rather than drawn over it.
     out_sentences, out_users = home.table_dir(config.output_name, "sentences"), home.table_dir(config.output_name, "users")
+    existing = read_manifest(out_sentences)
+    if existing is not None and existing.get("key") != key:
+        raise UedpError(_another_release(config, existing, identity, out_sentences.parent))
     sampler, unprotected = _sampler(home, config, embeddings)
     segmenter = Segmenter(embeddings, tokenizer)
     table = read_table(home.table_dir(config.dataset, "sentences"))
     texts = table["text"].to_pylist()
-    if is_current(out_sentences, key) and is_current(out_users, key):
-        out_entities = home.table_dir(config.output_name, "entities")
-        if (read_manifest(out_entities) or {}).get("note") == EMPTY_ENTITIES_NOTE and \
-                (read_manifest(out_entities) or {}).get("sentences_key") != key:  # an older uedp's: rewrite it
-            _write_empty_entities(out_entities, key)
-        return _reused(config, out_sentences, sampler, unprotected, table, texts, segmenter)
+    if existing is not None:
+        return _reused(home, config, key, existing, sampler, unprotected, table, texts, segmenter)
 
     train = pc.equal(table["split"], "train").to_numpy(zero_copy_only=False)
     rows = np.flatnonzero(train)
@@ -163,14 +166,17 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
     for row, places, record, out in zip(rows, draws.spans, records, released):
         new_texts[row] = _rebuild(texts[row], places, record, out, segmenter)
 
-    result = _measure(config, sampler, unprotected, table, texts, draws, segmenter, reused=False)
+    result = replace(_summary(config, sampler, unprotected, table, rows, records, released),
+                     **attack_figures(home, config, key, None, draws, texts, segmenter.text_of))
     sanitized = table.set_column(table.schema.get_field_index("text"), "text", pa.array(new_texts, pa.string()))
     spans_column = pa.array([[] if is_train else s for is_train, s in zip(train, table["gold_spans"].to_pylist())],
                             SENTENCES.field("gold_spans").type)
     sanitized = sanitized.set_column(sanitized.schema.get_field_index("gold_spans"), "gold_spans", spans_column)
     details = {"source": {"dataset": config.dataset, "sentences_key": source["key"]},
+               "identity": {name: identity[name] for name in ("entities", "embeddings")},
                "sanitization": {k: v for k, v in asdict(result).items() if k not in ("dataset", "reused")},
                "figures_version": FIGURES_VERSION, "config": config.model_dump(),
+               **({"attack_spec": attack_spec(config)} if config.attack_model else {}),
                "per_split": source.get("per_split", {})}
     with TableWriter(out_sentences, SENTENCES, key, details) as writer:
         writer.write_batch(sanitized)
@@ -183,42 +189,66 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
     return result
 
 
-# Raised when a release figure's definition changes (2: a token released as <unk> is not an original
-# token kept), so that figures stored by an older uedp are never reported as current ones.
+# Raised when a release figure's definition changes, so that figures stored by an older uedp are
+# migrated (or refused) rather than reported as current ones. 2: a token released as <unk> is not an
+# original token kept.
 FIGURES_VERSION = 2
 
 
-def _measure(config: SanitizeConfig, sampler: Sampler, unprotected: float, table: pa.Table, texts: list[str],
-             draws: Draws, segmenter: Segmenter, reused: bool) -> SanitizeResult:
-    """The release's figures from its draws, with the attack when an attacker was given."""
-    result = replace(_summary(config, sampler, unprotected, table, draws.rows, draws.records, draws.released),
-                     reused=reused)
-    if config.attack_model:
-        attack = _mask_inference(config, [texts[r] for r in draws.rows], draws, segmenter)
-        result = replace(result, mask_inference_success=attack["mask_inference_success"],
-                         mask_inference_success_sanitized=attack["mask_inference_success_sanitized"],
-                         mask_inference_success_original=attack["mask_inference_success_original"])
-    return result
-
-
-def _reused(config: SanitizeConfig, folder: Path, sampler: Sampler, unprotected: float, table: pa.Table,
-            texts: list[str], segmenter: Segmenter) -> SanitizeResult:
-    """An existing release's figures: recomputed from its draws where this home holds them; otherwise
-    the figures stored with it, when they follow the current definitions and no attack is asked for."""
-    draws = Draws.load(folder / DRAWS_FILE)
+def _reused(home: DataHome, config: SanitizeConfig, key: str, manifest: dict[str, Any], sampler: Sampler,
+            unprotected: float, table: pa.Table, texts: list[str], segmenter: Segmenter) -> SanitizeResult:
+    """An existing release's figures: recomputed from its draws where this home holds them, otherwise
+    those stored with it (an older uedp's migrated to the current definitions); the attack's, for the
+    attacker asked for, from :func:`attack_figures`."""
+    folder = home.table_dir(config.output_name, "sentences")
+    out_users, out_entities = home.table_dir(config.output_name, "users"), home.table_dir(config.output_name, "entities")
+    if not is_current(out_users, key):  # a copy of the source's users table: no draw in it
+        with TableWriter(out_users, USERS, key, {k: v for k, v in manifest.items() if k not in ("rows", "created", "table", "schema_version", "key")}) as users:
+            users.write_batch(read_table(home.table_dir(config.dataset, "users")))
+    entities = read_manifest(out_entities) or {}
+    if entities.get("note") == EMPTY_ENTITIES_NOTE and entities.get("sentences_key") != key:  # an older uedp's
+        _write_empty_entities(out_entities, key)
+    try:
+        draws = Draws.load(folder / DRAWS_FILE)
+    except ValueError as exc:
+        raise UedpError(f"{exc}; remove {folder.parent} to draw the release again") from None
     if draws is not None:
-        return _measure(config, sampler, unprotected, table, texts, draws, segmenter, reused=True)
-    manifest = read_manifest(folder) or {}
-    redraw = (f"to draw it again, remove {folder.parent} (a new draw is a new release: a model trained on the old "
-              "one and a model trained on the new one together cost both epsilons)")
-    if manifest.get("figures_version") != FIGURES_VERSION:
-        raise UedpError(f"sanitized dataset {config.output_name!r} was drawn by an older uedp: its stored figures "
-                        f"(kept-token share, attack) follow older definitions and its draws were not kept; {redraw}")
-    if config.attack_model:
-        raise UedpError(f"sanitized dataset {config.output_name!r}: its draws are not in this data home (pulled from a "
-                        f"table store?), so the attack cannot be run on it here; run it where the release was drawn, "
-                        f"or {redraw}")
-    return SanitizeResult(**manifest["sanitization"], dataset=config.output_name, reused=True)
+        result = _summary(config, sampler, unprotected, table, draws.rows, draws.records, draws.released)
+    else:
+        stored = _current_figures(dict(manifest["sanitization"]), manifest.get("figures_version"))
+        result = SanitizeResult(**{k: v for k, v in stored.items() if k not in ATTACK_FIGURES},
+                                dataset=config.output_name, reused=True)
+    attack = attack_figures(home, config, key, manifest, draws, texts, segmenter.text_of)
+    return replace(result, reused=True, **attack)
+
+
+def _current_figures(stored: dict[str, Any], version: int | None) -> dict[str, Any]:
+    """Figures stored by an older uedp, in the current definitions. Version 1 counted every token without
+    an embedding as kept (<unk> in, <unk> out); each is a sanitized token, so exactly
+    ``unknown_share * sanitized_share`` of all tokens are taken off."""
+    if version is None or version < 2:
+        stored["unchanged_share"] = stored["unchanged_share"] - stored["unknown_share"] * stored["sanitized_share"]
+    return stored
+
+
+def _another_release(config: SanitizeConfig, existing: dict[str, Any], identity: dict[str, Any], folder: Path) -> str:
+    """Why a release cannot be drawn under ``config.output_name``: what differs from the one it holds."""
+    differs = []
+    if (existing.get("source") or {}).get("sentences_key") != identity["sentences"]:
+        differs.append(f"the text of {config.dataset!r} (ingested again since)")
+    stored_identity = existing.get("identity") or {}
+    differs += [what for name, what in (("entities", "the detected entities"), ("embeddings", "the vectors"))
+                if name in stored_identity and stored_identity[name] != identity[name]]
+    try:
+        before = SanitizeConfig.model_validate(existing.get("config") or {}).release_settings()
+    except (ValueError, TypeError):
+        before = dict(existing.get("config") or {})
+    differs += [f"{name} ({before.get(name)!r}, now {value!r})" for name, value in identity["config"].items()
+                if before.get(name) != value]
+    what = "; ".join(differs) or "how it was keyed (an older uedp drew it, or its vectors changed)"
+    return (f"sanitized dataset {config.output_name!r} already holds another release: {what}. Drawing a second one "
+            f"under the same name would put two releases of the same text in use (their epsilons add up), so uedp "
+            f"does not: remove {folder} to replace it, or give this one another name (--output).")
 
 
 EMPTY_ENTITIES_NOTE = "sanitized dataset: not detected"
@@ -250,30 +280,6 @@ def _selector(keep: Keep, sensitive: list[tuple[int, int]]) -> Callable[[int, in
 
         return lambda start, end, surface: surface.strip().lower() not in STOP_WORDS
     return lambda start, end, surface: True
-
-
-def _mask_inference(config: SanitizeConfig, texts: list[str], draws: Draws, segmenter: Segmenter) -> dict[str, float]:
-    """The thesis' mask-token inference attack on a seeded sample of the sanitized train sentences
-    (the same sample for every release of a dataset, so releases compare)."""
-    from uedp.models.device import resolve_device
-    from uedp.privacy.attacks.mask_inference import inference_success, load_predictor
-
-    folder = Path(config.attack_model or "")
-    if not folder.is_dir():
-        raise UedpError(f"attack model {folder} is not a folder (a bigram cloze model or a masked language model)")
-    try:
-        predict = load_predictor(folder, resolve_device("auto"))
-    except ValueError as exc:
-        raise UedpError(str(exc)) from None
-    rng = np.random.default_rng(config.seed)
-    picks = sorted(rng.choice(len(texts), size=min(config.attack_sentences, len(texts)), replace=False).tolist())
-    original = [[texts[i][s:e] for s, e in draws.spans[i]] for i in picks]
-    private = [[texts[i][s:e] if chosen == KEEP else segmenter.text_of(int(out))
-                for (s, e), chosen, out in zip(draws.spans[i], draws.records[i], draws.released[i])] for i in picks]
-    sanitized_positions = [[chosen != KEEP for chosen in draws.records[i]] for i in picks]
-    return {"mask_inference_success": inference_success(original, private, predict),
-            "mask_inference_success_sanitized": inference_success(original, private, predict, only=sanitized_positions),
-            "mask_inference_success_original": inference_success(original, original, predict)}
 
 
 def _rebuild(text: str, spans: list[tuple[int, int]], record: np.ndarray, out: np.ndarray,

@@ -15,7 +15,7 @@ from prefect import get_run_logger
 
 from uedp.errors import UedpError
 from uedp.storage.home import DataHome
-from uedp.storage.remote import open_store
+from uedp.storage.remote import TableStore, open_store
 from uedp.tasks.attack import attack_run
 from uedp.tasks.config import TrainConfig
 from uedp.tasks.retry import retried_task
@@ -25,6 +25,7 @@ from uedp.tasks.training import (
     build_mechanism,
     loss_function,
     planned_population,
+    sanitize_config,
     sanitize_for,
     train_configuration,
 )
@@ -54,12 +55,31 @@ def run_training(home: DataHome, config: TrainConfig, flow_run_id: str | None = 
     if store:
         store.pull_required(home, config.dataset, ("sentences", "users"))
         store.pull(home, config.dataset, "entities")
+    if config.spec.text == "sanitized":
+        share_release(home, config, store)  # once, here: every rank and every later run reuses this release
     if config.processes > 1:
-        if config.spec.text == "sanitized":
-            sanitize_for(home, config)  # once, here: every rank then reuses this one release
         return train_with_torchrun(home, config, flow_run_id, parent_run_id)
     result = train_configuration(home, config, flow_run_id, parent_run_id, report_to=report_to)
     return with_audit(home, config, result) if config.audit_canaries else result
+
+
+def share_release(home: DataHome, config: TrainConfig, store: TableStore | None) -> None:
+    """The local-DP release this configuration trains on, drawn once across machines: with a table store,
+    the store's release if it has one (pulled), else one drawn here and pushed, so a training on another
+    machine reuses it instead of drawing its own (two draws of the same text would compose). Two machines
+    that draw the same release at the same moment still draw twice: sanitize first (`uedp sanitize`, or
+    one training) where trainings of a release run side by side."""
+    name = sanitize_config(config).output_name
+    if store:
+        for table in RELEASE_TABLES:
+            store.pull(home, name, table)
+    release = sanitize_for(home, config)
+    if store and not release.reused:
+        for table in RELEASE_TABLES:
+            store.push(home, name, table)  # data and manifest only: the draws stay in this home
+
+
+RELEASE_TABLES = ("sentences", "users", "entities")
 
 
 def with_audit(home: DataHome, config: TrainConfig, result: TrainResult) -> TrainResult:

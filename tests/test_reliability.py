@@ -172,6 +172,47 @@ def test_the_temporary_prefect_server_dies_with_a_killed_command(tmp_path: Path)
     assert state in ("gone", "Z"), f"temporary server {server} outlived its command (state {state})"
 
 
+def test_no_prefect_events_are_left_queued_for_a_temporary_server_that_stopped(tmp_path: Path) -> None:
+    """Prefect's event and log workers are process-wide and keep their server's URL: events left queued
+    for uedp's temporary server after it stopped were retried at a minute each when the process exited
+    (or the next test server drained). The server is flushed before it stops."""
+    script = """
+import sys, time
+from prefect import flow, task
+from uedp.prefect_server import prefect_api
+from uedp.storage.home import DataHome
+
+@task
+def one() -> int:
+    return 1
+
+@flow
+def tiny() -> int:
+    return one() + one()
+
+from prefect.events import emit_event
+
+with prefect_api(DataHome.from_env(sys.argv[1])):
+    assert tiny() == 2
+    for index in range(300):  # still queued when the block ends, as a flow's last events can be
+        emit_event(event="uedp.test.burst", resource={"prefect.resource.id": f"uedp.test.{index}"})
+from prefect.events.worker import EventsWorker
+from prefect.logging.handlers import APILogWorker
+started = time.monotonic()
+left = [len(worker.drain_all(timeout=5)[1]) for worker in (EventsWorker, APILogWorker)]
+print("left", sum(left), "seconds", round(time.monotonic() - started, 1))
+"""
+    try:
+        done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "h")],
+                              env=_cli_env(tmp_path / "h"), cwd=tmp_path, capture_output=True, text=True,
+                              timeout=120)
+    except subprocess.TimeoutExpired as stuck:  # without the flush the process sits on its exit
+        raise AssertionError(f"the process did not exit in 120 s: {stuck.stdout!r}") from None
+    assert done.returncode == 0, done.stderr[-2000:]
+    last = done.stdout.strip().splitlines()[-1].split()
+    assert last[:2] == ["left", "0"] and float(last[3]) < 2, done.stdout
+
+
 def test_a_server_that_does_not_start_in_time_is_one_line(tmp_path: Path) -> None:
     corpus = write(tmp_path / "eng.train", CORPUS_A)
     done = subprocess.run([sys.executable, "-m", "uedp.cli", "ingest", "conll2003", str(corpus), "--name", "x"],

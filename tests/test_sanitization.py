@@ -219,54 +219,11 @@ def test_a_word_released_as_unk_is_not_an_original_token_kept() -> None:
     assert figures.sanitized_unchanged_share == pytest.approx(1 / 3) and figures.unknown_share == pytest.approx(1 / 3)
 
 
-def _attacker(texts: list[str], folder: Path) -> str:
-    from uedp.privacy.attacks.cloze import BigramCloze
-
-    return str(BigramCloze.fit(texts).save(folder))
-
-
-def test_a_reused_release_is_measured_again_from_its_draws_with_the_attacker_asked_for(home, demo: str, vectors: Path,
-                                                                                   tmp_path: Path) -> None:
-    texts = _texts(home, demo)
-    weak = _attacker(["an unrelated sentence about weather ."] * 3, tmp_path / "weak")
-    strong = _attacker(texts["train"], tmp_path / "strong")  # knows the private text: the strongest attacker
-    config = SanitizeConfig(dataset=demo, epsilon=1.0, k=5, embeddings=str(vectors), attack_sentences=60)
-    first = sanitize_dataset(home, config.model_copy(update={"attack_model": weak}))
-    drawn = _texts(home, first.dataset)["train"]
-    again = sanitize_dataset(home, config.model_copy(update={"attack_model": strong}))
-    assert again.reused and _texts(home, first.dataset)["train"] == drawn  # the same release, not a new draw
-    assert again.unchanged_share == first.unchanged_share and again.record_epsilon_max == first.record_epsilon_max
-    assert again.mask_inference_success_original > first.mask_inference_success_original + 0.2  # the new attacker's
-    plain = sanitize_dataset(home, config)
-    assert plain.reused and plain.mask_inference_success is None and plain.unchanged_share == first.unchanged_share
-
-
-def test_a_release_without_its_draws_reports_only_current_stored_figures_and_is_never_redrawn(
-        home, demo: str, vectors: Path, tmp_path: Path) -> None:
-    import json
-
-    config = SanitizeConfig(dataset=demo, epsilon=1.0, k=5, embeddings=str(vectors))
-    first = sanitize_dataset(home, config)
-    folder = home.table_dir(first.dataset, "sentences")
-    drawn = _texts(home, first.dataset)["train"]
-    (folder / "draws.npz").unlink()  # as on a worker that pulled the release from a table store
-    stored = sanitize_dataset(home, config)
-    assert stored.reused and stored.unchanged_share == first.unchanged_share
-    with pytest.raises(UedpError, match="draws are not in this data home"):
-        sanitize_dataset(home, config.model_copy(update={"attack_model": _attacker(drawn, tmp_path / "a")}))
-    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-    del manifest["figures_version"]  # as an older uedp wrote it, with <unk> counted as kept
-    (folder / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
-    with pytest.raises(UedpError, match=r"drawn by an older uedp.*to draw it again, remove .*demo-custext-e1-k5-token"):
-        sanitize_dataset(home, config)
-    assert _texts(home, first.dataset)["train"] == drawn
-
-
 def test_sanitize_non_entities_touches_only_entity_tokens(home, demo: str, vectors: Path) -> None:
     config = SanitizeConfig(dataset=demo, epsilon=0.5, k=10, embeddings=str(vectors), keep="non-entities",
                             categories=["PERSON"], strategy="token")
     result = sanitize_dataset(home, config)
-    assert result.dataset == "demo-custext-e0.5-k10-token-entities" and 0 < result.sanitized_share < 0.2
+    assert result.dataset == "demo-custext-e0.5-k10-token-entities-PERSON" and 0 < result.sanitized_share < 0.2
     source = {r["sentence_id"]: r for r in read_table(home.table_dir(demo, "sentences")).to_pylist()}
     entities = read_table(home.table_dir(demo, "entities")).to_pylist()
     people = {r["sentence_id"] for r in entities if r["category"] == "PERSON"}

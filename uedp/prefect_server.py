@@ -199,4 +199,22 @@ def prefect_api(home: DataHome) -> Iterator[str]:
         yield str(configured)
         return
     with TemporaryServer(home) as server, temporary_settings(updates={PREFECT_API_URL: server.api_url}):
-        yield server.api_url
+        try:
+            yield server.api_url
+        finally:
+            flush_prefect_queues()  # while the server still runs
+
+
+def flush_prefect_queues(timeout: float = 15.0) -> None:
+    """Deliver the run logs and events Prefect still queues, and stop its queue workers, before our
+    temporary server stops. The workers are process-wide and keep the URL they started with: events
+    left queued for a server that is gone are retried at about one per client timeout (a minute) when
+    the process exits or the next server's test harness drains, so a command could sit for minutes."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for worker in (APILogWorker, EventsWorker):
+        try:
+            worker.drain_all(timeout=timeout)
+        except Exception:  # best effort: a failed flush loses logs, never the command's result
+            continue

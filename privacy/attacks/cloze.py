@@ -91,7 +91,7 @@ class BigramCloze:
         safe_total = np.maximum(t.total, 1.0)
         guesses = []
         for words, j in zip(sentences, positions):
-            padded = [START, *(w.lower() for w in words), END]
+            padded = [START, *(w.strip().lower() for w in words), END]  # tokenizer spans may hold a space
             left, right = t.index.get(padded[j]), t.index.get(padded[j + 2])
             if left is not None and t.total[left] > 0:  # log P(w | left)
                 row = self.counts[left].toarray().ravel()

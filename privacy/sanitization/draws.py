@@ -44,6 +44,12 @@ class Draws:
         if not path.is_file():
             return None
         with np.load(path, allow_pickle=False) as data:
-            bounds = np.cumsum(data["lengths"])[:-1]
+            rows, lengths = data["rows"], data["lengths"]
+            total = int(lengths.sum())
+            if len(lengths) != len(rows) or not total == len(data["spans"]) == len(data["records"]) == len(data["released"]):
+                raise ValueError(f"{path}: the draws do not add up (a file of another release, or damaged)")
+            if len(rows) == 0:  # np.split of an empty array gives one empty part, not none
+                return cls(rows, [], [], [])
+            bounds = np.cumsum(lengths)[:-1]
             spans = [[(int(s), int(e)) for s, e in part] for part in np.split(data["spans"], bounds)]
-            return cls(data["rows"], spans, np.split(data["records"], bounds), np.split(data["released"], bounds))
+            return cls(rows, spans, np.split(data["records"], bounds), np.split(data["released"], bounds))

@@ -234,8 +234,9 @@ def page(ctx: Context, s: Settings, results: Results) -> Page:
         f"{results.figures['public_sentences']} sentences of `eng.testa`, from which {s.dim}-dimensional PPMI-SVD "
         f"word vectors and the attacker (a bigram cloze model: the guess for a masked word is the word a bigram "
         f"model of the public text finds likeliest between its two neighbours) are built. The public vocabulary "
-        f"holds {results.figures['vocabulary_coverage']:.1%} of the train split's words; the others are released "
-        f"as `<unk>` whatever they were, and never count as kept. Downstream: GPT-2 `{s.model_size}` from scratch on bytes "
+        f"holds {results.figures['vocabulary_coverage']:.1%} of the train split's words; the others, where "
+        f"sanitized (every word in T, every word but stopwords in T+), are released as `<unk>` whatever they were, "
+        f"and never count as kept. Downstream: GPT-2 `{s.model_size}` from scratch on bytes "
         f"({UNIFORM_BYTE_PERPLEXITY:g} is a uniform guess), {s.steps} steps of batch {s.batch_size}, judged on the "
         f"original test file; seeds {', '.join(map(str, s.seeds))}; randomness {s.randomness}.",
         "## Kept tokens, attack success and perplexity over epsilon\n\n![over epsilon](sanitize.png)\n\n"
