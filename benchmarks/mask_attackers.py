@@ -28,18 +28,9 @@ import torch
 
 
 def sentences(path: Path) -> list[str]:
-    from uedp.reproduce.common import conll_documents
+    from uedp.storage.formats.conll import read_conll
 
-    out: list[str] = []
-    for document in conll_documents(path):
-        words: list[str] = []
-        for line in [*document, "\n"]:
-            if line.strip() and not line.startswith("-DOCSTART-"):
-                words.append(line.split()[0])
-            elif words:
-                out.append(" ".join(words))
-                words = []
-    return out
+    return [sentence.text for sentence in read_conll(path)]
 
 
 def measure(name: str, predict, seconds: float, attacked: list[list[str]]) -> dict[str, object]:  # type: ignore[no-untyped-def]

@@ -58,9 +58,7 @@ class SanitizeResult(ReleaseFigures):
     mask_inference_success_original: float | None = None
 
     def attack_figures(self) -> dict[str, float | None]:
-        return {"mask_inference_success": self.mask_inference_success,
-                "mask_inference_success_sanitized": self.mask_inference_success_sanitized,
-                "mask_inference_success_original": self.mask_inference_success_original}
+        return {name: getattr(self, name) for name in ATTACK_FIGURES}
 
 
 class Segmenter:
@@ -203,7 +201,8 @@ def _reused(home: DataHome, config: SanitizeConfig, key: str, manifest: dict[str
     folder = home.table_dir(config.output_name, "sentences")
     out_users, out_entities = home.table_dir(config.output_name, "users"), home.table_dir(config.output_name, "entities")
     if not is_current(out_users, key):  # a copy of the source's users table: no draw in it
-        with TableWriter(out_users, USERS, key, {k: v for k, v in manifest.items() if k not in ("rows", "created", "table", "schema_version", "key")}) as users:
+        details = {k: v for k, v in manifest.items() if k not in ("rows", "created", "table", "schema_version", "key")}
+        with TableWriter(out_users, USERS, key, details) as users:
             users.write_batch(read_table(home.table_dir(config.dataset, "users")))
     entities = read_manifest(out_entities) or {}
     if entities.get("note") == EMPTY_ENTITIES_NOTE and entities.get("sentences_key") != key:  # an older uedp's

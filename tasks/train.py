@@ -55,8 +55,10 @@ def run_training(home: DataHome, config: TrainConfig, flow_run_id: str | None = 
     if store:
         store.pull_required(home, config.dataset, ("sentences", "users"))
         store.pull(home, config.dataset, "entities")
-    if config.spec.text == "sanitized":
-        share_release(home, config, store)  # once, here: every rank and every later run reuses this release
+    if config.spec.text == "sanitized" and (store or config.processes > 1):
+        # drawn once, here: every rank and every machine then reuses this release (in one process
+        # without a store, the training draws or reuses it itself)
+        share_release(home, config, store)
     if config.processes > 1:
         return train_with_torchrun(home, config, flow_run_id, parent_run_id)
     result = train_configuration(home, config, flow_run_id, parent_run_id, report_to=report_to)

@@ -22,7 +22,6 @@ from uedp.reproduce.common import (
     Context,
     Page,
     Results,
-    conll_documents,
     conll_inputs,
     ingest_conll_gold,
     judge,
@@ -32,6 +31,7 @@ from uedp.reproduce.common import (
     run_sweep,
     verdict_table,
 )
+from uedp.storage.formats.conll import read_conll
 
 # The thesis, K = 50, SST-2 (its Tables 3.6 and 3.7): share of original tokens kept, and of tokens the
 # mask-token inference attack recovers; T = token level, + = stopwords kept. O: the original text.
@@ -70,16 +70,7 @@ def public_sentences(ctx: Context, s: Settings) -> list[str]:
     """The sentences of the validation file (``eng.testa``): the public text vectors and attacker learn from."""
     paths, _ = conll_inputs(ctx, s.first)
     path = next(p for p in paths if p.name == "eng.testa")
-    sentences: list[str] = []
-    for document in conll_documents(path):
-        words: list[str] = []
-        for line in [*document, "\n"]:
-            if line.strip() and not line.startswith("-DOCSTART-"):
-                words.append(line.split()[0])
-            elif words:
-                sentences.append(" ".join(words))
-                words = []
-    return sentences
+    return [sentence.text for sentence in read_conll(path)]
 
 
 def build_offline(ctx: Context, s: Settings) -> tuple[Path, Path, int]:
