@@ -375,6 +375,23 @@ def max_sampled_users(n_users: int, q_user: float, rounds: int, delta_trunc: flo
     return low
 
 
+# Above this, e^epsilon overflows and a guarantee means nothing: uedp refuses to plan such a run.
+MAX_UEDP_EPSILON = 500.0
+
+
+def total_variation_factor(epsilon_bound: float) -> float:
+    """``1 + e^epsilon``: what an event of probability p that breaks the sensitivity bound costs in delta.
+
+    If a mechanism A agrees with an (epsilon, delta)-DP mechanism B except on an event of probability at
+    most p (on either neighbour), then P[A(D) in S] <= P[B(D) in S] + p <= e^eps P[B(D') in S] + delta + p
+    <= e^eps (P[A(D') in S] + p) + delta + p: A is (epsilon, delta + p (1 + e^epsilon))-DP. Charging p alone
+    is not enough: once uedp's truncation evicts a user, the S case moves the sum by 4 beta, not 3."""
+    if not epsilon_bound <= MAX_UEDP_EPSILON:
+        raise ValueError(f"this run would report epsilon above {MAX_UEDP_EPSILON:g} (about {epsilon_bound:.3g}), "
+                         "which guarantees nothing: give it more noise (or a target epsilon)")
+    return 1.0 + math.exp(epsilon_bound)
+
+
 class UeDpAccounting:
     """Epsilon of UeDP-Alg for the user-and-entity unit, as the larger of its two cases.
 
@@ -386,24 +403,32 @@ class UeDpAccounting:
     is the T-fold ``PoissonSampled(p, Gaussian(.))``, bounding every shift by the case's worst one
     (conservative), after the one-time DP count of users when the count is not public.
 
-    M comes from ``n_users_bound + 1``: a public count or a DP upper bound on the number of users (never
-    the exact count under add/remove), plus the one user the larger neighbour adds. Delta is split three ways: the accountant's share, the truncation
-    share (some round draws more than M users) and ``delta_bound`` (the DP upper bound on N fails).
+    M comes from ``n_users_bound + 1``: a public count or a DP upper bound on the number of (anchored)
+    users (never the exact count under add/remove), plus the one user the larger neighbour adds. Two
+    events break the sensitivity bound: some round draws more than M users (probability ``delta_trunc``),
+    and the DP upper bound on N fails (``delta_bound``). Each costs ``p (1 + e^epsilon)`` of delta
+    (:func:`total_variation_factor`), with epsilon the most the run can report (``epsilon_bound``), so
+    ``delta = delta_accountant + (delta_trunc + delta_bound)(1 + e^epsilon_bound)``: the truncation's and
+    the count bound's shares of delta are spent on ``p (1 + e^epsilon)``, and M is set from the (much
+    smaller) p that leaves.
     """
 
     def __init__(self, n_users_bound: int, q_user: float, q_entity: float, q_extended: float, rounds: int,
                  delta: float, naive: bool = False, truncation_share: float = 0.1, kind: AccountantKind = "pld",
-                 initial: dp_accounting.DpEvent | None = None, delta_bound: float = 0.0):
+                 initial: dp_accounting.DpEvent | None = None, delta_bound: float = 0.0, *,
+                 epsilon_bound: float):
         if not 0 < truncation_share < 1:
             raise ValueError("truncation_share must be in (0, 1)")
-        if not 0 <= delta_bound < (1 - truncation_share) * delta:
-            raise ValueError("the count bound's delta must be below the accountant's share of delta")
+        factor = total_variation_factor(epsilon_bound)
         self.q_user, self.q_entity, self.q_extended = q_user, q_entity, q_extended
         self.rounds, self.naive, self.kind, self.initial = rounds, naive, kind, initial
         self.delta = delta
-        self.delta_trunc = truncation_share * delta
-        self.delta_bound = delta_bound
-        self.delta_accountant = delta - self.delta_trunc - delta_bound
+        self.epsilon_bound = epsilon_bound
+        self.delta_trunc = truncation_share * delta / factor  # P[some round draws more than M users]
+        self.delta_bound = delta_bound  # P[the DP upper bound on N fails]
+        self.delta_accountant = delta - (self.delta_trunc + delta_bound) * factor
+        if not self.delta_accountant > 0:
+            raise ValueError("the truncation's and the count bound's shares leave no delta for the accountant")
         self.n_users_bound = n_users_bound
         # The larger of two neighbours has one user more than the count bounds.
         self.max_users = max_sampled_users(n_users_bound + 1, q_user, rounds, self.delta_trunc)
@@ -411,13 +436,42 @@ class UeDpAccounting:
     @classmethod
     def for_population(cls, population: Population, q_user: float, q_entity: float, q_extended: float,
                        rounds: int, delta: float, naive: bool = False, truncation_share: float = 0.1,
-                       kind: AccountantKind = "pld", count_bound_share: float = COUNT_BOUND_SHARE) -> UeDpAccounting:
-        """The accounting of a run whose user count is ``population``: a declared count bounds N itself; a
-        DP count is composed in, and its upper bound fails with probability ``count_bound_share * delta``,
-        charged to delta. Training and the ``uedp epsilon`` planner both build it here."""
-        delta_bound = count_bound_share * delta if population.source == "dp-count" else 0.0
+                       kind: AccountantKind = "pld", count_bound_share: float = COUNT_BOUND_SHARE, *,
+                       epsilon_bound: float) -> UeDpAccounting:
+        """The accounting of a run whose user count is ``population`` and whose epsilon is at most
+        ``epsilon_bound``: a declared count bounds N itself; a DP count is composed in, and its upper bound
+        fails with probability ``count_bound_share * delta / (1 + e^epsilon_bound)``."""
+        delta_bound = (count_bound_share * delta / total_variation_factor(epsilon_bound)
+                       if population.source == "dp-count" else 0.0)
         return cls(population.upper_bound(delta_bound), q_user, q_entity, q_extended, rounds, delta, naive,
-                   truncation_share, kind, initial=population.event(), delta_bound=delta_bound)
+                   truncation_share, kind, initial=population.event(), delta_bound=delta_bound,
+                   epsilon_bound=epsilon_bound)
+
+    @classmethod
+    def for_run(cls, population: Population, q_user: float, q_entity: float, q_extended: float, rounds: int,
+                delta: float, naive: bool, truncation_share: float, kind: AccountantKind, count_bound_share: float,
+                noise_multiplier: float | None, target_epsilon: float | None) -> tuple[UeDpAccounting, float]:
+        """The accounting and noise multiplier of a run (training and ``uedp epsilon`` both build it here).
+
+        M and the count bound depend on the epsilon the run will report, which depends on M (the S case).
+        With a target, the target bounds the epsilon. With a given z, the epsilon at the smallest M any
+        bound gives (``epsilon_bound = 0``) bounds it: a larger M only adds noise to the S case and leaves
+        the E case alone. The run's epsilon is checked against the bound it was planned with."""
+        settings = (population, q_user, q_entity, q_extended, rounds, delta, naive, truncation_share, kind,
+                    count_bound_share)
+        if target_epsilon is not None:
+            accounting = cls.for_population(*settings, epsilon_bound=target_epsilon)
+            z = accounting.calibrate(target_epsilon)
+        elif noise_multiplier is not None and noise_multiplier > 0:
+            z = noise_multiplier
+            provisional = cls.for_population(*settings, epsilon_bound=0.0)
+            accounting = cls.for_population(*settings, epsilon_bound=provisional.epsilon(z))
+        else:
+            raise ValueError("needs a positive noise multiplier or a target epsilon")
+        if accounting.epsilon(z) > accounting.epsilon_bound * (1 + 1e-9):
+            raise RuntimeError(f"uedp's epsilon {accounting.epsilon(z):.6g} exceeds the bound "
+                               f"{accounting.epsilon_bound:.6g} its truncation was planned with")
+        return accounting, z
 
     @property
     def sensitivity_factor(self) -> int:

@@ -20,15 +20,23 @@ privacy statement names which:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import dp_accounting
 from scipy.stats import norm
 
 from uedp.privacy.randomness import Randomness
 
+if TYPE_CHECKING:
+    from uedp.privacy.mechanisms.base import TrainData
+
 PopulationSource = Literal["public-by-adjacency", "declared", "dp-count"]
+# What a mechanism's DP count of units counts (PRIVACY.md rule 4), chosen so one unit moves it by one:
+# training sequences, users with training text, or the writers with a sentence that names no detected
+# entity (uedp: an entity's sentences cannot add or remove such a writer).
+CountedUnits = Literal["sequences", "users", "anchored writers"]
 DEFAULT_COUNT_NOISE_STD = 10.0
 
 
@@ -70,6 +78,16 @@ class Population:
             raise ValueError(f"the count bound's failure probability must be in (0, 1), got {delta_bound}")
         return int(math.ceil(self.value + self.noise_std * norm.isf(delta_bound)))
 
+    def cross_run_caveat(self, mechanism: str) -> str | None:
+        """What a count public by adjacency means for other runs on the same data (PRIVACY.md, "Several
+        runs"): released exactly here, it makes another run's DP count of the same units moot. (A declared
+        count is already stated as public and unprotected.)"""
+        if self.source != "public-by-adjacency":
+            return None
+        return (f"{mechanism} releases the exact number of its units ({self.value:.0f}, public under its adjacency): "
+                "another run on the same data that protects a count of the same units with a DP count (dpsgd's "
+                "sequences, userdp's users) hides nothing more once both are shared")
+
     def describe(self) -> str:
         """One line for the privacy statement."""
         if self.source == "dp-count":
@@ -78,3 +96,23 @@ class Population:
         if self.source == "declared":
             return f"number of units: {self.value:.0f}, declared public by you (not protected)"
         return f"number of units: {self.value:.0f}, public under replace-one adjacency (neighbours have as many)"
+
+
+def anchored_users(entities: Mapping[str, Sequence[frozenset[str]]]) -> list[str]:
+    """The users uedp trains and counts: those with at least one sentence without a detected entity.
+
+    Under uedp's unit (a user u' and an entity e'), neighbours differ in u' and in every sentence holding
+    e'. A sentence without an entity never holds e', so whether a user has one changes only for u':
+    the number of such users moves by at most one, as its DP count and the bound M need. Counting every
+    user with a sentence would move by one more per writer whose every sentence holds e' (D + u' + ten
+    one-sentence writers about e' moved it by 11)."""
+    return [user for user, sets in entities.items() if any(not keys for keys in sets)]
+
+
+def exact_count(counts: CountedUnits, data: TrainData) -> int:
+    """The exact number of a mechanism's counted units in its training data (only ever released noised)."""
+    if counts == "sequences":
+        return len(data.sequences)
+    if counts == "anchored writers":
+        return len(anchored_users(data.entities or {}))
+    return data.n_users

@@ -137,7 +137,7 @@ def absent_units(plan: AuditPlan, counts: str | None) -> int:
         return sum(len(c.templates) for c in absent)
     if counts == "users":
         return sum(1 for c in absent if c.own_hosts())
-    return 0  # writers: canaries join real users' text or add no writer to the roster
+    return 0  # anchored writers: canaries join real users' text in sentences naming an entity, anchoring nobody
 
 
 def releasable(plan: AuditPlan) -> bool:

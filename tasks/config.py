@@ -162,7 +162,7 @@ class TrainConfig(RunSettings):
     @property
     def shape(self) -> RunShape:
         return RunShape(self.model, self.task == "classification", self.processes, self.canaries, self.seed,
-                        self.audit_canaries)
+                        self.audit_canaries, byte_tokens=self.tokenizer == "byte")
 
     @property
     def is_private(self) -> bool:

@@ -103,7 +103,7 @@ def markdown(rows: list[ReportRow], title: str) -> str:
     lines = [f"# {title}", "",
              f"Utility: test {metric} (lower is better), mean over seeds. Epsilon: accounted by dp_accounting for "
              "each mechanism's own privacy unit (userdp: a user; uedp, uedp-bounded: a user and an entity; dpsgd: a "
-             "sentence; selective: a sensitive token); `inf` means no guarantee. Data used: the share of training "
+             "sentence; selective: a sensitive token, and for the LSTM with byte tokens one byte of it); `inf` means no guarantee. Data used: the share of training "
              "sentences a mechanism may train on, where it drops some (`-`: all).", "",
              f"| mechanism | categories | target epsilon | epsilon | audit bound | delta | z | randomness "
              f"| valid {metric} | test {metric} | spread over seeds | seeds | data used | MLflow runs |",

@@ -29,7 +29,7 @@ from uedp.models.tokenization import load_tokenizer
 from uedp.privacy.attacks.audit_canaries import AuditPlan
 from uedp.privacy.mechanisms.base import Checkpointer, LossFn, Mechanism, RoundReport
 from uedp.privacy.mechanisms.registry import BuildContext
-from uedp.privacy.population import Population
+from uedp.privacy.population import Population, exact_count
 from uedp.privacy.randomness import Randomness
 from uedp.privacy.sanitization.release import trained_on_release
 from uedp.progress import progress as progress_bar
@@ -125,19 +125,6 @@ def unit_population(config: TrainConfig, exact: int, randomness: Randomness, che
     value = checkpoint.released(f"dp_count_of_units/{dataset_id}",
                                 lambda: Population.dp_count(exact, config.count_noise, randomness).value)
     return Population(value, "dp-count", config.count_noise)
-
-
-def exact_unit_count(config: TrainConfig, catalog: Catalog, data: PreparedData) -> int:
-    """What the DP count counts, chosen so one unit moves it by at most one: sequences; users with
-    training examples; or the writers on the roster, which removing an entity's sentences does not change
-    (a writer whose every sentence holds the entity stays, with no sentences), whereas counting users
-    with sentences left would move by one per such writer."""
-    counts = config.spec.counts
-    if counts == "sequences":
-        return len(data.train.sequences)
-    if counts == "writers":
-        return catalog.roster_size("train")
-    return data.train.n_users
 
 
 def evaluate(model: torch.nn.Module, examples: Sequence[Example], config: TrainConfig, pad_id: int,
@@ -242,7 +229,7 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
         recall = (detector_recall(catalog, list(config.categories))
                   if config.is_private and config.spec.missed_entities is not None else None)
         caveats = coverage_caveats(config, recall)
-        exact_units = exact_unit_count(config, catalog, data) if config.spec.counts else 0
+        exact_units = exact_count(config.spec.counts, data.train) if config.spec.counts else 0
     model = build_model(config.model, config.model_size, tokenizer,
                         len(data.classes) if data.classes else None).to(device)
     # One secret root per run; under torchrun rank 0 draws it and every rank uses it.

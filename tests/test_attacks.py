@@ -18,7 +18,7 @@ from uedp.models.tokenization import byte_level_tokenizer
 from uedp.privacy.attacks.canaries import Canary, canary_format, exposure, model_log_perplexity, plant_canaries
 from uedp.privacy.attacks.extraction import Occurrence, extraction_rates
 from uedp.privacy.attacks.membership import membership_attack, sentence_scores
-from uedp.privacy.attacks.metrics import attack_figures, clopper_pearson, epsilon_lower_bound
+from uedp.privacy.attacks.metrics import attack_figures, clopper_pearson
 from uedp.privacy.mechanisms.base import TrainData
 from uedp.privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
 from uedp.privacy.mechanisms.noiseless import Noiseless, NoiselessParams
@@ -44,16 +44,12 @@ def test_clopper_pearson_matches_known_intervals() -> None:
     assert clopper_pearson(0, 20, 0.05) == (0.0, pytest.approx(0.168433, abs=1e-5))
 
 
-def test_figures_and_lower_bound_on_synthetic_scores() -> None:
+def test_figures_on_synthetic_scores() -> None:
     rng = np.random.default_rng(0)
     same = attack_figures(rng.normal(size=500), rng.normal(size=500))
     assert abs(same.auc - 0.5) < 0.06 and same.balanced_accuracy < 0.58
-    assert epsilon_lower_bound(rng.normal(size=500), rng.normal(size=500), delta=1e-5).epsilon < 0.5
     separated = attack_figures(rng.normal(5, 1, 500), rng.normal(0, 1, 500))
     assert separated.auc > 0.99 and separated.tpr_at_1pct_fpr > 0.9
-    bound = epsilon_lower_bound(rng.normal(5, 1, 500), rng.normal(0, 1, 500), delta=1e-5)
-    # 250 evaluation scores a side, all separated: CP bounds cap the provable epsilon near log(250/3.7)
-    assert 3.0 < bound.epsilon < math.log(250)
 
 
 def test_exposure_exact_and_skew_normal_agree_on_a_known_score() -> None:
@@ -141,14 +137,13 @@ def test_canary_exposure_is_high_without_noise_and_low_with_strong_dp(trained) -
     assert max(exposures["private"]) < 6
 
 
-def test_membership_auc_is_high_without_noise_and_the_audit_respects_epsilon(trained) -> None:  # type: ignore[no-untyped-def]
+def test_membership_auc_is_high_without_noise_and_low_with_strong_dp(trained) -> None:  # type: ignore[no-untyped-def]
     results = {}
-    for name, (model, epsilon) in trained["models"].items():
+    for name, (model, _) in trained["models"].items():
         members = sentence_scores(trained["members"], _nll(model))
         non_members = sentence_scores(trained["non_members"], _nll(model))
-        results[name] = membership_attack("sentence", "none", members, non_members, delta=1e-3)
-        assert results[name].lower_bound.epsilon <= epsilon  # an audit above the accounted epsilon is a bug
-    assert results["noiseless"].figures.auc > 0.8 and results["noiseless"].lower_bound.epsilon > 0.5
+        results[name] = membership_attack("sentence", "none", members, non_members)
+    assert results["noiseless"].figures.auc > 0.8
     assert results["private"].figures.auc < 0.65
 
 
@@ -201,13 +196,14 @@ def test_train_with_canaries_then_attack_logs_scores_to_the_run(home, monkeypatc
     assert "mia_sentence_reference_auc" in noiseless and "mia_sentence_reference_auc" not in private
     for metrics in (noiseless, private):
         for name in ("canary_exposure_mean", "mia_sentence_auc", "mia_user_auc", "mia_sentence_zlib_auc",
-                     "mia_sentence_tpr_at_1pct_fpr", "mia_sentence_balanced_accuracy", "extraction_top5_PERSON",
-                     "audit_epsilon_lower_bound"):
+                     "mia_sentence_tpr_at_1pct_fpr", "mia_sentence_balanced_accuracy", "extraction_top5_PERSON"):
             assert name in metrics, name
+        # Train file vs test file is no random membership: no epsilon bound is derived from it (issue 32, item 3).
+        assert not [k for k in metrics if "epsilon_lower_bound" in k]
     assert noiseless["canary_exposure_mean"] > 9 > 5 > private["canary_exposure_mean"]
     assert "accounted epsilon: " in attacked.output and "at delta 1e-05" in attacked.output  # the dpsgd run's
-    assert "membership, sentences" in attacked.output and "random baseline" in attacked.output
-    assert private["audit_epsilon_lower_bound"] <= private["final_epsilon"]
+    assert "membership score, sentences" in attacked.output and "random baseline" in attacked.output
+    assert "its figures are attack scores" in " ".join(attacked.output.split())
     assert client.get_run(runs["dpsgd"]).data.tags["uedp.attack.kinds"] == "canary,mia,extraction"
     # One attack failing keeps what the others computed, logs it, and says which failed (exit 2).
     plain = runner.invoke(app, ["train", "demo", "--home", str(home.root), "--mechanism", "noiseless", "--steps", "5",

@@ -6,6 +6,7 @@ stream, entity-dependent uedp weights, per-rank secure roots, raw canary hosts).
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -128,11 +129,13 @@ def test_the_default_count_is_a_dp_count_composed_into_epsilon(home, demo: str) 
 def test_uedp_bounds_m_from_the_dp_count_not_the_exact_one() -> None:
     population = Population(40.0, "dp-count", 10.0)
     mechanism = UeDp(UeDpParams(rounds=30, q_user=0.5, noise_multiplier=1.0), population, Randomness.secure())
-    assert mechanism.accounting.n_users_bound == population.upper_bound(1e-6) > 40
-    assert mechanism.accounting.delta_bound == pytest.approx(1e-6)
-    assert mechanism.accounting.delta_accountant == pytest.approx(1e-5 - 1e-6 - 1e-6)
+    plan = mechanism.accounting
+    # Its failure costs delta_bound (1 + e^epsilon): 0.1 delta (tests/test_second_audit.py, item 5).
+    assert plan.delta_bound * (1 + math.exp(plan.epsilon_bound)) == pytest.approx(1e-6)
+    assert plan.n_users_bound == population.upper_bound(plan.delta_bound) > 40
+    assert plan.delta_accountant == pytest.approx(1e-5 - 1e-6 - 1e-6)
     # the bound holds except with probability delta_bound
-    assert stats.norm.sf((population.upper_bound(1e-6) - 40.0) / 10.0) <= 1e-6
+    assert stats.norm.sf((plan.n_users_bound - 40.0) / 10.0) <= plan.delta_bound
 
 
 # 3. Nothing logged depends on private data beyond rule 4 ---------------------------------------------

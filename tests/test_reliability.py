@@ -340,7 +340,7 @@ def test_a_sweep_names_each_failures_cause_and_still_reports_what_finished(home,
     assert result.exit_code == 2, result.output
     assert "[1/2] noiseless-s0: no guarantee, test perplexity" in result.stderr
     failed = [line for line in result.stderr.splitlines() if line.startswith("[2/2] FAILED ")]
-    assert len(failed) == 1 and "uedp: target epsilon 1000 is met even with noise multiplier" in failed[0]
+    assert len(failed) == 1 and "uedp: this run would report epsilon above 500" in failed[0]
     assert "(fix the setting)" in failed[0] and "rerun" not in result.stderr
     assert "error: 1 of 2 configurations failed (causes above)" in result.stderr
     assert "noiseless" in result.stdout and "report: " in result.stdout  # what finished is shown
@@ -410,7 +410,8 @@ def test_the_attack_table_puts_the_accounted_epsilon_beside_the_audit_bound() ->
     rows = summary_rows(AttackOutcome({"audit_one_run_epsilon_lower_bound": 1.2, "mia_user_auc": 0.51},
                                       accounted_epsilon=2.0, delta=1e-5))
     assert rows[:2] == [("accounted (dp_accounting)", "epsilon", "2 at delta 1e-05", "-"),
-                        ("one-run audit (canaries at the unit)", "audit_one_run_epsilon_lower_bound", "1.2", "0")]
+                        ("one-run audit: epsilon lower bound", "audit_one_run_epsilon_lower_bound", "1.2", "0")]
+    assert rows[2][0] == "membership score, users"  # an attack score, not a bound
     assert summary_rows(AttackOutcome({}))[0][2] == "inf (no guarantee)"
 
 

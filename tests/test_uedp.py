@@ -43,22 +43,23 @@ def test_truncation_bound_is_the_smallest_meeting_its_delta(n: int, q: float, ro
 
 
 def test_case_epsilons_follow_privacy_md_and_equal_dp_accounting() -> None:
-    plan = UeDpAccounting(946, 0.05, 0.5, 1.0, 200, 1e-5, kind="rdp")
+    plan = UeDpAccounting(946, 0.05, 0.5, 1.0, 200, 1e-5, kind="rdp", epsilon_bound=10.0)
     m = plan.max_users
     p_e = 1 - 0.95 * 0.5
     p_s = 1 - 0.95 * (1 - 0.05 * 1.0)
     expected = {"E": epsilon_after(poisson_gaussian_round(p_e, 2.0), 200, 0.9e-5, "rdp"),
                 "S": epsilon_after(poisson_gaussian_round(p_s, 2.0 * (2 * m + 1) / 3), 200, 0.9e-5, "rdp")}
     assert plan.epsilons(2.0) == pytest.approx(expected, rel=1e-12)
-    assert plan.delta_trunc + plan.delta_accountant == pytest.approx(1e-5)
-    naive = UeDpAccounting(946, 0.05, 0.5, 1.0, 200, 1e-5, naive=True, kind="rdp")
+    # The truncation's share of delta pays for its failure probability times 1 + e^epsilon (total variation).
+    assert plan.delta_trunc * (1 + math.exp(10.0)) + plan.delta_accountant == pytest.approx(1e-5)
+    naive = UeDpAccounting(946, 0.05, 0.5, 1.0, 200, 1e-5, naive=True, kind="rdp", epsilon_bound=10.0)
     assert set(naive.epsilons(2.0)) == {"E"}
 
 
 def test_paper_settings_cost_far_more_than_user_level_dp() -> None:
     """q_u=0.05, q_e=0.5, q_s=1, z=2, T=500 (the paper's Fig. 4): protecting entities spread over many
     users is much more expensive than protecting users, not cheaper as the paper's accounting claims."""
-    uedp = UeDpAccounting(946, 0.05, 0.5, 1.0, 500, 1e-5, kind="rdp").epsilon(2.0)
+    uedp = UeDpAccounting(946, 0.05, 0.5, 1.0, 500, 1e-5, kind="rdp", epsilon_bound=100.0).epsilon(2.0)
     userdp = epsilon_after(poisson_gaussian_round(0.05, 2.0), 500, 1e-5, "rdp")
     assert 2 < userdp < 4
     assert uedp > 10 * userdp
@@ -66,7 +67,7 @@ def test_paper_settings_cost_far_more_than_user_level_dp() -> None:
 
 @pytest.mark.parametrize("naive", [False, True])
 def test_calibration_meets_the_target_in_every_case(naive: bool) -> None:
-    plan = UeDpAccounting(200, 0.1, 0.2, 0.5, 50, 1e-5, naive=naive, kind="rdp")
+    plan = UeDpAccounting(200, 0.1, 0.2, 0.5, 50, 1e-5, naive=naive, kind="rdp", epsilon_bound=4.0)
     z = plan.calibrate(4.0)
     assert 0.99 * 4.0 <= plan.epsilon(z) <= 4.0
 
@@ -143,7 +144,7 @@ def test_training_reports_the_accountants_epsilon_each_round_and_is_seeded() -> 
     statement = UeDp(params, population, Randomness.seeded(5)).train(a, data, causal_lm_loss, torch.device("cpu"),
                                                                      reports.append)
     UeDp(params, population, Randomness.seeded(5)).train(b, data, causal_lm_loss, torch.device("cpu"), lambda r: None)
-    plan = UeDpAccounting(6, 0.5, 0.5, 0.5, 3, 1e-5, kind="rdp")
+    plan, _ = UeDpAccounting.for_run(population, 0.5, 0.5, 0.5, 3, 1e-5, False, 0.1, "rdp", 0.1, 1.5, None)
     assert [r.epsilon for r in reports] == pytest.approx([plan.epsilon(1.5, t) for t in (1, 2, 3)])
     assert statement.epsilon == pytest.approx(plan.epsilon(1.5)) and all(math.isnan(r.loss) for r in reports)
     assert torch.equal(parameters_to_vector(a.parameters()), parameters_to_vector(b.parameters()))
@@ -155,15 +156,16 @@ def test_epsilon_command_plans_without_training() -> None:
                "100", "--noise-multiplier", "2", "--accountant", "rdp"]
     public = runner.invoke(app, [*command, "--count-public"])
     assert public.exit_code == 0, public.output
-    plan = UeDpAccounting(946, 0.05, 0.05, 0.5, 100, 1e-5, kind="rdp")  # q_extended 0.5: what training uses
+    # q_extended 0.5: what training uses
+    plan, _ = UeDpAccounting.for_run(Population.declared(946), 0.05, 0.05, 0.5, 100, 1e-5, False, 0.1, "rdp", 0.1, 2.0,
+                                     None)
     assert f"epsilon = {plan.epsilon(2.0):.4g}" in public.stdout and "userdp with the same q_user" in public.stdout
     # By default training composes a DP count of users and bounds N from it: the planner plans the same.
     result = runner.invoke(app, command)
     assert result.exit_code == 0, result.output
     counted = Population(946.0, "dp-count", 10.0)
-    default = UeDpAccounting(counted.upper_bound(1e-6), 0.05, 0.05, 0.5, 100, 1e-5, kind="rdp",
-                             initial=counted.event(), delta_bound=1e-6)
-    assert f"epsilon = {default.epsilon(2.0):.4g}" in result.stdout and "DP count of users" in result.stdout
+    default, _ = UeDpAccounting.for_run(counted, 0.05, 0.05, 0.5, 100, 1e-5, False, 0.1, "rdp", 0.1, 2.0, None)
+    assert f"epsilon = {default.epsilon(2.0):.4g}" in result.stdout and "DP count of writers" in result.stdout
     target = runner.invoke(app, ["epsilon", "--mechanism", "userdp", "--users", "946", "--q-user", "0.05", "--steps",
                                  "100", "--target-epsilon", "1", "--accountant", "rdp"])
     assert target.exit_code == 0 and ("epsilon = 1 " in target.stdout or "epsilon = 0.99" in target.stdout)

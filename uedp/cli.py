@@ -449,7 +449,8 @@ def epsilon(
     mechanism: str = typer.Option(..., help="A mechanism with a planner: "
                                   + ", ".join(n for n, spec in registry.mechanisms().items() if spec.plan) + "."),
     users: int = typer.Option(..., "--users", "--units", min=1, help="Number of privacy units: training users "
-                              "(userdp, uedp) or sequences (dpsgd)."),
+                              "(userdp; for uedp the writers with a sentence that names no detected entity) or "
+                              "sequences (dpsgd)."),
     count_public: bool = typer.Option(False, "--count-public", help="Plan a run that declares the number of units "
                                       "public (--public-count); default: training's DP count, composed in."),
     count_noise: Optional[float] = typer.Option(None, "--count-noise", help="Noise std of that DP count "
@@ -486,7 +487,8 @@ def epsilon(
         plan = spec.plan(params, population)
     except ValueError as exc:
         raise UedpError(str(exc)) from None
-    units = {"sequences": "sequences", "users": "users", "writers": "users (the writers' roster)"}[spec.counts or "users"]
+    units = {"sequences": "sequences", "users": "users",
+             "anchored writers": "writers with a sentence that names no detected entity"}[spec.counts or "users"]
     counted = "" if count_public or spec.counts is None else f" (incl. the DP count of {units}, noise std {noise:g})"
     lines = list(plan.lines)
     typer.echo(lines[0] + counted)

@@ -29,6 +29,7 @@ from uedp.privacy.accounting import (
     poisson_gaussian_round,
     resolve_noise_multiplier,
 )
+from uedp.privacy.layer_randomness import dropout_switched_off
 from uedp.privacy.mechanisms.base import (
     NO_CHECKPOINT,
     Checkpointer,
@@ -84,32 +85,33 @@ class DpSgd:
         check_delta(p.delta, round(self.population.value))
         accountant = RoundAccountant(self.round_event(z), p.delta, p.accountant, self.adjacency,
                                      initial=self.population.event())
-        clipping = self.per_sample_clipping(model)
-        params: list[torch.Tensor] = [q_ for q_ in model.parameters() if q_.requires_grad]
-        optimizer = torch.optim.Adam(params, lr=p.lr)
+        with dropout_switched_off(model) as dropout:  # layers' own draws would be shared by all examples
+            clipping = self.per_sample_clipping(model)
+            params: list[torch.Tensor] = [q_ for q_ in model.parameters() if q_.requires_grad]
+            optimizer = torch.optim.Adam(params, lr=p.lr)
 
-        def one_step(step: int, rng: RoundRandomness) -> RoundOutput:
-            batch = [examples[i] for i in rng.poisson_sample("sample-examples", example_ids, q)]
-            gradients = self.step_gradient(clipping, model, params, batch, loss_fn, device, data.pad_id,
-                                           rng.stream("noise"))
-            for param, grad in zip(params, gradients):
-                param.grad = grad
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            return RoundOutput()  # neither the loss nor the batch size is released
+            def one_step(step: int, rng: RoundRandomness) -> RoundOutput:
+                batch = [examples[i] for i in rng.poisson_sample("sample-examples", example_ids, q)]
+                gradients = self.step_gradient(clipping, model, params, batch, loss_fn, device, data.pad_id,
+                                               rng.stream("noise"))
+                for param, grad in zip(params, gradients):
+                    param.grad = grad
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                return RoundOutput()  # neither the loss nor the batch size is released
 
-        loop = RoundLoop(scope or self.name, p.steps, accountant, self.randomness, p.delta, p.max_epsilon, "step",
-                         state={"model": model, "optimizer": optimizer})
-        model.train()
-        try:
-            outcome = loop.run(one_step, on_round, checkpoint)
-        finally:
-            clipping.close()  # the caller gets its plain model back
+            loop = RoundLoop(scope or self.name, p.steps, accountant, self.randomness, p.delta, p.max_epsilon, "step",
+                             state={"model": model, "optimizer": optimizer})
+            model.train()
+            try:
+                outcome = loop.run(one_step, on_round, checkpoint)
+            finally:
+                clipping.close()  # the caller gets its plain model back
         return private_statement(
             self.name, self.unit, accountant, outcome, delta=p.delta, accountant=p.accountant, noise_multiplier=z,
             sampling_probability=q, randomness=self.randomness, population=self.population,
             extra={"noise_std": z * p.clip, "sensitivity": p.clip, **self.statement_extra()},
-            caveats=self.statement_caveats())
+            caveats=self.statement_caveats(), dropout_switched_off=dropout)
 
     def rounds_with(self, units: HostUnits, rounds: range) -> int:
         """Steps of ``rounds`` whose Poisson batch takes one of ``units.sequences`` (audit canaries)."""
@@ -179,6 +181,6 @@ def _plan(params: DpSgdParams, population: Population) -> EpsilonPlan:
 register(MechanismSpec(
     name="dpsgd", rank=10, summary="example-level DP-SGD (one sequence is the unit), per-example gradients by Opacus",
     params=DpSgdParams, unit=DpSgd.unit, guarantee="central", build=_build, counts="sequences",
-    per_example_loss=True, audited_levels=("sentence",), audit=AuditDesign("sequence"), plan=_plan,
+    per_example_loss=True, audit=AuditDesign("sequence"), plan=_plan,
     uses_categories=lambda p: False,  # no category changes what it trains: a sweep trains it once
 ))

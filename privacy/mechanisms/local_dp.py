@@ -34,8 +34,6 @@ for _kind in LOCAL_DP.values():
     register(MechanismSpec(
         name=_kind.name, rank=50 + list(LOCAL_DP).index(_kind.name), summary=_SUMMARIES[_kind.name], params=LocalDpParams, unit=_kind.unit, guarantee="local",
         build=_build, text="sanitized", check=_check,
-        # The unit is one token occurrence: no membership level is that small.
-        audited_levels=(),
         audit="canaries would have to be planted before the local-DP release, which is made once per dataset "
               "and reused (not supported yet)",
         # Categories matter only when the release sanitizes the detected entities alone.

@@ -6,6 +6,9 @@ The loop owns what must be done the same way everywhere, so a defect here is fix
   unless the run is seeded); nothing stateful is kept or checkpointed;
 * **checkpoints**: the state a mechanism names (weights, optimizer) and its ledger are restored before
   the first round and saved every ``checkpoint.every`` rounds;
+* **no shared draws**: a private round during which a layer drew from torch's global generator (which
+  all units share) is refused (:mod:`privacy.layer_randomness`); only a loop without a guarantee
+  (``shared_draws_allowed``) lets layers draw there;
 * **the budget stop**: before a round, the ledger says (exactly) whether epsilon after it would exceed
   ``max_epsilon``; such a round does not run (nothing is released for it);
 * **reports**: after each round, epsilon (exact, or a close upper bound: see ``RoundAccountant``) and (for mechanisms without a guarantee only) loss and batch
@@ -17,12 +20,14 @@ noise) and its ledger (the round's ``DpEvent``, composed by dp_accounting).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from uedp.privacy.accounting import RoundAccountant
+from uedp.privacy.layer_randomness import DROPOUT_NOTE, no_global_draws
 from uedp.privacy.mechanisms.base import OnRound, PrivacyStatement, RoundReport
 from uedp.privacy.mechanisms.checkpoint import Checkpointer, Restorable
 from uedp.privacy.population import Population
@@ -128,6 +133,8 @@ class RoundLoop:
     max_epsilon: float | None = None
     word: str = "round"  # "step" for DP-SGD, in the budget-stop note
     state: dict[str, Restorable] = field(default_factory=dict)
+    # Only loops without a guarantee (noiseless training) let layers draw from torch's global generator.
+    shared_draws_allowed: bool = False
 
     def run(self, body: RoundBody, on_round: OnRound, checkpoint: Checkpointer) -> LoopOutcome:
         objects: dict[str, Restorable] = {**self.state, "ledger": self.ledger}
@@ -138,7 +145,8 @@ class RoundLoop:
                 stopped = (f"stopped before {self.word} {round_index}: epsilon would exceed the budget "
                            f"{self.max_epsilon:g}")
                 break
-            output = body(round_index, RoundRandomness(self.randomness, round_index))
+            with (contextlib.nullcontext() if self.shared_draws_allowed else no_global_draws(self.scope, round_index)):
+                output = body(round_index, RoundRandomness(self.randomness, round_index))
             epsilon = self.ledger.step()
             on_round(RoundReport(round_index, output.loss, epsilon, self.delta, output.participants))
             checkpoint.maybe_save(self.scope, round_index, objects)
@@ -149,14 +157,18 @@ class RoundLoop:
 def private_statement(mechanism: str, unit: str, ledger: Ledger, outcome: LoopOutcome, *, delta: float,
                       accountant: str, noise_multiplier: float, sampling_probability: float,
                       randomness: Randomness, population: Population | None, extra: dict[str, float],
-                      caveats: tuple[str, ...] = ()) -> PrivacyStatement:
+                      caveats: tuple[str, ...] = (), dropout_switched_off: int = 0,
+                      notes: tuple[str, ...] = ()) -> PrivacyStatement:
     """The statement of a loop that ran under a guarantee: epsilon for the rounds run, with what it
-    treats as public (the unit count) and what it does not cover (seeded randomness, the mechanism's own)."""
+    treats as public (the unit count), what it does not cover (seeded randomness, the mechanism's own,
+    other runs that count the same units) and what the run changed to keep it (dropout switched off)."""
+    said = (outcome.stopped, *(notes), DROPOUT_NOTE.format(count=dropout_switched_off) if dropout_switched_off else "")
     return PrivacyStatement(
         mechanism=mechanism, unit=unit, epsilon=ledger.epsilon, delta=delta, accountant=accountant,
         noise_multiplier=noise_multiplier, sampling_probability=sampling_probability, rounds=outcome.rounds,
-        notes=outcome.stopped,
+        notes="; ".join(filter(None, said)),
         extra={**extra, **({"population_used": population.value} if population is not None else {})},
         randomness=randomness.mode, public=(population.describe(),) if population is not None else (),
-        caveats=(*randomness.caveats, *caveats),
+        caveats=tuple(filter(None, (*randomness.caveats, *caveats,
+                                    population.cross_run_caveat(mechanism) if population is not None else None))),
     )

@@ -12,7 +12,7 @@ from uedp.models.training import data_parallel_step, optimizer_step
 from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, TrainData
 from uedp.privacy.mechanisms.loop import NoLedger, RoundLoop, RoundOutput
 from uedp.privacy.mechanisms.params import NoiselessParams
-from uedp.privacy.mechanisms.registry import ALL_LEVELS, AuditDesign, BuildContext, MechanismSpec, register
+from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, MechanismSpec, register
 from uedp.privacy.randomness import Randomness, RoundRandomness
 
 __all__ = ["Noiseless", "NoiselessParams"]
@@ -44,7 +44,8 @@ class Noiseless:
             return RoundOutput(loss, len(batch))
 
         loop = RoundLoop(scope, p.steps, NoLedger(), Randomness.seeded(self.seed), word="step",
-                         state={"model": model, "optimizer": optimizer, "sampler": sampler})
+                         state={"model": model, "optimizer": optimizer, "sampler": sampler},
+                         shared_draws_allowed=True)  # no guarantee: dropout draws as in any training
         model.train()
         outcome = loop.run(one_step, on_round, checkpoint)
         return PrivacyStatement(mechanism=self.name, unit=self.unit, rounds=outcome.rounds)
@@ -56,9 +57,9 @@ def _build(params: NoiselessParams, context: BuildContext) -> Noiseless:
 
 register(MechanismSpec(
     name="noiseless", rank=0, summary="no privacy (epsilon = inf); the utility ceiling", params=NoiselessParams,
-    unit="none", guarantee="none", build=_build, audited_levels=ALL_LEVELS, audit=AuditDesign("sequence"), uses_categories=lambda p: False,
+    unit="none", guarantee="none", build=_build, audit=AuditDesign("sequence"), uses_categories=lambda p: False,
 ))
 register(MechanismSpec(
     name="deid", rank=1, summary="detected spans replaced by [CATEGORY] placeholders, then noiseless (epsilon = inf)",
-    params=NoiselessParams, unit="none", guarantee="none", build=_build, text="redacted", audited_levels=ALL_LEVELS, audit=AuditDesign("sequence"),
+    params=NoiselessParams, unit="none", guarantee="none", build=_build, text="redacted", audit=AuditDesign("sequence"),
 ))

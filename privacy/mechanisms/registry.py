@@ -19,19 +19,14 @@ from pydantic import Field
 from uedp.privacy.attacks.audit_canaries import AuditAdjacency, AuditUnit
 from uedp.privacy.mechanisms.base import LossFn, Mechanism
 from uedp.privacy.mechanisms.params import MechanismParams
-from uedp.privacy.population import Population
+from uedp.privacy.population import CountedUnits, Population
 from uedp.privacy.randomness import Randomness
 
 Guarantee = Literal["none", "central", "local"]
-# What a mechanism's DP count of units counts (PRIVACY.md rule 4), chosen so one unit moves it by one:
-# training sequences, users with training text, or the writers on the users table's roster.
-CountedUnits = Literal["sequences", "users", "writers"]
 # What the training text is: the corpus, the corpus with detected spans redacted, or a local-DP release.
 TextSource = Literal["original", "redacted", "sanitized"]
 # Extra training data a mechanism needs beside the token ids grouped by user.
 TrainingNeed = Literal["entities", "redacted", "private_masks"]
-MembershipLevel = Literal["sentence", "user", "entity"]
-ALL_LEVELS: tuple[MembershipLevel, ...] = ("sentence", "user", "entity")
 
 
 @dataclass(frozen=True)
@@ -53,6 +48,7 @@ class RunShape:
     canaries: int = 0
     seed: int = 0
     audit_canaries: int = 0
+    byte_tokens: bool = True  # the byte-level tokenizer: a token is one byte (recurrent selective's unit)
 
 
 @dataclass(frozen=True)
@@ -95,9 +91,6 @@ class MechanismSpec:
     per_example_loss: bool = False  # DP-SGD clips per example: the loss must be a mean of per-example losses
     # Steps of each phase, in order (one phase, or a noiseless phase then a private one).
     schedule: Callable[[Any, RunShape], tuple[tuple[str, int], ...]] = lambda p, shape: (("train", p.steps_run),)
-    # Membership levels whose members differ by at most what two neighbouring datasets of the unit
-    # differ by: an attack at those levels tests this mechanism's epsilon.
-    audited_levels: tuple[MembershipLevel, ...] = ()
     # How the one-run audit plants canaries (``--audit-canaries``); a string: why it cannot, in words.
     audit: AuditDesign | str = "no audit design"
     # Entity-level mechanisms: what a missed detection leaves (appended to the coverage caveat).

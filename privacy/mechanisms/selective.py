@@ -104,7 +104,7 @@ def _build(params: SelectiveParams, context: BuildContext) -> Mechanism:
     if _recurrent(context.shape):  # the LSTM form: Selective-DPSGD with noised states
         from uedp.privacy.mechanisms.selective_recurrent import SelectiveRecurrent
 
-        return SelectiveRecurrent(params, context.n_examples, context.randomness)
+        return SelectiveRecurrent(params, context.n_examples, context.randomness, context.shape.byte_tokens)
     return SelectiveTwoPhase(params, context.n_examples, context.public_loss or causal_lm_loss, context.randomness,
                              context.shape.seed)
 
@@ -131,6 +131,5 @@ register(MechanismSpec(
     params=SelectiveParams, unit=SelectiveTwoPhase.unit, guarantee="central", build=_build,
     needs=lambda shape: frozenset({"private_masks"} if _recurrent(shape) else {"redacted"}),
     per_example_loss=True, schedule=_schedule, check=_check, missed_entities="",
-    # Selective DP protects tokens: no membership level is as small as its unit.
-    audited_levels=(), audit=AuditDesign("secret", "replace"),
+    audit=AuditDesign("secret", "replace"),
 ))

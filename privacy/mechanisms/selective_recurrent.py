@@ -53,6 +53,12 @@ from uedp.privacy.randomness import Randomness, RandomSource
 # release(h, c, rows, t) -> the released (h, c) of those rows: see LstmLanguageModel.forward_releasing_states.
 Release = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
 
+TOKEN_UNIT = ("one token's value inside a detected sensitive span (Selective-DPSGD, replace-one; spans the detector "
+              "missed are not covered)")
+BYTE_UNIT = ("one byte's value inside a detected sensitive span (Selective-DPSGD with the byte-level tokenizer, "
+             "replace-one: a name of 13 letters is 13 units; spans the detector missed are not covered)")
+BYTE_UNIT_CAVEAT = ("with the byte-level tokenizer the unit is one byte of a detected span, not the span: a name of "
+                    "L bytes is protected as a whole only at up to L times this epsilon (group privacy)")
 MISSED_TOKENS_CAVEAT = ("only tokens the detector found are protected as tokens: the hidden state after a missed "
                         "name is released without noise, and its loss trains the regular (noiseless) gradient")
 
@@ -64,14 +70,20 @@ def step_event(sampling_probability: float, noise_multiplier: float) -> dp_accou
 
 
 class SelectiveRecurrent(DpSgd):
-    """DP-SGD's loop (sampling, accounting, checkpoints) with Selective-DPSGD's step."""
+    """DP-SGD's loop (sampling, accounting, checkpoints) with Selective-DPSGD's step.
+
+    The unit is one *token* of a detected span: its value changes one state release and one private
+    gradient. With the byte-level tokenizer a token is a byte, so a 13-letter name is 13 units and the
+    epsilon protects one of its bytes; the statement's unit and a caveat say so wherever it is shown."""
 
     name = "selective"
-    unit = "one sensitive token's value (Selective-DPSGD, replace-one; spans the detector missed are not covered)"
     loss_reduction: Literal["mean", "sum"] = "sum"  # the private loss is a sum of per-sequence losses
     adjacency: Adjacency = "replace"  # Selective DP's F-neighbours; the only adjacency this mechanism accounts
 
-    def __init__(self, params: SelectiveParams, n_examples: int, randomness: Randomness | None = None):
+    def __init__(self, params: SelectiveParams, n_examples: int, randomness: Randomness | None = None,
+                 byte_tokens: bool = True):
+        self.byte_tokens = byte_tokens
+        self.unit = BYTE_UNIT if byte_tokens else TOKEN_UNIT
         self.params: SelectiveParams = params
         # F-neighbours change a token's value, never the number of sequences: the count is public.
         super().__init__(params, Population.public_by_adjacency(n_examples), randomness)
@@ -91,7 +103,7 @@ class SelectiveRecurrent(DpSgd):
         return list(zip(data.sequences, masks))
 
     def statement_caveats(self) -> tuple[str, ...]:
-        return (MISSED_TOKENS_CAVEAT,)
+        return (MISSED_TOKENS_CAVEAT, *((BYTE_UNIT_CAVEAT,) if self.byte_tokens else ()))
 
     def statement_extra(self) -> dict[str, float]:
         return {"hidden_noise_std": self.noise_multiplier * self.params.hidden_clip, "releases_per_step": 2.0}

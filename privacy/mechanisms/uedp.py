@@ -4,10 +4,15 @@ that user and every sentence, of any user, that contains that entity.
 
 Per round:
 
+* only *anchored* writers take part: those with at least one sentence that names no detected entity of
+  the chosen categories (:func:`privacy.population.anchored_users`). One entity's sentences can make any
+  number of writers, so no count of all writers moves by at most one; the number of anchored writers
+  does, and it is what the DP count counts and M is derived from;
 * Poisson-sample users (``q_user``), detected entities E (``q_entity``) and extended entities S
   (``q_extended``: one per sentence with no detected entity), each unit by its own coin; if more than M
   users are drawn, keep a uniformly random M (M from :func:`privacy.accounting.max_sampled_users` on a
-  public or DP upper bound of the number of users, its failure charged to delta);
+  public or DP upper bound of the number of users; the chance p that truncation or the bound ever fails
+  costs ``p (1 + e^epsilon)`` of delta, :class:`privacy.accounting.UeDpAccounting`);
 * each sampled user trains on its S sentences sampled this round and on its sensitive sentences **all**
   of whose entities were sampled (the AND rule; the paper's code used a sentence if *any* entity was);
   ``uedp-naive`` trains on sensitive sentences only;
@@ -27,6 +32,7 @@ from __future__ import annotations
 import torch
 
 from uedp.privacy.accounting import UeDpAccounting, check_delta, epsilon_after, poisson_gaussian_round
+from uedp.privacy.layer_randomness import dropout_switched_off
 from uedp.privacy.mechanisms.base import (
     NO_CHECKPOINT,
     Checkpointer,
@@ -41,11 +47,24 @@ from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, WorstCaseLedger
 from uedp.privacy.mechanisms.params import UeDpParams
 from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, register
 from uedp.privacy.mechanisms.userdp import check_vectorizable, make_local_trainer
-from uedp.privacy.population import Population
+from uedp.privacy.population import Population, anchored_users
 from uedp.privacy.primitives import assign_flat_, flatten, gaussian_noise_like
 from uedp.privacy.randomness import Randomness, RoundRandomness
 
-__all__ = ["UeDp", "UeDpParams", "usable_sequences"]
+__all__ = ["ANCHORED_NOTE", "UeDp", "UeDpParams", "anchored", "usable_sequences"]
+
+ANCHORED_NOTE = ("uedp trains the writers with at least one sentence that names no detected entity of the chosen "
+                 "categories, and counts those: one entity's sentences could make any number of other writers, so "
+                 "no count of all writers moves by at most one; a writer whose every sentence names an entity does "
+                 "not train")
+
+
+def anchored(data: TrainData) -> TrainData:
+    """``data`` restricted to :func:`anchored_users` (the redacted text and masks are not uedp's)."""
+    if data.entities is None:
+        raise ValueError("uedp needs the sentences' entity sets (TrainData.entities)")
+    users = anchored_users(data.entities)
+    return TrainData({u: data.by_user[u] for u in users}, data.pad_id, {u: data.entities[u] for u in users})
 
 
 def usable_sequences(entity_sets: list[frozenset[str]], sampled_entities: set[str], sampled_extended: set[int],
@@ -75,15 +94,10 @@ class UeDp:
         self.population = population
         self.randomness = randomness or Randomness.secure()
         self.name: str = params.mechanism
-        self.accounting = UeDpAccounting.for_population(
-            population, params.q_user, params.q_entity, params.q_extended, params.rounds, params.delta, params.naive,
-            params.truncation_share, params.accountant, params.count_bound_share)
-        if params.target_epsilon is not None:
-            self.noise_multiplier = self.accounting.calibrate(params.target_epsilon)
-        elif params.noise_multiplier and params.noise_multiplier > 0:
-            self.noise_multiplier = params.noise_multiplier
-        else:
-            raise ValueError(f"{self.name} needs a positive noise multiplier or a target epsilon")
+        self.accounting, self.noise_multiplier = UeDpAccounting.for_run(
+            population, params.q_user, params.q_entity, params.q_extended, params.rounds, params.delta,
+            params.naive, params.truncation_share, params.accountant, params.count_bound_share,
+            params.noise_multiplier, params.target_epsilon)
 
     @property
     def sensitivity(self) -> float:
@@ -101,6 +115,8 @@ class UeDp:
         if data.entities is None:
             raise ValueError(f"{self.name} needs the sentences' entity sets (TrainData.entities)")
         check_delta(p.delta, round(self.population.value))
+        data = anchored(data)
+        assert data.entities is not None  # anchored() keeps them
         users = list(data.by_user)
         sequences = [data.by_user[u] for u in users]
         entity_sets = [data.entities[u] for u in users]
@@ -110,7 +126,6 @@ class UeDp:
                           for local in range(sum(1 for entities in sets if not entities))]
         extended_ids = [f"{users[u]}#{local}" for u, local in extended_owner]
 
-        trainer = make_local_trainer(p, model, loss_fn, device, data.pad_id)
         sigma = z * self.sensitivity
         params = [q for q in model.parameters() if q.requires_grad]
         ledger = WorstCaseLedger(self.accounting.round_accountants(z))  # the worse of the E and S cases
@@ -137,16 +152,20 @@ class UeDp:
             assign_flat_(params, theta + p.server_lr * (total + noise) / self.denominator)
             return RoundOutput()
 
-        loop = RoundLoop(self.name, p.rounds, ledger, self.randomness, p.delta, p.max_epsilon, state={"model": model})
-        model.train()
-        outcome = loop.run(one_round, on_round, checkpoint)
+        with dropout_switched_off(model) as dropout:  # layers' own draws would be shared by all users
+            trainer = make_local_trainer(p, model, loss_fn, device, data.pad_id)
+            loop = RoundLoop(self.name, p.rounds, ledger, self.randomness, p.delta, p.max_epsilon,
+                             state={"model": model})
+            model.train()
+            outcome = loop.run(one_round, on_round, checkpoint)
         return private_statement(
             self.name, self.unit, ledger, outcome, delta=p.delta, accountant=p.accountant, noise_multiplier=z,
             sampling_probability=p.q_user, randomness=self.randomness, population=self.population,
             extra={"noise_std": sigma, "sensitivity": self.sensitivity, "max_users_M": self.accounting.max_users,
                    "users_bound_for_M": self.accounting.n_users_bound, "denominator": self.denominator,
                    "delta_truncation": self.accounting.delta_trunc, "delta_count_bound": self.accounting.delta_bound,
-                   **{f"epsilon_case_{case}": a.epsilon for case, a in ledger.cases.items() if outcome.rounds}})
+                   **{f"epsilon_case_{case}": a.epsilon for case, a in ledger.cases.items() if outcome.rounds}},
+            dropout_switched_off=dropout, notes=(ANCHORED_NOTE,))
 
     def rounds_with(self, units: HostUnits, rounds: range) -> int:
         """Rounds of ``rounds`` that sample the canary's entity and one of its host users (before the
@@ -170,7 +189,8 @@ def _plan(params: UeDpParams, population: Population) -> EpsilonPlan:
         f"{params.mechanism}: epsilon = {max(cases.values()):.4g} at delta = {params.delta:g} after {params.rounds} "
         f"rounds, z = {z:.4g} ({params.accountant}; unit: one user and one sensitive entity)",
         "  cases: " + ", ".join(f"{c} {e:.4g}" for c, e in cases.items())
-        + f"; at most M = {plan.max_users} users per round (truncation delta {plan.delta_trunc:.2g}), "
+        + f"; at most M = {plan.max_users} users per round (more are drawn with probability {plan.delta_trunc:.2g}, "
+        f"charged to delta times 1 + e^epsilon), "
         f"sensitivity (2M+1) * clip = {plan.sensitivity_factor} * clip",
         f"  for comparison, userdp with the same q_user and z: epsilon = {same:.4g} (protects users only)",
     ))
@@ -184,7 +204,7 @@ for _name, _summary, _missed in (
 ):
     register(MechanismSpec(
         name=_name, rank=40 + int(_name.endswith("naive")), summary=_summary, params=UeDpParams, unit=UeDp.unit, guarantee="central", build=_build,
-        counts="writers", needs=lambda shape: frozenset({"entities"}), audited_levels=("sentence", "user", "entity"),
+        counts="anchored writers", needs=lambda shape: frozenset({"entities"}),
         audit=AuditDesign("entity"),
         missed_entities=_missed, plan=_plan, check=check_vectorizable,
     ))

@@ -137,9 +137,7 @@ register(MechanismSpec(
     summary="user- and entity-level DP at userdp's noise: at most k users per entity keep its sentences "
             "(multi-attribution DP)",
     params=UeDpBoundedParams, unit=UeDpBounded.unit, guarantee="central", build=_build, counts=None,
-    # Membership attacks test add/remove neighbours, which change the graph; this epsilon is for substitution
-    # with the graph fixed, so no membership level audits it (as for selective's replace-one).
-    needs=lambda shape: frozenset({"entities"}), audited_levels=(), audit=AuditDesign("entity", "replace"),
+    needs=lambda shape: frozenset({"entities"}), audit=AuditDesign("entity", "replace"),
     missed_entities=" (uedp-bounded: their sentences are kept in every user and protected only as part of their "
                     "user's contribution)",
     plan=_plan, check=check_vectorizable, label=lambda p: f"uedp-bounded-k{p.holders_per_entity}",

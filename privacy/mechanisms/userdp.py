@@ -33,6 +33,7 @@ from uedp.privacy.accounting import (
     poisson_gaussian_round,
     resolve_noise_multiplier,
 )
+from uedp.privacy.layer_randomness import dropout_switched_off
 from uedp.privacy.mechanisms.base import (
     NO_CHECKPOINT,
     Checkpointer,
@@ -110,31 +111,33 @@ class UserDp:
         check_delta(p.delta, round(population.value))
         accountant = RoundAccountant(self.round_event(z), p.delta, p.accountant, self.adjacency,
                                      initial=self.initial_event())
-        trainer = self.local_trainer(model, loss_fn, device, data.pad_id)
         weights = user_weights(data, p.weight_cap)
         sigma = z * p.clip * WEIGHT_CEILING
         params = [q for q in model.parameters() if q.requires_grad]
         user_ids = list(data.by_user)
         user_sequences = list(data.by_user.values())
+        with dropout_switched_off(model) as dropout:  # layers' own draws would be shared by all users
+            trainer = self.local_trainer(model, loss_fn, device, data.pad_id)
 
-        def one_round(_: int, rng: RoundRandomness) -> RoundOutput:
-            sampled = rng.poisson_sample("sample-users", user_ids, p.q_user)
-            streams = [rng.stream("local-batches", user_ids[i]) for i in sampled]
-            theta = flatten(params)
-            total = trainer.clipped_sum(theta, [user_sequences[i] for i in sampled], weights[sampled].tolist(), streams)
-            noise = gaussian_noise_like([theta], sigma, rng.stream("noise"))[0]
-            assign_flat_(params, theta + p.server_lr * (total + noise) / denominator)
-            return RoundOutput()  # neither the local losses nor the number of sampled users is released
+            def one_round(_: int, rng: RoundRandomness) -> RoundOutput:
+                sampled = rng.poisson_sample("sample-users", user_ids, p.q_user)
+                streams = [rng.stream("local-batches", user_ids[i]) for i in sampled]
+                theta = flatten(params)
+                total = trainer.clipped_sum(theta, [user_sequences[i] for i in sampled], weights[sampled].tolist(),
+                                            streams)
+                noise = gaussian_noise_like([theta], sigma, rng.stream("noise"))[0]
+                assign_flat_(params, theta + p.server_lr * (total + noise) / denominator)
+                return RoundOutput()  # neither the local losses nor the number of sampled users is released
 
-        loop = RoundLoop(self.name, p.rounds, accountant, self.randomness, p.delta, p.max_epsilon,
-                         state={"model": model})
-        model.train()
-        outcome = loop.run(one_round, on_round, checkpoint)
+            loop = RoundLoop(self.name, p.rounds, accountant, self.randomness, p.delta, p.max_epsilon,
+                             state={"model": model})
+            model.train()
+            outcome = loop.run(one_round, on_round, checkpoint)
         statement = private_statement(
             self.name, self.unit, accountant, outcome, delta=p.delta, accountant=p.accountant, noise_multiplier=z,
             sampling_probability=p.q_user, randomness=self.randomness, population=population,
             extra={"noise_std": sigma, "sensitivity": p.clip * WEIGHT_CEILING, "denominator": denominator,
-                   **self.statement_extra()})
+                   **self.statement_extra()}, dropout_switched_off=dropout)
         return replace(statement, public=(*statement.public, *self.statement_public()))
 
     def rounds_with(self, units: HostUnits, rounds: range) -> int:
@@ -171,6 +174,6 @@ def check_vectorizable(params: UserDpParams, shape: RunShape) -> None:
 register(MechanismSpec(
     name="userdp", rank=30, summary="user-level DP by DP-FedAvg: per-user model deltas clipped and noised",
     params=UserDpParams, unit=UserDp.unit, guarantee="central", build=_build, counts="users",
-    audited_levels=("sentence", "user"), audit=AuditDesign("user"), plan=_plan, check=check_vectorizable, early_calibration=True,
+    audit=AuditDesign("user"), plan=_plan, check=check_vectorizable, early_calibration=True,
     uses_categories=lambda p: False,  # no category changes what it trains: a sweep trains it once
 ))

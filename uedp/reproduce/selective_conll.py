@@ -286,7 +286,8 @@ DISCUSSION = """## What this shows, and what it cannot
 
 - **The epsilons are comparable only with care**, as the paper says: dpsgd's protects a whole sentence
   (add/remove), selective's one private token's value (replace-one), with the policy (which tokens are
-  private) public. A secret the policy misses is not covered by selective's epsilon at all: the
+  private) public. For the recurrent form with byte tokens, a token is one byte: its epsilon protects one
+  byte of a name, and a name of L bytes as a whole only at up to L times it (group privacy). A secret the policy misses is not covered by selective's epsilon at all: the
   canaries here are unmarked made-up numbers, so their exposure under selective measures exactly
   that gap, as the paper's Fig. 6 does for its missed secret.
 - **Why the recurrent form gains little here.** Selective's private losses go through DP-SGD like
