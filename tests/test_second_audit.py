@@ -344,9 +344,9 @@ def test_statements_that_release_an_exact_count_say_what_it_does_to_other_runs()
     assert all(f"`{name}`" in paragraph for name in exact), paragraph
 
 
-def test_a_secure_root_is_never_derived_from_the_configured_seed_for_layers() -> None:
-    """The global generator the guard watches is seeded with the logged seed; the mechanisms' own draws
-    never come from it (sampling and noise equal across two different global seeds)."""
+def test_sampling_noise_and_batch_order_do_not_depend_on_torchs_global_seed() -> None:
+    """Training seeds torch's global generator with the logged seed; userdp's own draws (sampling, noise,
+    local batch order) must not come from it: two global seeds, one root, the same model."""
     from support import tiny_gpt2
 
     data = _users(["a", "b", "c"], 2)
