@@ -131,10 +131,10 @@ def measure(lines: list[dict[str, str]], marks: list[Mark], default_recognizers:
     import spacy
 
     from uedp.detection.pipeline import DetectorConfig
+    from uedp.services.detect import detect_entities
     from uedp.storage.catalog import Catalog
     from uedp.storage.home import DataHome
     from uedp.storage.ingest import IngestOptions, ingest
-    from uedp.tasks.detect import detect_entities
 
     home = DataHome.from_env(home_dir)
     corpus = home_dir / "dialogs.jsonl"

@@ -50,13 +50,13 @@ def main() -> None:
     from uedp.privacy.mechanisms import registry
     from uedp.privacy.population import Population
     from uedp.privacy.randomness import Randomness
+    from uedp.services.config import TrainConfig
+    from uedp.services.detect import detect_entities
+    from uedp.services.training_data import prepare_data
+    from uedp.services.training_setup import build_mechanism, loss_function
     from uedp.storage.catalog import Catalog
     from uedp.storage.home import DataHome
     from uedp.storage.ingest import IngestOptions, ingest
-    from uedp.tasks.config import TrainConfig
-    from uedp.tasks.detect import detect_entities
-    from uedp.tasks.training import build_mechanism, loss_function
-    from uedp.tasks.training_data import prepare_data
 
     use_threads(args.threads)
     device = resolve_device(args.device)
@@ -98,7 +98,7 @@ def main() -> None:
             if device.type == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
-            statement = engine.train(model, data.train, counting(loss), device, lambda report: None)
+            statement = engine.train(model, data.train, counting(loss), device, lambda report: None).statement
             if device.type == "cuda":
                 torch.cuda.synchronize()
             seconds = time.perf_counter() - start

@@ -1,39 +1,36 @@
 """Run the chosen detectors over a stream of sentences and produce entity rows.
 
-Detectors combine: ``gold`` (the corpus' own annotation), ``spacy`` (a pipeline's ``doc.ents``) and
-``presidio`` (Presidio's recognizers: patterns with checksums and context, the spaCy NER recognizer,
-and user recognizers from YAML). Texts are parsed once, in batches (``nlp.pipe``, optionally in
-worker processes), and the same parse feeds both the spaCy and the Presidio detectors.
+Detectors combine; each is a registry entry (:mod:`uedp.detection.detectors`): ``gold`` (the corpus' own
+annotation), ``spacy`` (a pipeline's ``doc.ents``) and ``presidio`` (Presidio's recognizers: patterns with
+checksums and context, the spaCy NER recognizer, and user recognizers from YAML). Texts are parsed once, in
+batches (``nlp.pipe``, optionally in worker processes), and the same parse feeds every detector that needs it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import multiprocessing
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from uedp.detection import detectors as detector_registry
 from uedp.detection.categories import Taxonomy
+from uedp.detection.detectors import DetectorSpec, Finder, Parsed
 from uedp.detection.identity import entity_key
-from uedp.detection.presidio_engine import (
-    DEFAULT_RECOGNIZERS,
-    HAS_DIGIT,
-    LANGUAGE,
-    PreloadedSpacyNlpEngine,
-    build_analyzer,
-    without_digit_only_recognizers,
-)
 from uedp.detection.spacy_pipeline import load_pipeline, pipeline_identity
 from uedp.errors import UedpError
 
-DetectorName = Literal["gold", "spacy", "presidio"]
+if TYPE_CHECKING:  # the registry builds it at import; to a type checker it is its base
+    DetectorName = str
+else:
+    DetectorName = Literal[detector_registry.detector_names()]  # a choice list in the Prefect UI and in JSON schemas
+
 ROWS_PER_CHUNK = 10_000
 
 
@@ -47,8 +44,8 @@ class DetectorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     detectors: list[DetectorName] = Field(default_factory=_default_detectors, min_length=1,
-                                          description="gold (the corpus' own tags: CoNLL-2003), spacy (a NER "
-                                          "pipeline), presidio (pattern and context recognizers)")
+                                          description=", ".join(f"{name} ({spec.summary})"
+                                                                for name, spec in detector_registry.detectors().items()))
     spacy_model: str | None = Field(None, description="installed package name or folder of a spaCy pipeline")
     presidio_entities: list[str] | None = Field(None, description="Presidio entity types to ask for (default all)")
     recognizers: str | None = Field(None, description="YAML file of extra recognizers, Presidio's format")
@@ -60,36 +57,29 @@ class DetectorConfig(BaseModel):
 
     @model_validator(mode="after")
     def _needs_model(self) -> DetectorConfig:
-        if {"spacy", "presidio"} & set(self.detectors) and not self.spacy_model:
-            raise ValueError("the spacy and presidio detectors need a spaCy pipeline (--spacy-model NAME_OR_PATH)")
+        if self.needs_nlp and not self.spacy_model:
+            parsing = [name for name, spec in detector_registry.detectors().items() if spec.needs_nlp]
+            raise ValueError(f"the {' and '.join(parsing)} detectors need a spaCy pipeline "
+                             "(--spacy-model NAME_OR_PATH)")
         return self
 
     @property
+    def chosen(self) -> list[DetectorSpec]:
+        """The chosen detectors, in registry order (the order of their rows within a sentence)."""
+        return detector_registry.chosen(self.detectors)
+
+    @property
     def needs_nlp(self) -> bool:
-        return bool({"spacy", "presidio"} & set(self.detectors))
+        return any(spec.needs_nlp for spec in self.chosen)
 
     def identity(self) -> dict[str, Any]:
         """The parts that change predictions (not batch size or workers), for the cache key."""
         identity: dict[str, Any] = {"detectors": sorted(self.detectors)}
         if self.needs_nlp:
             identity["spacy_model"] = pipeline_identity(self.spacy_model or "")
-        if "presidio" in self.detectors:
-            import presidio_analyzer
-
-            identity |= {"presidio_entities": sorted(self.presidio_entities or []),
-                         "score_threshold": self.score_threshold,
-                         "presidio": getattr(presidio_analyzer, "__version__", "") or _dist_version("presidio-analyzer")}
-            if self.recognizers:
-                identity["recognizers"] = hashlib.sha256(Path(self.recognizers).read_bytes()).hexdigest()
-            if self.default_recognizers:
-                identity["default_recognizers"] = hashlib.sha256(DEFAULT_RECOGNIZERS.read_bytes()).hexdigest()
+        for spec in self.chosen:
+            identity |= spec.identity(self)
         return identity
-
-
-def _dist_version(name: str) -> str:
-    from importlib.metadata import version
-
-    return version(name)
 
 
 class _Rows:
@@ -143,17 +133,13 @@ Sentence = tuple[int, str, str, list[dict[str, Any]]]
 
 
 class _Detector:
-    """One process's detectors: the pipeline and analyzer are built once, then fed any number of texts."""
+    """One process's detectors: the pipeline and each detector (an analyzer, ...) are built once, then fed
+    any number of texts."""
 
     def __init__(self, config: DetectorConfig, taxonomy: Taxonomy):
         self.config, self.rows = config, _Rows(taxonomy)
         self.nlp = load_pipeline(config.spacy_model or "") if config.needs_nlp else None
-        self.analyzer, self.engine = (None, None)
-        if "presidio" in config.detectors and self.nlp is not None:
-            self.analyzer, self.engine = build_analyzer(self.nlp, config.recognizers, config.default_recognizers)
-            self.digit_free_analyzer = without_digit_only_recognizers(self.analyzer)
-        elif self.nlp is not None:
-            self.engine = PreloadedSpacyNlpEngine(self.nlp)
+        self.finders: list[tuple[str, Finder]] = [(spec.name, spec.build(config, self.nlp)) for spec in config.chosen]
 
     def run(self, sentences: Iterable[Sentence]) -> Iterator[list[dict[str, object]]]:
         chunk: list[dict[str, object]] = []
@@ -164,32 +150,22 @@ class _Detector:
                 chunk = []
         yield chunk
 
-    def _rows_per_sentence(self, sentences: Iterable[Sentence]) -> Iterator[list[dict[str, object]]]:
-        make, detectors = self.rows.make, self.config.detectors
+    def _parsed(self, sentences: Iterable[Sentence]) -> Iterator[tuple[int, str, Parsed]]:
+        """``(sentence_id, user_id, parsed)``; parsed in batches when a chosen detector reads the parse."""
         if self.nlp is None:
             for sentence_id, user_id, text, gold in sentences:
-                yield [make(sentence_id, user_id, text, s["start"], s["end"], s["label"], "gold", 1.0) for s in gold]
+                yield sentence_id, user_id, Parsed(text, gold, None)
             return
         stream = ((text, (sentence_id, user_id, gold)) for sentence_id, user_id, text, gold in sentences)
         for doc, (sentence_id, user_id, gold) in self.nlp.pipe(stream, as_tuples=True, batch_size=self.config.batch_size):
-            text, rows = doc.text, []
-            if "gold" in detectors:
-                rows += [make(sentence_id, user_id, text, s["start"], s["end"], s["label"], "gold", 1.0) for s in gold]
-            if "spacy" in detectors:
-                rows += [make(sentence_id, user_id, text, e.start_char, e.end_char, e.label_, "spacy", 1.0)
-                         for e in doc.ents]
-            if self.analyzer is not None and self.engine is not None:
-                analyzer = self.analyzer if HAS_DIGIT.search(text) else self.digit_free_analyzer
-                results = analyzer.analyze(text, LANGUAGE, entities=self.config.presidio_entities,
-                                           nlp_artifacts=self.engine.artifacts(doc),
-                                           score_threshold=self.config.score_threshold)
-                best: dict[tuple[int, int, str], float] = {}  # several recognizers may report one span
-                for r in results:
-                    key = (r.start, r.end, r.entity_type)
-                    best[key] = max(best.get(key, 0.0), r.score)
-                rows += [make(sentence_id, user_id, text, start, end, label, "presidio", score)
-                         for (start, end, label), score in sorted(best.items())]
-            yield rows
+            yield sentence_id, user_id, Parsed(doc.text, gold, doc)
+
+    def _rows_per_sentence(self, sentences: Iterable[Sentence]) -> Iterator[list[dict[str, object]]]:
+        make = self.rows.make
+        for sentence_id, user_id, sentence in self._parsed(sentences):
+            text = sentence.text
+            yield [make(sentence_id, user_id, text, start, end, label, name, score)
+                   for name, find in self.finders for start, end, label, score in find(sentence)]
 
 
 # --- worker processes -------------------------------------------------------------------------

@@ -83,14 +83,14 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from uedp.detection.pipeline import DetectorConfig
     from uedp.flows.demo import DEMO_CORPUS
+    from uedp.services.audit_plan import load_for_run
+    from uedp.services.config import TrainConfig
+    from uedp.services.detect import detect_entities
+    from uedp.services.launch import run_training
+    from uedp.services.report import plot_audit, summarise
+    from uedp.services.tracking import RunTracker
     from uedp.storage.home import DataHome
     from uedp.storage.ingest import IngestOptions, ingest
-    from uedp.tasks.audit_plan import load_for_run
-    from uedp.tasks.config import TrainConfig
-    from uedp.tasks.detect import detect_entities
-    from uedp.tasks.report import plot_audit, summarise
-    from uedp.tasks.tracking import RunTracker
-    from uedp.tasks.train import run_training
 
     started = time.time()
     with tempfile.TemporaryDirectory() as scratch:

@@ -48,10 +48,10 @@ def holder_table(home: Path, ks: list[int], q_entity: float, q_extended: float) 
     """The holder choice on the graph the runs trained on: the ingested train split's entity sets, read
     as training reads them."""
     from uedp.privacy.attribution import HOLDER_CHOICES, AttributionGraph, choose_holders
+    from uedp.services.config import TrainConfig
+    from uedp.services.training_data import load_training_texts
     from uedp.storage.catalog import Catalog
     from uedp.storage.home import DataHome
-    from uedp.tasks.config import TrainConfig
-    from uedp.tasks.training_data import load_training_texts
 
     config = TrainConfig(dataset="conll", mechanism="uedp-bounded", noise_multiplier=1.0,
                          categories=CATEGORIES.split(","))

@@ -7,13 +7,15 @@ from dataclasses import dataclass
 from prefect import flow, runtime
 
 from uedp.detection.pipeline import DetectorConfig
+from uedp.services.config import DemoConfig
+from uedp.services.detect import DetectResult
+from uedp.services.training import TrainResult
 from uedp.storage.home import DataHome
 from uedp.storage.ingest import IngestResult
 from uedp.storage.remote import bundled_file
-from uedp.tasks.config import DemoConfig
-from uedp.tasks.detect import DetectResult, detect_task
+from uedp.tasks.detect import detect_task
 from uedp.tasks.ingest import conll_options, ingest_task
-from uedp.tasks.train import TrainResult, train_task
+from uedp.tasks.train import train_task
 
 DEMO_CORPUS = bundled_file("demo.conll")
 __all__ = ["DEMO_CORPUS", "DemoConfig", "DemoOutcome", "demo_flow"]

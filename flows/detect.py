@@ -15,8 +15,9 @@ from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from pydantic import BaseModel, ConfigDict, Field
 
 from uedp.detection.pipeline import DetectorConfig
+from uedp.services.detect import DetectResult, Shard, shards_to_detect
 from uedp.storage.home import DataHome
-from uedp.tasks.detect import DetectResult, Shard, detect_shard_task, detect_task, merge_shards_task, shards_to_detect
+from uedp.tasks.detect import detect_shard_task, detect_task, merge_shards_task
 
 
 class ScaleOut(BaseModel):

@@ -6,50 +6,39 @@ are published there for the machines that detect and train."""
 from __future__ import annotations
 
 from prefect import flow
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from uedp.storage.home import DataHome
-from uedp.storage.ingest import FORMATS, IngestOptions, IngestResult, SplitByUser
-from uedp.tasks.config import HOME_HELP
+from uedp.services.config import HOME_HELP
+from uedp.storage.home import DataHome, validate_dataset_name
+from uedp.storage.ingest import IngestOptions, IngestResult
 from uedp.tasks.ingest import ingest_task
 
 
-class IngestConfig(BaseModel):
-    """Parameters of the ingest flow; the Prefect UI renders these as a form."""
+class _Inputs(BaseModel):
+    """Where the corpus is and which dataset it becomes (first in the form; the settings follow)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     home: str = Field("", description=HOME_HELP)
     dataset: str = Field(description="the dataset's name in the data home (a folder under datasets/)")
-    format: str = Field(description=f"one of {', '.join(FORMATS)}")
     files: list[str] = Field(min_length=1, description="local paths (on the worker), fsspec URLs (s3://, gs://, "
                              "https://) or a corpus shipped with uedp (bundled:demo.conll)")
-    split_of: dict[str, str] = Field(default_factory=dict, description="file name -> train | valid | test, for "
-                                     "files whose names do not say which split they are")
-    users: str | None = Field(None, description="source | chunk:N (ag_news, jsonl, csv); fixed for the others")
-    text_col: str | None = Field(None, description="jsonl/csv: the column holding the text")
-    user_col: str | None = Field(None, description="jsonl/csv: the column naming each record's writer (the privacy "
-                                 "unit of user-level mechanisms)")
-    label_col: str | None = Field(None, description="jsonl/csv: a class label column to keep (classification)")
-    split_col: str | None = Field(None, description="jsonl/csv: a column holding train, valid or test")
-    split: str = Field("auto", description="auto (files, else by user) | files | users")
-    split_seed: int = Field(0, description="seed of the by-user split's hash")
-    valid_fraction: float = Field(0.1, ge=0, lt=1, description="by-user split: share of users in valid")
-    test_fraction: float = Field(0.1, ge=0, lt=1, description="by-user split: share of users in test")
-    detokenize: bool = Field(False, description="wikitext: undo @-@ and the tokenised spacing of punctuation")
-    sec_document_types: list[str] = Field(default_factory=list, description="sec raw submissions: document types "
-                                          "to read (e.g. 10-K, EX-99.1); empty: the submission's own type")
+
+    @field_validator("dataset")
+    @classmethod
+    def _plain_name(cls, name: str) -> str:
+        return validate_dataset_name(name)
+
+
+class IngestConfig(IngestOptions, _Inputs):
+    """Parameters of the ingest flow; the Prefect UI renders these as a form. The reading settings are
+    :class:`IngestOptions`' own fields (declared there once, with their checks)."""
+
     store: str | None = Field(None, description="fsspec URL of the shared table store (s3://bucket/uedp); "
                                                 "empty: the data home only")
 
     def options(self) -> IngestOptions:
-        return IngestOptions(
-            format=self.format, users=self.users, text_col=self.text_col, user_col=self.user_col,
-            label_col=self.label_col, split_col=self.split_col, split=self.split,  # type: ignore[arg-type]
-            split_by_user=SplitByUser(self.split_seed, self.valid_fraction, self.test_fraction),
-            detokenize=self.detokenize, sec_document_types=tuple(self.sec_document_types),
-            split_of=tuple(sorted(self.split_of.items())),
-        )
+        return IngestOptions.model_validate(self.model_dump(include=set(IngestOptions.model_fields)))
 
 
 @flow(name="uedp-ingest")

@@ -13,8 +13,8 @@ from uedp.detection.pipeline import DetectorConfig
 from uedp.flows.detect import ScaleOut, detect_flow
 from uedp.flows.ingest import IngestConfig, ingest_flow
 from uedp.flows.sweep import SweepConfig, SweepOutcome, sweep_flow
+from uedp.services.detect import DetectResult
 from uedp.storage.ingest import IngestResult
-from uedp.tasks.detect import DetectResult
 
 
 class PipelineConfig(BaseModel):

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from prefect import flow
 
+from uedp.services.config import SanitizeConfig
+from uedp.services.sanitize import SanitizeResult
 from uedp.storage.home import DataHome
-from uedp.tasks.sanitize import SanitizeConfig, SanitizeResult, sanitize_task
+from uedp.tasks.sanitize import sanitize_task
 
 
 @flow(name="uedp-sanitize", flow_run_name="sanitize-{config.dataset}")

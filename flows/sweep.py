@@ -13,12 +13,12 @@ import traceback
 
 from prefect import flow, get_run_logger, runtime
 
-from uedp.storage.catalog import require_ingested
+from uedp.services.config import SweepConfig
+from uedp.services.launch import preflight_sweep
+from uedp.services.sweep import Failure, SweepOutcome, SweepProgress, SweepRun
 from uedp.storage.home import DataHome
-from uedp.tasks.config import SweepConfig
 from uedp.tasks.report import report_task
-from uedp.tasks.sweep import Failure, SweepOutcome, SweepProgress, SweepRun
-from uedp.tasks.train import check_before_training, train_task
+from uedp.tasks.train import train_task
 
 __all__ = ["SweepConfig", "SweepOutcome", "sweep_flow"]
 
@@ -32,11 +32,8 @@ def sweep_flow(config: SweepConfig, progress: bool = False) -> SweepOutcome:
         progress: the [k/N] lines on stderr too (the CLI), besides the flow run's log.
     """
     home = DataHome.from_env(config.home or None)
-    if not config.store:  # with a table store each training pulls the tables; here they may not be yet
-        require_ingested(home, config.dataset)  # before the parent MLflow run: a typo is not a failed sweep
+    items = preflight_sweep(home, config)  # before the parent MLflow run: a typo is not a failed sweep
     logger = get_run_logger()
-    items = config.plan()
-    check_before_training([item.config for item in items], config.run.device)  # unreachable targets, devices
     flow_run_id = str(runtime.flow_run.id or "")
     sweep = SweepRun.open(home, config, items, flow_run_id)
     logger.info("sweep: %d configurations, parent MLflow run %s", len(items), sweep.run_id)

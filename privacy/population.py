@@ -37,6 +37,9 @@ PopulationSource = Literal["public-by-adjacency", "declared", "dp-count"]
 # training sequences, users with training text, or the writers with a sentence that names no detected
 # entity (uedp: an entity's sentences cannot add or remove such a writer).
 CountedUnits = Literal["sequences", "users", "anchored writers"]
+# Each counted kind of unit, in words (what `uedp epsilon` says its DP count counts).
+COUNTED_IN_WORDS: dict[str, str] = {"sequences": "sequences", "users": "users",
+                                    "anchored writers": "writers with a sentence that names no detected entity"}
 DEFAULT_COUNT_NOISE_STD = 10.0
 
 

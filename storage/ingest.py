@@ -6,38 +6,39 @@ options; when the existing tables carry the same key nothing is rewritten and th
 data was reused. Both tables go through :class:`storage.tables.TableWriter`: a bad line anywhere in
 the input leaves the previous tables (or none) in place. Readers stream, so memory stays bounded by
 one batch of rows plus one counter per user.
+
+Formats are not named here: each registers itself (:mod:`uedp.storage.formats.registry`) with its reader,
+its users and its checks. Every ingest setting is declared once, in :class:`IngestOptions`, which the
+Prefect form (``uedp.flows.ingest.IngestConfig``) extends and from which ``uedp ingest`` derives its flags.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from uedp.errors import UedpError
 from uedp.progress import progress as progress_bar
 from uedp.storage.formats import FormatError, SourceRecord, split_from_filename
-from uedp.storage.formats.agnews import agnews_csv_records, agnews_jsonl_records
-from uedp.storage.formats.conll import conll_records
-from uedp.storage.formats.sec import edgar_corpus_records, edgar_submission_records
-from uedp.storage.formats.tabular import csv_records, jsonl_records
-from uedp.storage.formats.wikitext import wikitext_records
+from uedp.storage.formats.registry import formats, get_format
 from uedp.storage.home import DataHome
 from uedp.storage.schemas import SCHEMA_VERSION, SENTENCES, SPLITS, USERS
 from uedp.storage.tables import TableWriter, hash_config, hash_files, is_current, read_manifest
 
-FORMATS: tuple[str, ...] = ("conll2003", "ag_news", "sec", "wikitext", "jsonl", "csv")
-# Formats whose files carry entity annotation (what the ``gold`` detector reads).
-GOLD_FORMATS: frozenset[str] = frozenset({"conll2003"})
+# Derived from the format registry (uedp's own formats, as registered at import; the registry itself is
+# the live list): the names, those whose files carry entity tags (what the ``gold`` detector reads), and
+# the user strategy each uses when none is given.
+FORMATS: tuple[str, ...] = tuple(formats())
+GOLD_FORMATS: frozenset[str] = frozenset(name for name, f in formats().items() if f.gold)
+DEFAULT_USERS: dict[str, str] = {name: f.default_users for name, f in formats().items()}
 SplitMode = Literal["auto", "files", "users"]
 BATCH_ROWS = 10_000
-
-# The user strategy each format uses when none is given: the one its paper uses where there is one.
-DEFAULT_USERS = {"conll2003": "document", "sec": "filer", "wikitext": "article", "ag_news": "source",
-                 "jsonl": "column", "csv": "column"}
 
 
 @dataclass(frozen=True)
@@ -63,66 +64,110 @@ class SplitByUser:
         return "train"
 
 
-@dataclass(frozen=True)
-class IngestOptions:
-    """How to read the files and who the users are. Every field is part of the content key."""
+def _users_help() -> str:
+    fixed = ", ".join(f"{name}: {f.default_users}" for name, f in formats().items() if f.fixed_users)
+    chosen = ", ".join(f"{name}: {f.default_users}" for name, f in formats().items() if not f.fixed_users)
+    return ("who the users (privacy units) are: 'source' (ag_news' news agency), 'chunk:N' (pseudo-users of N "
+            f"consecutive records) or 'column' (--user-col); fixed by the format for {fixed}; default {chosen}")
 
-    format: str
-    users: str | None = None  # document|filer|article (fixed by format), source, chunk:N, column
-    text_col: str | None = None
-    user_col: str | None = None
-    label_col: str | None = None
-    split_col: str | None = None
-    split: SplitMode = "auto"
-    split_by_user: SplitByUser = field(default_factory=SplitByUser)
-    detokenize: bool = False
-    sec_document_types: tuple[str, ...] = ()
-    # (file name, split): which split a whole file is, where its name does not say (or says wrongly).
-    split_of: tuple[tuple[str, str], ...] = ()
 
-    def __post_init__(self) -> None:
-        for file_name, role in self.split_of:
+class IngestOptions(BaseModel):
+    """How to read the files and who the users are: every ingest setting, declared once (the Prefect form
+    and ``uedp ingest``'s flags derive from these fields). Every field is part of the content key."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format: str = Field(description=f"the corpus format: {', '.join(FORMATS)}")
+    users: str | None = Field(None, description=_users_help())
+    text_col: str | None = Field(None, description="jsonl/csv: the column holding the text")
+    user_col: str | None = Field(None, description="jsonl/csv: the column naming each record's writer (the privacy "
+                                 "unit of user-level mechanisms)")
+    label_col: str | None = Field(None, description="jsonl/csv: a class label column to keep (classification)")
+    split_col: str | None = Field(None, description="jsonl/csv: a column holding train, valid or test")
+    split: SplitMode = Field("auto", description="auto: from file names or --split-col, else by user; files: from "
+                             "those only; users: whole users by a seeded hash")
+    split_seed: int = Field(0, description="seed of the by-user split's hash")
+    valid_fraction: float = Field(0.1, ge=0, lt=1, description="by-user split: share of users in valid")
+    test_fraction: float = Field(0.1, ge=0, lt=1, description="by-user split: share of users in test")
+    detokenize: bool = Field(False, description="wikitext: undo @-@ and the tokenised spacing of punctuation")
+    sec_document_types: list[str] = Field(default_factory=list, description="sec raw submissions: document types to "
+                                          "read (e.g. 10-K, EX-99.1); empty: the submission's own type")
+    split_of: dict[str, str] = Field(default_factory=dict, description="which split a whole file is (train, valid or "
+                                     "test), for files whose names do not say: file name -> split, or FILE=SPLIT "
+                                     "(--split-of notes.txt=train, repeatable)")
+
+    @field_validator("split_of", mode="before")
+    @classmethod
+    def _file_splits(cls, value: Any) -> dict[str, str]:
+        """``{name: split}``, ``[(name, split)]`` or ``["name=split"]``; a path names its file. Sorted by
+        file name (as the content key has always had them)."""
+        if value is None:
+            return {}
+        if isinstance(value, str):
+            value = [value]
+        items = list(value.items()) if isinstance(value, Mapping) else list(value)
+        pairs: list[tuple[str, str]] = []
+        for item in items:
+            if isinstance(item, str):
+                file_name, sep, role = item.rpartition("=")
+                if not sep or not file_name or not role.strip():
+                    raise UedpError(f"--split-of {item!r}: expected FILE=SPLIT, e.g. notes.txt=train")
+                item = (file_name, role)
+            file_name, role = (str(part).strip() for part in item)
+            pairs.append((Path(file_name).name, role))
+        for file_name, role in pairs:
             if role not in SPLITS:
                 raise UedpError(f"--split-of {file_name}={role}: the split must be one of {', '.join(SPLITS)}")
-        named = [file_name for file_name, _ in self.split_of]
+        named = [file_name for file_name, _ in pairs]
         if len(set(named)) != len(named):
             raise UedpError("--split-of names a file twice")
-        if self.format not in FORMATS:
-            raise UedpError(f"unknown format {self.format!r}; valid: {', '.join(FORMATS)}")
-        if self.split not in ("auto", "files", "users"):
-            raise UedpError(f"unknown split mode {self.split!r}; valid: auto, files, users")
+        return dict(sorted(pairs))
+
+    @model_validator(mode="after")
+    def _check(self) -> IngestOptions:
+        _ = self.split_by_user  # SplitByUser refuses fractions that leave no train split
+        corpus_format = get_format(self.format)
         strategy = self.user_strategy
-        fixed = {"conll2003": "document", "sec": "filer", "wikitext": "article"}
-        if self.format in fixed and strategy != fixed[self.format]:
-            raise UedpError(f"format {self.format} has fixed users ({fixed[self.format]}); drop --users")
-        if self.format == "ag_news" and not (strategy == "source" or strategy.startswith("chunk:")):
-            raise UedpError("ag_news users: 'source' (news agency) or 'chunk:N' (pseudo-users of N records)")
-        if self.format in ("jsonl", "csv"):
-            if not self.text_col:
-                raise UedpError(f"format {self.format} needs --text-col")
-            if strategy == "column" and not self.user_col:
-                raise UedpError(f"format {self.format} needs --user-col, or --users chunk:N")
+        if corpus_format.fixed_users and strategy != corpus_format.default_users:
+            raise UedpError(f"format {self.format} has fixed users ({corpus_format.default_users}); drop --users")
+        if corpus_format.check is not None:
+            corpus_format.check(self)
         if strategy.startswith("chunk:"):
             size = strategy.removeprefix("chunk:")
             if not size.isdigit() or int(size) < 1:
                 raise UedpError(f"invalid user strategy {strategy!r}: chunk size must be a positive integer")
+        return self
 
     @property
     def user_strategy(self) -> str:
-        return self.users or DEFAULT_USERS[self.format]
+        return self.users or get_format(self.format).default_users
+
+    @property
+    def split_by_user(self) -> SplitByUser:
+        return SplitByUser(self.split_seed, self.valid_fraction, self.test_fraction)
 
     def describe(self) -> dict[str, object]:
-        return asdict(self) | {"users": self.user_strategy}
+        """The options as the content key and the manifest record them. This is the dict the options'
+        former dataclass gave (``asdict`` plus the resolved user strategy): any change to it re-ingests
+        every existing dataset."""
+        return {
+            "format": self.format, "users": self.user_strategy, "text_col": self.text_col, "user_col": self.user_col,
+            "label_col": self.label_col, "split_col": self.split_col, "split": self.split,
+            "split_by_user": {"seed": self.split_seed, "valid_fraction": self.valid_fraction,
+                              "test_fraction": self.test_fraction},
+            "detokenize": self.detokenize, "sec_document_types": tuple(self.sec_document_types),
+            "split_of": tuple(self.split_of.items()),
+        }
 
     def role_of(self, path: Path) -> str | None:
         """The split a whole file is: given with ``split_of`` (by name), else read from its name."""
-        return dict(self.split_of).get(path.name) or split_from_filename(path)
+        return self.split_of.get(path.name) or split_from_filename(path)
 
 
 def file_roles(files: list[Path], options: IngestOptions) -> list[str | None]:
     """Each input's split as the file level sees it; part of the content key, so renaming
     ``a.txt`` to ``train.txt`` (or a new ``--split-of``) is a different ingest, not a reuse."""
-    given = {file_name for file_name, _ in options.split_of}
+    given = set(options.split_of)
     unknown = sorted(given - {path.name for path in files})
     if unknown:
         raise UedpError(f"--split-of names {', '.join(unknown)}, which is not among the input files "
@@ -148,22 +193,6 @@ class IngestResult:
                 "`uedp train` will refuse it; say which file is which with --split-of FILE=train, or --split users")
 
 
-def records_for(path: Path, options: IngestOptions) -> Iterator[SourceRecord]:
-    """The reader for a file, chosen by format and, where a format has two forms, by file name."""
-    name = path.name.lower()
-    json_like = ".jsonl" in name or ".json" in name
-    if options.format == "conll2003":
-        return conll_records(path)
-    if options.format == "ag_news":
-        return agnews_jsonl_records(path) if json_like else agnews_csv_records(path)
-    if options.format == "sec":
-        return edgar_corpus_records(path) if json_like else edgar_submission_records(path, options.sec_document_types)
-    if options.format == "wikitext":
-        return wikitext_records(path, options.detokenize)
-    reader = jsonl_records if options.format == "jsonl" else csv_records
-    return reader(path, options.text_col or "", options.user_col, options.label_col, options.split_col)
-
-
 def _user_assigner(path: Path, options: IngestOptions) -> Callable[[int, SourceRecord], str]:
     strategy = options.user_strategy
     if strategy.startswith("chunk:"):
@@ -180,11 +209,12 @@ def _user_assigner(path: Path, options: IngestOptions) -> Callable[[int, SourceR
     return from_record
 
 
-def _split_of(path: Path, record: SourceRecord, user: str, options: IngestOptions) -> str:
-    if path.name in dict(options.split_of):  # the user's word for the whole file beats its name and columns
-        return dict(options.split_of)[path.name]
+def _split_of(path: Path, record: SourceRecord, user: str, options: IngestOptions,
+              by_user: Callable[[str], str]) -> str:
+    if path.name in options.split_of:  # the user's word for the whole file beats its name and columns
+        return options.split_of[path.name]
     if options.split == "users" or (options.split == "auto" and record.split is None):
-        return options.split_by_user(user)
+        return by_user(user)
     if record.split is None:
         raise FormatError(path, record.line, "--split files, but neither the file name nor a split column gives a split")
     return record.split
@@ -213,12 +243,13 @@ def ingest(home: DataHome, dataset: str, files: list[Path], options: IngestOptio
     with TableWriter(sentences_dir, SENTENCES, key, details) as writer:
         rows: list[dict[str, object]] = []
         sentence_id = 0
+        read, by_user = get_format(options.format).read, options.split_by_user
         for path in files:
             assign_user = _user_assigner(path, options)
             positions: Counter[str] = Counter()
-            for index, record in enumerate(records_for(path, options)):
+            for index, record in enumerate(read(path, options)):
                 user = assign_user(index, record)
-                split = _split_of(path, record, user, options)
+                split = _split_of(path, record, user, options, by_user)
                 counts[user][split] += 1
                 rows.append({
                     "sentence_id": sentence_id, "user_id": user, "doc_id": record.doc_id, "split": split,
@@ -249,4 +280,4 @@ def conll_options(split_seed: int | None = None) -> IngestOptions:
     """CoNLL-2003 options: splits from the file names, or whole users by a hash seeded with ``split_seed``."""
     if split_seed is None:
         return IngestOptions(format="conll2003")
-    return IngestOptions(format="conll2003", split="users", split_by_user=SplitByUser(seed=split_seed))
+    return IngestOptions(format="conll2003", split="users", split_seed=split_seed)

@@ -1,2 +1,2 @@
-"""Prefect tasks: one unit of work each. Each module keeps its logic in a plain function (testable
-without Prefect) and exposes a thin ``@task`` around it for the flows."""
+"""Prefect tasks: one unit of work each, a thin ``@task`` (retries, a log line) around a service of
+:mod:`uedp.services`, where the logic lives and is tested without Prefect."""

@@ -16,6 +16,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # exactly only with a fixed thread count.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+# Prefect sets up its console log handler on first import, bound to the sys.stderr of that moment. The
+# CLI imports Prefect only inside a command, so a first import inside CliRunner.invoke would bind it to
+# the runner's temporary stream, closed afterwards ("I/O operation on closed file" in later tests).
+import prefect  # noqa: F401  (after the environment above)
+
 from support import SHARED_CONLL
 
 

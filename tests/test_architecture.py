@@ -4,11 +4,13 @@ cycles, and no mechanism named in control flow outside the privacy core (callers
 Layers, top to bottom (a module imports only from its own package or from lower layers; packages on the
 same layer do not import each other):
 
-    uedp.cli                             the command line
+    uedp.cli                             the entry point (answers --help and --version without importing the rest)
+    uedp.commands                        the commands
     uedp.stack, uedp.options, uedp.prefect_server   the local stack; options; the temporary Prefect server
     uedp.reproduce                       the seed papers' experiments (runs flows, writes results pages)
     uedp.flows                           Prefect flows: composition only
-    uedp.tasks                           Prefect tasks: thin wrappers over plain functions
+    uedp.tasks                           Prefect tasks: thin wrappers over the services
+    uedp.services                        the pipeline's services (training, configuration, tracking, ...): no Prefect
     uedp.privacy, uedp.storage, uedp.detection, uedp.deployments
     uedp.models
     uedp.errors, uedp.progress, uedp (the package root: leaves)
@@ -24,18 +26,23 @@ from pathlib import Path
 from support import REPO
 
 # Folder on disk -> subpackage of uedp (pyproject.toml's package-dir says the same; a test checks it).
-FOLDERS = {"uedp": "uedp", "flows": "uedp.flows", "tasks": "uedp.tasks", "storage": "uedp.storage",
+FOLDERS = {"uedp": "uedp", "flows": "uedp.flows", "tasks": "uedp.tasks", "services": "uedp.services",
+           "storage": "uedp.storage",
            "models": "uedp.models", "privacy": "uedp.privacy", "detection": "uedp.detection",
            "deployments": "uedp.deployments"}
 LAYERS = {
-    "uedp.cli": 6, "uedp.stack": 5, "uedp.reproduce": 5, "uedp.options": 5, "uedp.prefect_server": 5,
-    "uedp.flows": 4, "uedp.tasks": 3,
+    "uedp.cli": 8, "uedp.commands": 7, "uedp.stack": 6, "uedp.reproduce": 6, "uedp.options": 6, "uedp.prefect_server": 6,
+    "uedp.flows": 5, "uedp.tasks": 4, "uedp.services": 3,
     "uedp.privacy": 2, "uedp.storage": 2, "uedp.detection": 2, "uedp.deployments": 2,
     "uedp.models": 1,
     "uedp.errors": 0, "uedp": 0,
 }
-# The privacy core and the models know nothing of orchestration or tracking.
-FORBIDDEN_THIRD_PARTY = {"uedp.privacy": ("prefect", "mlflow"), "uedp.models": ("prefect", "mlflow")}
+# The privacy core and the models know nothing of orchestration or tracking; the services nothing of Prefect.
+FORBIDDEN_THIRD_PARTY = {"uedp.privacy": ("prefect", "mlflow"), "uedp.models": ("prefect", "mlflow"),
+                         "uedp.services": ("prefect",)}
+# A task module holds Prefect tasks and nothing else: a public function there without a decorator is a
+# service in the wrong layer. (retry.py defines the retrying task decorator itself.)
+TASK_MODULE_LINES = 80
 
 
 def modules() -> dict[str, Path]:
@@ -173,6 +180,28 @@ def test_no_import_runs_upward_or_sideways() -> None:
     assert not layer_violations(ALL)
 
 
+def thick_tasks(mods: dict[str, Path]) -> list[str]:
+    """Task modules that are more than thin Prefect wrappers: a public undecorated function, no Prefect
+    import, or more than :data:`TASK_MODULE_LINES` lines."""
+    found = []
+    for module, path in mods.items():
+        if component(module) != "uedp.tasks" or path.name in ("__init__.py", "retry.py"):
+            continue
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text)
+        if not any(name.split(".")[0] == "prefect" for name, _ in imports(path, module)):
+            found.append(f"{path}: imports no Prefect (a service belongs in uedp.services)")
+        if len(text.splitlines()) > TASK_MODULE_LINES:
+            found.append(f"{path}: {len(text.splitlines())} lines (a task wraps a service in a few)")
+        found += [f"{path}:{node.lineno} {node.name} is not a Prefect task" for node in tree.body
+                  if isinstance(node, ast.FunctionDef) and not node.name.startswith("_") and not node.decorator_list]
+    return found
+
+
+def test_tasks_are_thin_prefect_wrappers() -> None:
+    assert not thick_tasks(ALL)
+
+
 def test_no_import_cycle_between_modules() -> None:
     assert not import_cycles(ALL)
 
@@ -190,6 +219,9 @@ def test_the_architecture_checks_catch_planted_violations(tmp_path: Path) -> Non
 
     mods = {
         "uedp.privacy.bad": planted("bad", "import prefect\nfrom uedp.tasks.train import train_task\n"),
+        "uedp.services.bad": planted("sbad", "from prefect import task\n"),
+        "uedp.tasks.thick": planted("thick", "from uedp.services.training import run\n\ndef train(config):\n"
+                                             "    return run(config)\n"),
         "uedp.tasks.a": planted("a", "from uedp.tasks import b\n"),
         "uedp.tasks.b": planted("b", "import uedp.tasks.a\nif config.mechanism in ('dpsgd', 'x'):\n    pass\n"
                                      "spec = registry.get('uedp-naive')\n"),
@@ -197,6 +229,10 @@ def test_the_architecture_checks_catch_planted_violations(tmp_path: Path) -> Non
     violations = layer_violations(mods)
     assert any("imports uedp.tasks.train" in v for v in violations)
     assert any("must not import prefect" in v for v in violations)
+    assert any("uedp.services must not import prefect" in v for v in violations)
+    thick = {"uedp.tasks.thick": mods["uedp.tasks.thick"]}
+    assert thick_tasks(thick) == [f"{mods['uedp.tasks.thick']}: imports no Prefect (a service belongs in uedp.services)",
+                                 f"{mods['uedp.tasks.thick']}:3 train is not a Prefect task"]
     assert import_cycles(mods) == [["uedp.tasks.a", "uedp.tasks.b"]]
     assert mechanism_names_in_control_flow(mods, mechanism_names()) == [f"{mods['uedp.tasks.b']}:2 ('dpsgd')",
                                                                         f"{mods['uedp.tasks.b']}:4 ('uedp-naive')"]

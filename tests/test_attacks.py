@@ -117,7 +117,7 @@ def trained() -> dict[str, object]:
     private = build_gpt2("tiny", len(TOKENIZER), TOKENIZER.eos_token_id)
     statement = DpSgd(DpSgdParams(steps=100, expected_batch_size=16, noise_multiplier=4.0, lr=3e-3, delta=1e-3),
                       Population.declared(len(data.sequences)), Randomness.seeded(0)).train(
-        private, data, per_sequence_lm_loss, CPU, lambda r: None)
+        private, data, per_sequence_lm_loss, CPU, lambda r: None).statement
     models["private"] = (private, statement.epsilon)
     return {"models": models, "canaries": canaries, "members": members, "non_members": non_members}
 
@@ -172,8 +172,8 @@ def test_train_with_canaries_then_attack_logs_scores_to_the_run(home, monkeypatc
     from uedp.cli import app
     from uedp.detection.pipeline import DetectorConfig
     from uedp.flows.demo import DEMO_CORPUS
+    from uedp.services.detect import detect_entities
     from uedp.storage.ingest import IngestOptions, ingest
-    from uedp.tasks.detect import detect_entities
 
     ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
     detect_entities(home, "demo", DetectorConfig(detectors=["gold"]))
@@ -210,7 +210,7 @@ def test_train_with_canaries_then_attack_logs_scores_to_the_run(home, monkeypatc
                                 "--log-model", "--seeded", "--categories", "PER"])
     assert plain.exit_code == 0, plain.output
     plain_run = plain.stdout.split("MLflow run: ")[1].split()[0]
-    import uedp.tasks.attack as attack_module
+    import uedp.services.attack as attack_module
 
     def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise IndexError("index out of range in self")

@@ -31,9 +31,9 @@ def demo_home(tmp_path_factory):  # type: ignore[no-untyped-def]
     """The bundled demo corpus, ingested with its gold entities (shared by this module's runs)."""
     from uedp.detection.pipeline import DetectorConfig
     from uedp.flows.demo import DEMO_CORPUS
+    from uedp.services.detect import detect_entities
     from uedp.storage.home import DataHome
     from uedp.storage.ingest import IngestOptions, ingest
-    from uedp.tasks.detect import detect_entities
 
     home = DataHome.from_env(tmp_path_factory.mktemp("audit") / "home")
     ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
@@ -89,7 +89,7 @@ def test_the_released_design_holds_no_coins_and_no_real_hosts() -> None:
 
 
 def test_a_declared_count_is_checked_against_every_canary_planted() -> None:
-    from uedp.tasks.audit_plan import absent_units
+    from uedp.services.audit_plan import absent_units
 
     plan = draw_plan(10, "user", "add_remove", _users(), np.random.default_rng(6))
     tails = 10 - sum(plan.included)
@@ -145,10 +145,10 @@ def test_the_best_guess_count_is_paid_for_with_bonferroni() -> None:
 def _texts(home, mechanism: str, coins: tuple[bool, ...] | None = None, count: int = 6, **settings):  # type: ignore[no-untyped-def]
     """The training texts a run of ``mechanism`` with audit canaries trains on (the data path training
     uses), with the plan's coins replaced by ``coins`` when given."""
+    from uedp.services.audit_plan import plan_for
+    from uedp.services.config import TrainConfig
+    from uedp.services.training_data import load_training_texts
     from uedp.storage.catalog import Catalog
-    from uedp.tasks.audit_plan import plan_for
-    from uedp.tasks.config import TrainConfig
-    from uedp.tasks.training_data import load_training_texts
 
     config = TrainConfig(dataset="demo", mechanism=mechanism, audit_canaries=count, randomness="seeded", **settings)
     with Catalog(home, "demo") as catalog:
@@ -175,7 +175,7 @@ def test_one_coin_adds_exactly_one_unit_under_add_remove(demo_home, mechanism: s
     if unit == "user":  # one new user, holding all of the canary's sentences
         assert set(with_one.texts) - set(without.texts) == {canary.hosts[0]}
     if unit == "entity":  # the canary is an entity of each of its sentences, in several users
-        from uedp.tasks.audit_plan import canary_key
+        from uedp.services.audit_plan import canary_key
 
         marked = [(u, i) for u, sets in with_one.entities.items() for i, s in enumerate(sets)
                   if canary_key(canary.secret) in s]
@@ -216,7 +216,7 @@ def test_selective_coins_leave_the_public_phase_text_alone(demo_home) -> None:
 
 
 def test_mechanisms_without_an_audit_design_say_why() -> None:
-    from uedp.tasks.config import TrainConfig
+    from uedp.services.config import TrainConfig
 
     with pytest.raises(ValueError, match="custext cannot be audited this way: canaries would have to be planted"):
         TrainConfig(dataset="demo", mechanism="custext", embeddings="glove.txt", target_epsilon=1.0, audit_canaries=8)
@@ -301,8 +301,8 @@ def test_the_dpsgd_record_counts_the_steps_that_drew_the_canary_sequence(monkeyp
 
 
 def _train(home, mechanism: str, broken: bool = False, monkeypatch=None, **settings):  # type: ignore[no-untyped-def]
-    from uedp.tasks.config import TrainConfig
-    from uedp.tasks.train import run_training
+    from uedp.services.config import TrainConfig
+    from uedp.services.launch import run_training
 
     if broken:  # the noise DP-SGD adds, scaled to almost nothing; the accountant still reports the calibrated z
         import uedp.privacy.mechanisms.dpsgd as dpsgd
@@ -356,7 +356,7 @@ def test_correctly_noised_userdp_stays_below_its_epsilon(demo_home) -> None:
     from mlflow.tracking import MlflowClient
 
     from uedp.privacy.randomness import Randomness
-    from uedp.tasks.audit_plan import load_for_run
+    from uedp.services.audit_plan import load_for_run
 
     loaded = load_for_run(demo_home, result.run_id)
     assert loaded is not None and loaded[1] is not None
@@ -370,7 +370,7 @@ def test_correctly_noised_userdp_stays_below_its_epsilon(demo_home) -> None:
 
 
 def test_a_failing_audit_leaves_the_trained_run_standing(demo_home, monkeypatch) -> None:
-    import uedp.tasks.train as train
+    import uedp.services.launch as train
 
     def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise RuntimeError("CUDA out of memory (simulated)")
@@ -382,8 +382,8 @@ def test_a_failing_audit_leaves_the_trained_run_standing(demo_home, monkeypatch)
 
 
 def test_the_sweep_report_shows_each_seeds_bound_and_plots_it_against_epsilon(tmp_path: Path) -> None:
-    from uedp.tasks.report import markdown, summarise, write_report
-    from uedp.tasks.training import TrainResult
+    from uedp.services.report import markdown, summarise, write_report
+    from uedp.services.training import TrainResult
 
     def result(mechanism: str, epsilon: float, seed_bound: float | None, run: str) -> TrainResult:
         return TrainResult(run_id=run, mechanism=mechanism, categories=["PER"], epsilon=epsilon, delta=1e-5,
@@ -406,12 +406,12 @@ def test_the_sweep_report_shows_each_seeds_bound_and_plots_it_against_epsilon(tm
 def test_a_resumed_secure_run_plants_the_same_canaries_and_counts_rounds_since_the_resume(home, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from uedp.detection.pipeline import DetectorConfig
     from uedp.flows.demo import DEMO_CORPUS
+    from uedp.services.audit_plan import load_for_run
+    from uedp.services.config import TrainConfig
+    from uedp.services.detect import detect_entities
+    from uedp.services.tracking import RunTracker
+    from uedp.services.training import train_configuration
     from uedp.storage.ingest import IngestOptions, ingest
-    from uedp.tasks.audit_plan import load_for_run
-    from uedp.tasks.config import TrainConfig
-    from uedp.tasks.detect import detect_entities
-    from uedp.tasks.tracking import RunTracker
-    from uedp.tasks.training import train_configuration
 
     ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
     detect_entities(home, "demo", DetectorConfig(detectors=["gold"]))
@@ -452,22 +452,23 @@ def test_the_uedp_bounded_record_counts_only_hosts_that_keep_the_entity(demo_hom
     """With k = 1 one of the canary's 4 hosts keeps its sentence: only that host's rounds count."""
     from uedp.privacy.mechanisms.base import HostUnits, TrainData
     from uedp.privacy.mechanisms.params import UeDpBoundedParams
-    from uedp.privacy.mechanisms.uedp_bounded import UeDpBounded
+    from uedp.privacy.mechanisms.uedp_bounded import KeptHolders, UeDpBounded
     from uedp.privacy.randomness import Randomness
-    from uedp.tasks.audit_plan import host_units
+    from uedp.services.audit_plan import host_units
 
     plan, texts = _texts(demo_home, "uedp-bounded", count=4, holders_per_entity=1)
     mechanism = UeDpBounded(UeDpBoundedParams(mechanism="uedp-bounded", holders_per_entity=1, noise_multiplier=2.0,
                                               q_user=0.5), Randomness.seeded(1))
     placeholders = {u: [torch.zeros(2, dtype=torch.long)] * len(sets) for u, sets in texts.entities.items()}
-    mechanism.prepare(TrainData(placeholders, 0, entities=texts.entities))
+    kept = mechanism.select(TrainData(placeholders, 0, entities=texts.entities)).sampling
+    assert isinstance(kept, KeptHolders)
     root, rounds = Randomness.seeded(1), range(1, 21)
     for canary in plan.canaries:
         units = host_units(plan, canary)
         keepers = [u for u in canary.hosts if any(
-            kept and units.entities[0] in keys
-            for kept, keys in zip(mechanism.choice.kept[mechanism.graph.users.index(u)], texts.entities[u]))]
+            kept_here and units.entities[0] in keys
+            for kept_here, keys in zip(kept.choice.kept[kept.graph.users.index(u)], texts.entities[u]))]
         assert len(keepers) == 1
         expected = sum(root.uniforms("sample-users", r, [keepers[0]])[0] < 0.5 for r in rounds)
-        assert mechanism.rounds_with(units, rounds) == expected
-        assert mechanism.rounds_with(HostUnits(users=units.users), rounds) >= expected  # all 4 hosts
+        assert kept.rounds_with(units, rounds) == expected
+        assert kept.rounds_with(HostUnits(users=units.users), rounds) >= expected  # all 4 hosts

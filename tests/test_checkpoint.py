@@ -79,7 +79,7 @@ def _run(name: str, checkpoint: Checkpointer | None = None, crash_at: int | None
             raise Crash
 
     kwargs = {"checkpoint": checkpoint} if checkpoint else {}
-    statement = make().train(model, _data(), loss, torch.device("cpu"), on_round, **kwargs)
+    statement = make().train(model, _data(), loss, torch.device("cpu"), on_round, **kwargs).statement
     return parameters_to_vector(model.parameters()).detach(), statement, reports
 
 

@@ -80,10 +80,10 @@ def test_through_the_sanitize_task_the_attack_tracks_the_epsilon(home, tmp_path:
 
     from uedp.detection.pipeline import DetectorConfig
     from uedp.flows.demo import DEMO_CORPUS
+    from uedp.services.detect import detect_entities
+    from uedp.services.sanitize import SanitizeConfig, sanitize_dataset
     from uedp.storage.ingest import IngestOptions, ingest
     from uedp.storage.tables import read_table
-    from uedp.tasks.detect import detect_entities
-    from uedp.tasks.sanitize import SanitizeConfig, sanitize_dataset
 
     from support import write
 

@@ -18,7 +18,7 @@ from uedp.options import merged, parse_sets
 from uedp.privacy.mechanisms import registry
 from uedp.privacy.mechanisms.params import UeDpParams, UserDpParams
 from uedp.privacy.mechanisms.registry import MechanismSpec, register
-from uedp.tasks.config import MechanismSettings, SweepConfig, TrainConfig
+from uedp.services.config import MechanismSettings, SweepConfig, TrainConfig
 
 runner = CliRunner()
 

@@ -11,13 +11,13 @@ from mlflow.tracking import MlflowClient
 
 from uedp.detection.pipeline import DetectorConfig
 from uedp.flows.demo import DEMO_CORPUS
+from uedp.services.config import TrainConfig
+from uedp.services.coverage import ANY, COVERAGE_FILE, detector_recall, stored_coverage
+from uedp.services.detect import detect_entities
+from uedp.services.training import train_configuration
 from uedp.storage.catalog import Catalog
 from uedp.storage.ingest import IngestOptions, ingest
 from uedp.storage.tables import read_manifest
-from uedp.tasks.config import TrainConfig
-from uedp.tasks.coverage import ANY, COVERAGE_FILE, detector_recall, stored_coverage
-from uedp.tasks.detect import detect_entities
-from uedp.tasks.training import train_configuration
 
 from support import write
 

@@ -13,7 +13,7 @@ from prefect.utilities.callables import parameter_schema
 from prefect.utilities.schema_tools import validate
 
 from uedp.detection.categories import taxonomy
-from uedp.tasks.config import MechanismName
+from uedp.services.config import MechanismName
 
 SPEC = yaml.safe_load((Path(__file__).parents[1] / "deployments" / "prefect.yaml").read_text())
 

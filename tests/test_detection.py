@@ -16,10 +16,10 @@ from uedp.detection.pipeline import DetectorConfig
 from uedp.detection.spacy_pipeline import load_pipeline
 from uedp.errors import UedpError
 from uedp.flows.demo import DEMO_CORPUS
+from uedp.services.detect import detect_entities
 from uedp.storage.catalog import Catalog
 from uedp.storage.ingest import IngestOptions, ingest
 from uedp.storage.tables import read_manifest, read_table
-from uedp.tasks.detect import detect_entities
 
 from support import write
 
@@ -224,9 +224,9 @@ def test_gold_on_a_format_without_gold_tags_is_an_error_naming_the_format(home, 
 
 
 def test_one_entity_is_one_unit_whatever_category_each_detector_gave_it(home, tmp_path: Path) -> None:
-    from uedp.tasks.config import TrainConfig
-    from uedp.tasks.detect import plan_detection
-    from uedp.tasks.training_data import load_training_texts
+    from uedp.services.config import TrainConfig
+    from uedp.services.detect import plan_detection
+    from uedp.services.training_data import load_training_texts
 
     conll = write(tmp_path / "tiny.conll", "\n".join([
         "-DOCSTART- -X- -X- O", "", "Anna NNP I-NP B-PER", "Berg NNP I-NP I-PER", "visited VBD O O",
@@ -248,7 +248,7 @@ def test_one_entity_is_one_unit_whatever_category_each_detector_gave_it(home, tm
         assert keys == {"leeds"}, categories
     # The key's definition is part of the table's content key: tables of another definition are redone.
     assert plan_detection(home, "tiny", config).reused() is not None
-    import uedp.tasks.detect as detect_module
+    import uedp.services.detect as detect_module
 
     original = detect_module.IDENTITY_VERSION
     try:
@@ -256,3 +256,86 @@ def test_one_entity_is_one_unit_whatever_category_each_detector_gave_it(home, tm
         assert plan_detection(home, "tiny", config).reused() is None
     finally:
         detect_module.IDENTITY_VERSION = original
+
+
+# --- the detector registry: the same rows, identity and configuration as the if-chain it replaced -------------
+
+REGISTRY_SENTENCES = [
+    ("Anna Berg met Dr. Imelda Okafor at Northgate Clinic in Leeds.", "u1",
+     [{"start": 0, "end": 9, "label": "PER"}, {"start": 55, "end": 60, "label": "LOC"}]),
+    ("Write to anna.berg@mailbox.org or call (212) 555-0199 today.", "u1", []),
+    ("Imelda Okafor moved to Bristol, record MRN-004211.", "u2", [{"start": 0, "end": 13, "label": "PER"}]),
+    ("Nothing sensitive here at all.", "u3", None),
+]
+# Rows the pipeline gave before detectors became registry entries (computed on that code): gold, spacy and
+# presidio in that order within a sentence, whatever order the configuration names them in.
+ROWS_BEFORE_REGISTRY = [
+    (0, "u1", 0, 9, "PERSON", "gold", 1.0, "Anna Berg"),
+    (0, "u1", 55, 60, "LOC", "gold", 1.0, "Leeds"),
+    (0, "u1", 0, 9, "PERSON", "spacy", 1.0, "Anna Berg"),
+    (0, "u1", 18, 31, "PERSON", "spacy", 1.0, "Imelda Okafor"),
+    (0, "u1", 35, 51, "ORG", "spacy", 1.0, "Northgate Clinic"),
+    (0, "u1", 55, 60, "GPE", "spacy", 1.0, "Leeds"),
+    (0, "u1", 0, 9, "PERSON", "presidio", 0.85, "Anna Berg"),
+    (0, "u1", 18, 31, "PERSON", "presidio", 0.85, "Imelda Okafor"),
+    (0, "u1", 35, 51, "ORG", "presidio", 0.85, "Northgate Clinic"),
+    (0, "u1", 55, 60, "LOC", "presidio", 0.85, "Leeds"),
+    (1, "u1", 9, 16, "URL", "presidio", 0.5, "anna.be"),
+    (1, "u1", 9, 30, "EMAIL_ADDRESS", "presidio", 1.0, "anna.berg@mailbox.org"),
+    (1, "u1", 19, 30, "URL", "presidio", 0.5, "mailbox.org"),
+    (1, "u1", 39, 53, "PHONE_NUMBER", "presidio", 0.6, "(212) 555-0199"),
+    (2, "u2", 0, 13, "PERSON", "gold", 1.0, "Imelda Okafor"),
+    (2, "u2", 0, 13, "PERSON", "spacy", 1.0, "Imelda Okafor"),
+    (2, "u2", 23, 30, "GPE", "spacy", 1.0, "Bristol"),
+    (2, "u2", 0, 13, "PERSON", "presidio", 0.85, "Imelda Okafor"),
+    (2, "u2", 23, 30, "LOC", "presidio", 0.85, "Bristol"),
+]
+
+
+def _detected(config: DetectorConfig) -> list[tuple]:
+    import pyarrow as pa
+
+    from uedp.detection.pipeline import detect
+
+    span = pa.struct([("start", pa.int64()), ("end", pa.int64()), ("label", pa.string())])
+    schema = pa.schema([("sentence_id", pa.int64()), ("user_id", pa.string()), ("text", pa.string()),
+                        ("gold_spans", pa.list_(span))])
+    batch = pa.RecordBatch.from_pylist([{"sentence_id": i, "user_id": u, "text": t, "gold_spans": g}
+                                        for i, (t, u, g) in enumerate(REGISTRY_SENTENCES)], schema=schema)
+    return [(r["sentence_id"], r["user_id"], r["start"], r["end"], r["category"], r["detector"], r["score"], r["text"])
+            for chunk in detect([batch], config, taxonomy()) for r in chunk]
+
+
+def test_registered_detectors_give_the_rows_of_before(ruler_pipeline: Path) -> None:
+    gold = [row for row in ROWS_BEFORE_REGISTRY if row[5] == "gold"]
+    assert _detected(DetectorConfig(detectors=["gold"])) == gold  # no parse: the gold detector alone
+    model = str(ruler_pipeline)
+    assert _detected(DetectorConfig(detectors=["presidio", "gold", "spacy"], spacy_model=model)) == ROWS_BEFORE_REGISTRY
+    assert _detected(DetectorConfig(detectors=["spacy"], spacy_model=model)) == [
+        row for row in ROWS_BEFORE_REGISTRY if row[5] == "spacy"]
+
+
+def test_detector_configuration_and_identity_are_unchanged(ruler_pipeline: Path) -> None:
+    """The identity is the entities table's cache key: the registry must not change it (nor the config's JSON)."""
+    from uedp.detection.detectors import detector_names, get_detector
+
+    assert detector_names()[:3] == ("gold", "spacy", "presidio")
+    assert [get_detector(n).needs_nlp for n in ("gold", "spacy", "presidio")] == [False, True, True]
+    with pytest.raises(UedpError, match="unknown detector 'regex'; valid: gold, spacy, presidio"):
+        get_detector("regex")
+    schema = DetectorConfig.model_json_schema()["properties"]["detectors"]
+    assert schema["items"]["enum"] == ["gold", "spacy", "presidio"]
+    assert schema["description"] == ("gold (the corpus' own tags: CoNLL-2003), spacy (a NER pipeline), presidio "
+                                     "(pattern and context recognizers)")
+    assert DetectorConfig().identity() == {"detectors": ["gold"]}
+    config = DetectorConfig(detectors=["presidio", "gold"], spacy_model=str(ruler_pipeline), presidio_entities=["PERSON"])
+    identity = config.identity()
+    assert set(identity) == {"detectors", "spacy_model", "presidio_entities", "score_threshold", "presidio",
+                             "default_recognizers"}
+    assert identity["detectors"] == ["gold", "presidio"] and identity["presidio_entities"] == ["PERSON"]
+    assert identity["spacy_model"]["path"] == str(ruler_pipeline.resolve())
+    assert json.loads(config.model_dump_json()) == {
+        "detectors": ["presidio", "gold"], "spacy_model": str(ruler_pipeline), "presidio_entities": ["PERSON"],
+        "recognizers": None, "default_recognizers": True, "score_threshold": 0.4, "batch_size": 256, "workers": 1}
+    with pytest.raises(ValidationError, match=r"the spacy and presidio detectors need a spaCy pipeline \(--spacy-model"):
+        DetectorConfig(detectors=["gold", "spacy"])

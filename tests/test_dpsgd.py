@@ -91,7 +91,7 @@ def test_epsilon_per_step_matches_dp_accounting_and_opacus() -> None:
     data = _data(40)
     reports: list = []
     params = DpSgdParams(steps=5, expected_batch_size=4, noise_multiplier=1.1, accountant="rdp")
-    statement = DpSgd(params, Population.declared(40)).train(_model(), data, per_sequence_lm_loss, torch.device("cpu"), reports.append)
+    statement = DpSgd(params, Population.declared(40)).train(_model(), data, per_sequence_lm_loss, torch.device("cpu"), reports.append).statement
     q = 4 / 40
     assert [r.epsilon for r in reports] == pytest.approx(
         [epsilon_after(poisson_gaussian_round(q, 1.1), t, 1e-5, "rdp") for t in range(1, 6)], rel=1e-12)
@@ -107,7 +107,7 @@ def test_dpsgd_trains_and_is_reproducible(engine: str) -> None:
                          per_sample=engine)
     a, b = _model(), _model()
     before = perplexity(a, data.sequences, data.pad_id, torch.device("cpu"))
-    statement = DpSgd(params, Population.declared(60), Randomness.seeded(1)).train(a, data, per_sequence_lm_loss, torch.device("cpu"), lambda r: None)
+    statement = DpSgd(params, Population.declared(60), Randomness.seeded(1)).train(a, data, per_sequence_lm_loss, torch.device("cpu"), lambda r: None).statement
     DpSgd(params, Population.declared(60), Randomness.seeded(1)).train(b, data, per_sequence_lm_loss, torch.device("cpu"), lambda r: None)
     assert perplexity(a, data.sequences, data.pad_id, torch.device("cpu")) < 0.5 * before
     assert torch.equal(parameters_to_vector(a.parameters()), parameters_to_vector(b.parameters()))

@@ -13,7 +13,7 @@ import pytest
 from uedp.errors import UedpError
 from uedp.storage.catalog import Catalog
 from uedp.storage.formats import FormatError
-from uedp.storage.ingest import IngestOptions, SplitByUser, ingest
+from uedp.storage.ingest import IngestOptions, ingest
 from uedp.storage.tables import read_manifest
 
 from support import AG_CSV, WIKI, write
@@ -50,7 +50,7 @@ def test_ag_news_users_by_source_or_chunk_and_labels_kept(home, tmp_path: Path) 
 
 def test_wikitext_split_by_user_keeps_articles_whole(home, tmp_path: Path) -> None:
     path = write(tmp_path / "articles.tokens", WIKI * 20)
-    result = ingest(home, "wiki", [path], IngestOptions(format="wikitext", split_by_user=SplitByUser(1, 0.3, 0.3)))
+    result = ingest(home, "wiki", [path], IngestOptions(format="wikitext", split_seed=1, valid_fraction=0.3, test_fraction=0.3))
     assert result.users == 40
     assert _query(home, "wiki", "SELECT max(n) FROM (SELECT count(DISTINCT split) n FROM sentences GROUP BY user_id)") == [(1,)]
     assert {s for (s,) in _query(home, "wiki", "SELECT DISTINCT split FROM sentences")} == {"train", "valid", "test"}

@@ -14,10 +14,10 @@ from uedp.detection.pipeline import DetectorConfig
 from uedp.detection.spacy_pipeline import load_pipeline
 from uedp.errors import UedpError
 from uedp.flows.demo import DEMO_CORPUS
+from uedp.services.detect import detect_entities
+from uedp.services.ner import gold_sentences, train_dataset_ner
 from uedp.storage.catalog import Catalog
 from uedp.storage.ingest import IngestOptions, ingest
-from uedp.tasks.detect import detect_entities
-from uedp.tasks.ner import gold_sentences, train_dataset_ner
 
 from support import write
 

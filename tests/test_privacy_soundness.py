@@ -31,11 +31,11 @@ from uedp.privacy.mechanisms.uedp import UeDp, UeDpParams, usable_sequences
 from uedp.privacy.mechanisms.userdp import UserDp, UserDpParams
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
+from uedp.services.config import TrainConfig
+from uedp.services.detect import detect_entities
+from uedp.services.training import train_configuration
 from uedp.storage.catalog import Catalog
 from uedp.storage.ingest import IngestOptions, ingest
-from uedp.tasks.config import TrainConfig
-from uedp.tasks.detect import detect_entities
-from uedp.tasks.train import train_configuration
 
 from support import TOKENIZER
 from support import fedavg_data as _data
@@ -306,7 +306,7 @@ def test_the_cli_prints_what_epsilon_does_not_cover(home, demo: str) -> None:
 
 def test_a_resumed_secure_run_reuses_its_dp_count_and_composes_it_once(home, demo: str,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from uedp.tasks.tracking import RunTracker
+    from uedp.services.tracking import RunTracker
 
     config = TrainConfig(dataset=demo, mechanism="userdp", steps=4, checkpoint_every=2, q_user=0.5, local_steps=1,
                          accountant="rdp")

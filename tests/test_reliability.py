@@ -14,9 +14,9 @@ import pytest
 
 from uedp.detection.pipeline import DetectorConfig
 from uedp.errors import UedpError
+from uedp.services.detect import detect_entities
 from uedp.storage.catalog import Catalog
 from uedp.storage.ingest import IngestOptions, ingest
-from uedp.tasks.detect import detect_entities
 
 from support import write
 
@@ -234,7 +234,7 @@ def test_a_killed_training_is_marked_killed_then_resumes_without_duplicate_point
 
     from uedp.cli import app
     from uedp.flows.demo import DEMO_CORPUS
-    from uedp.tasks.tracking import RunTracker
+    from uedp.services.tracking import RunTracker
 
     ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
     detect_entities(home, "demo", DetectorConfig(detectors=["gold"]))
@@ -293,8 +293,8 @@ def test_version_sweep_of_an_unknown_dataset_and_a_category_nobody_has(home) -> 
 
     from uedp.cli import app
     from uedp.flows.demo import DEMO_CORPUS
-    from uedp.tasks.config import TrainConfig
-    from uedp.tasks.training import categories_warning
+    from uedp.services.config import TrainConfig
+    from uedp.services.training_setup import categories_warning
 
     runner = CliRunner()
     version = runner.invoke(app, ["--version"])
@@ -360,7 +360,7 @@ def test_the_sweep_flow_refuses_an_unreachable_target_before_opening_any_run(hom
     from mlflow.tracking import MlflowClient
 
     from uedp.flows.sweep import sweep_flow
-    from uedp.tasks.config import SweepConfig
+    from uedp.services.config import SweepConfig
 
     demo = _demo_dataset(home)
     with pytest.raises(UedpError, match="userdp: target epsilon 1000 is met even with noise multiplier"):
@@ -375,8 +375,8 @@ def test_uedp_report_rebuilds_a_sweeps_report_from_mlflow(home, prefect_server: 
     from typer.testing import CliRunner
 
     from uedp.cli import app
-    from uedp.tasks.config import TrainConfig
-    from uedp.tasks.train import train_configuration
+    from uedp.services.config import TrainConfig
+    from uedp.services.training import train_configuration
 
     demo = _demo_dataset(home)
     runner = CliRunner()
@@ -405,7 +405,7 @@ def test_uedp_report_rebuilds_a_sweeps_report_from_mlflow(home, prefect_server: 
 
 
 def test_the_attack_table_puts_the_accounted_epsilon_beside_the_audit_bound() -> None:
-    from uedp.tasks.attack import AttackOutcome, summary_rows
+    from uedp.services.attack import AttackOutcome, summary_rows
 
     rows = summary_rows(AttackOutcome({"audit_one_run_epsilon_lower_bound": 1.2, "mia_user_auc": 0.51},
                                       accounted_epsilon=2.0, delta=1e-5))

@@ -44,7 +44,7 @@ def test_ci_scale_runs_the_experiment_and_its_claims_hold(name: str, home, share
 
 
 def test_every_experiment_is_offered_by_the_cli() -> None:
-    from uedp.cli import REPRODUCE_NAMES
+    from uedp.commands import REPRODUCE_NAMES
 
     assert set(REPRODUCE_NAMES) == set(EXPERIMENTS)
 

@@ -164,10 +164,10 @@ from typer.testing import CliRunner  # noqa: E402
 
 from uedp.detection.pipeline import DetectorConfig  # noqa: E402
 from uedp.flows.demo import DEMO_CORPUS  # noqa: E402
+from uedp.services.detect import detect_entities  # noqa: E402
+from uedp.services.sanitize import SanitizeConfig, sanitize_dataset  # noqa: E402
 from uedp.storage.ingest import IngestOptions, ingest  # noqa: E402
 from uedp.storage.tables import read_manifest, read_table  # noqa: E402
-from uedp.tasks.detect import detect_entities  # noqa: E402
-from uedp.tasks.sanitize import SanitizeConfig, sanitize_dataset  # noqa: E402
 
 
 @pytest.fixture
@@ -275,8 +275,8 @@ def test_mask_token_inference_attack_recovers_less_from_sanitized_text(home, dem
 def test_custext_trains_through_the_same_task_and_logs_its_local_guarantee(home, demo: str, vectors: Path) -> None:
     from mlflow.tracking import MlflowClient
 
-    from uedp.tasks.config import TrainConfig
-    from uedp.tasks.train import train_configuration
+    from uedp.services.config import TrainConfig
+    from uedp.services.training import train_configuration
 
     config = TrainConfig(dataset=demo, mechanism="custext", target_epsilon=2.0, steps=5, checkpoint_every=0,
                          embeddings=str(vectors), k=10)
@@ -289,7 +289,7 @@ def test_custext_trains_through_the_same_task_and_logs_its_local_guarantee(home,
     assert "compare the release with the raw text" in run.data.params["privacy_caveats"]
     assert 0 < run.data.metrics["kept_token_share"] < 0.5 and run.data.metrics["epsilon_record_max"] >= 2.0
     assert read_manifest(home.table_dir("demo-custext-e2-k10-token", "sentences")) is not None
-    from uedp.tasks.report import markdown, summarise
+    from uedp.services.report import markdown, summarise
 
     report = markdown(summarise([(result, 2.0)]), "t")
     kept = run.data.metrics["kept_token_share"]

@@ -20,10 +20,10 @@ from uedp.errors import UedpError
 from uedp.flows.demo import DEMO_CORPUS
 from uedp.privacy.attacks.cloze import BigramCloze
 from uedp.privacy.sanitization.draws import Draws
+from uedp.services.detect import detect_entities
+from uedp.services.sanitize import SanitizeConfig, sanitize_dataset
 from uedp.storage.ingest import IngestOptions, ingest
 from uedp.storage.tables import read_table
-from uedp.tasks.detect import detect_entities
-from uedp.tasks.sanitize import SanitizeConfig, sanitize_dataset
 
 from support import write
 
@@ -179,10 +179,10 @@ def test_a_table_side_file_is_swapped_in_with_it_and_never_published(home, demo:
 def test_a_second_machine_trains_on_the_release_the_first_drew(home, demo: str, vectors: Path, tmp_path: Path) -> None:
     """With a table store, a release drawn on one machine is pushed, and another machine pulls it instead
     of drawing its own (two draws of the same text would compose)."""
+    from uedp.services.config import TrainConfig
+    from uedp.services.launch import share_release
     from uedp.storage.home import DataHome
     from uedp.storage.remote import TableStore
-    from uedp.tasks.config import TrainConfig
-    from uedp.tasks.train import share_release
 
     store = TableStore((tmp_path / "bucket").as_uri())
     for table in ("sentences", "users", "entities"):

@@ -17,14 +17,14 @@ from uedp.errors import UedpError
 from uedp.flows.demo import DEMO_CORPUS
 from uedp.flows.detect import ScaleOut, detect_flow
 from uedp.flows.ingest import IngestConfig, ingest_flow
+from uedp.services.config import TrainConfig
+from uedp.services.detect import STAGING_PREFIX, detect_entities, plan_detection, plan_shards
+from uedp.services.torchrun import train_with_torchrun
+from uedp.services.training import train_configuration
 from uedp.storage.home import DataHome
 from uedp.storage.ingest import IngestOptions, ingest
 from uedp.storage.remote import TableStore
 from uedp.storage.tables import read_manifest, read_table
-from uedp.tasks.config import TrainConfig
-from uedp.tasks.detect import STAGING_PREFIX, detect_entities, plan_detection, plan_shards
-from uedp.tasks.torchrun import train_with_torchrun
-from uedp.tasks.train import train_configuration
 
 from support import write
 
@@ -176,7 +176,7 @@ def test_cli_detects_in_shards_and_publishes_to_the_store(home: DataHome, demo: 
 
 @pytest.mark.slow
 def test_torchrun_ranks_train_on_the_one_local_dp_release(home: DataHome, demo: str, tmp_path: Path) -> None:
-    from uedp.tasks.train import run_training
+    from uedp.services.launch import run_training
 
     vectors = write(tmp_path / "v.txt", "\n".join(f"{w} {i % 7} {i % 5} {i % 3}" for i, w in enumerate(
         sorted(set(DEMO_CORPUS.read_text().split())))) + "\n")

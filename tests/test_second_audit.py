@@ -34,7 +34,7 @@ from uedp.privacy.mechanisms.params import SelectiveParams, UeDpBoundedParams
 from uedp.privacy.mechanisms.registry import BuildContext, RunShape
 from uedp.privacy.mechanisms.selective import SelectiveTwoPhase
 from uedp.privacy.mechanisms.uedp import UeDp, UeDpParams
-from uedp.privacy.mechanisms.uedp_bounded import UeDpBounded
+from uedp.privacy.mechanisms.uedp_bounded import KeptHolders, UeDpBounded
 from uedp.privacy.mechanisms.userdp import UserDp, UserDpParams
 from uedp.privacy.population import Population, anchored_users, exact_count
 from uedp.privacy.randomness import Randomness
@@ -63,7 +63,7 @@ def dropout_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _checkpoint(folder: Path) -> torch.nn.Module:
     """Loaded as ``--model-config <folder>`` loads it, with training's seeding of torch's global generator
-    (tasks.training.set_up seeds it with the configuration's seed, in secure mode too)."""
+    (services.training.set_up seeds it with the configuration's seed, in secure mode too)."""
     model = load_gpt2(folder)
     torch.manual_seed(0)
     return model
@@ -98,7 +98,7 @@ def test_dpsgd_adding_an_example_moves_the_clipped_sum_by_at_most_clip_on_a_drop
     for data in (_users(names, 1), _users(["added", *names], 1)):
         mechanism = DpSgd(params, Population.declared(13), root)
         statements.append(mechanism.train(_checkpoint(dropout_checkpoint), data, per_sequence_lm_loss, CPU,
-                                          lambda r: None))
+                                          lambda r: None).statement)
     moved = float(torch.linalg.vector_norm(sums[1] - sums[0]))
     assert 0.1 * CLIP < moved <= CLIP * (1 + 1e-4)  # the added example's own clipped gradient, nothing more
     assert all("dropout switched off" in s.notes for s in statements)
@@ -133,7 +133,7 @@ def test_userdp_adding_a_user_changes_no_other_users_delta_on_a_dropout_checkpoi
     for key, data in (("D", _users(names)), ("D+u", _users(["added", *names]))):
         start = len(deltas)
         statement = UserDp(params, Population.declared(11), root).train(_checkpoint(dropout_checkpoint), data,
-                                                                         causal_lm_loss, CPU, lambda r: None)
+                                                                         causal_lm_loss, CPU, lambda r: None).statement
         runs[key] = dict(zip(data.by_user, deltas[start:], strict=True))
         assert "dropout switched off" in statement.notes
     for user in names:  # every other user's delta is bit for bit what it was
@@ -169,9 +169,10 @@ def test_uedp_bounded_changing_a_user_and_an_entity_moves_only_its_group_on_a_dr
     for key, dataset in (("D", data(False)), ("D'", data(True))):
         mechanism = UeDpBounded(params, root)
         start = len(deltas)
-        statement = mechanism.train(_checkpoint(dropout_checkpoint), dataset, causal_lm_loss, CPU, lambda r: None)
-        assert mechanism.choice is not None and mechanism.graph is not None
-        holders = {user for user, kept, user_sets in zip(mechanism.graph.users, mechanism.choice.kept,
+        trained = mechanism.train(_checkpoint(dropout_checkpoint), dataset, causal_lm_loss, CPU, lambda r: None)
+        statement, kept = trained.statement, trained.sampling
+        assert isinstance(kept, KeptHolders)
+        holders = {user for user, kept, user_sets in zip(kept.graph.users, kept.choice.kept,
                                                          dataset.entities.values())  # type: ignore[union-attr]
                    if any(keep and shared in s for keep, s in zip(kept, user_sets))}
         runs[key] = dict(zip(dataset.by_user, deltas[start:], strict=True))
@@ -188,13 +189,13 @@ def test_dropout_is_restored_after_training_and_a_preset_without_dropout_says_no
     model = _checkpoint(dropout_checkpoint)
     params = DpSgdParams(steps=1, batch_size=4, clip=CLIP, noise_multiplier=1.0, accountant="rdp")
     statement = DpSgd(params, Population.declared(8)).train(model, _users(["a", "b"], 4), per_sequence_lm_loss, CPU,
-                                                            lambda r: None)
+                                                            lambda r: None).statement
     assert re.search(r"dropout switched off for private training \(\d+ layer rates set to 0\)", statement.notes)
     assert model.config.attn_pdrop == 0.1 and model.transformer.drop.p == 0.1  # the user's config, as loaded
     from support import tiny_gpt2
 
     plain = DpSgd(params, Population.declared(8)).train(tiny_gpt2(), _users(["a", "b"], 4), per_sequence_lm_loss,
-                                                        CPU, lambda r: None)
+                                                        CPU, lambda r: None).statement
     assert "dropout" not in plain.notes
 
 
@@ -265,7 +266,7 @@ def test_uedp_trains_only_the_writers_it_counts(monkeypatch: pytest.MonkeyPatch)
                         accountant="rdp")
     anchored = len(anchored_users(larger.entities or {}))
     statement = UeDp(params, Population.declared(anchored)).train(tiny_gpt2(), larger, causal_lm_loss, CPU,
-                                                                  lambda r: None)
+                                                                  lambda r: None).statement
     assert trained == [anchored] and anchored == larger.n_users - 11  # neither the 10 writers nor only-entities
     assert "names no detected entity" in statement.notes
 
@@ -324,12 +325,12 @@ def test_statements_that_release_an_exact_count_say_what_it_does_to_other_runs()
                                   len(data.sequences), randomness=Randomness.secure())
     selective_data = TrainData(data.by_user, data.pad_id, redacted=redacted.by_user)
     statements = {
-        "selective": selective.train(tiny_gpt2(), selective_data, per_sequence_lm_loss, CPU, lambda r: None),
+        "selective": selective.train(tiny_gpt2(), selective_data, per_sequence_lm_loss, CPU, lambda r: None).statement,
         "uedp-bounded": UeDpBounded(UeDpBoundedParams(rounds=1, noise_multiplier=1.0)).train(
-            tiny_gpt2(), data, causal_lm_loss, CPU, lambda r: None),
+            tiny_gpt2(), data, causal_lm_loss, CPU, lambda r: None).statement,
         "dpsgd": DpSgd(DpSgdParams(steps=1, batch_size=2, noise_multiplier=1.0),
                        Population.dp_count(6, 10.0, Randomness.secure())).train(
-            tiny_gpt2(), data, per_sequence_lm_loss, CPU, lambda r: None),
+            tiny_gpt2(), data, per_sequence_lm_loss, CPU, lambda r: None).statement,
     }
     for name in ("selective", "uedp-bounded"):
         assert any("releases the exact number of its units" in c and "DP count" in c

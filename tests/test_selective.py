@@ -37,7 +37,7 @@ def test_phase_one_never_sees_a_sensitive_span_and_epsilon_is_the_dpsgd_phases()
     params = SelectiveParams(public_steps=3, steps=4, expected_batch_size=3, noise_multiplier=1.2)
     mechanism = SelectiveTwoPhase(params, n_examples=len(ORIGINAL), public_loss=recording_loss)
     reports: list[RoundReport] = []
-    statement = mechanism.train(_model(), _data(), per_sequence_lm_loss, torch.device("cpu"), reports.append)
+    statement = mechanism.train(_model(), _data(), per_sequence_lm_loss, torch.device("cpu"), reports.append).statement
     assert seen and not any("Okafor" in text or "Leeds" in text for text in seen)
     assert any("[PERSON]" in text for text in seen)
     q = 3 / len(ORIGINAL)
@@ -65,11 +65,11 @@ def test_selective_without_a_redacted_corpus_is_an_error() -> None:
 
 def test_training_task_builds_the_redacted_corpus_from_the_entities_table(home) -> None:
     from uedp.flows.demo import DEMO_CORPUS
+    from uedp.services.config import TrainConfig
+    from uedp.services.detect import detect_entities
+    from uedp.services.training_data import load_training_texts
     from uedp.storage.catalog import Catalog
     from uedp.storage.ingest import IngestOptions, ingest
-    from uedp.tasks.config import TrainConfig
-    from uedp.tasks.detect import detect_entities
-    from uedp.tasks.training_data import load_training_texts
 
     ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
     detect_entities(home, "demo")

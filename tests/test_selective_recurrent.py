@@ -98,7 +98,7 @@ def test_trains_and_reports_replace_one_epsilon_of_two_releases_per_step() -> No
     mechanism = SelectiveRecurrent(SelectiveParams(steps=4, expected_batch_size=3, noise_multiplier=1.5,
                                                             lr=1e-2, delta=1e-3), 9)
     reports: list[RoundReport] = []
-    statement = mechanism.train(_model(), data, causal_lm_loss, CPU, reports.append)
+    statement = mechanism.train(_model(), data, causal_lm_loss, CPU, reports.append).statement
     expected = [epsilon_after(step_event(3 / 9, 1.5), t, 1e-3, "pld", "replace") for t in range(1, 5)]
     assert [r.epsilon for r in reports] == pytest.approx(expected, rel=1e-6)
     one_release = epsilon_after(step_event(3 / 9, 1.5 * math.sqrt(2)), 4, 1e-3, "pld", "replace")
@@ -121,12 +121,12 @@ def test_needs_the_lstm_and_the_private_masks() -> None:
 def test_training_task_marks_the_entity_tokens_of_the_chosen_categories(home) -> None:  # type: ignore[no-untyped-def]
     from uedp.detection.pipeline import DetectorConfig
     from uedp.flows.demo import DEMO_CORPUS
+    from uedp.services.config import TrainConfig
+    from uedp.services.detect import detect_entities
+    from uedp.services.training import train_configuration
+    from uedp.services.training_data import prepare_data
     from uedp.storage.catalog import Catalog
     from uedp.storage.ingest import IngestOptions, ingest
-    from uedp.tasks.config import TrainConfig
-    from uedp.tasks.detect import detect_entities
-    from uedp.tasks.train import train_configuration
-    from uedp.tasks.training_data import prepare_data
 
     ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
     detect_entities(home, "demo", DetectorConfig(detectors=["gold"]))

@@ -9,12 +9,12 @@ import pyarrow as pa
 import pytest
 
 from uedp.flows.demo import DEMO_CORPUS
+from uedp.services.detect import detect_entities
 from uedp.storage.catalog import Catalog
 from uedp.storage.formats import FormatError
 from uedp.storage.ingest import conll_options, ingest
 from uedp.storage.schemas import USERS
 from uedp.storage.tables import TableWriter, read_manifest, read_table
-from uedp.tasks.detect import detect_entities
 
 from support import write
 

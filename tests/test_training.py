@@ -25,11 +25,11 @@ from uedp.models.tokenization import byte_level_tokenizer
 from uedp.privacy.mechanisms.base import TrainData
 from uedp.privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
 from uedp.privacy.population import Population
+from uedp.services.config import TrainConfig
+from uedp.services.detect import detect_entities
+from uedp.services.tracking import RunTracker
+from uedp.services.training import train_configuration
 from uedp.storage.ingest import IngestOptions, ingest
-from uedp.tasks.config import TrainConfig
-from uedp.tasks.detect import detect_entities
-from uedp.tasks.tracking import RunTracker
-from uedp.tasks.train import train_configuration
 
 from support import write
 
@@ -185,7 +185,7 @@ def test_bert_classifier_learns_a_labelled_corpus_and_reports_test_error(home, t
     # An error rate is read beside what a model that learnt nothing gets (10 of each class in test).
     assert result.baselines == {"majority": 0.5, "uniform": 0.5}
     assert run.data.metrics["error_test_majority_baseline"] == 0.5
-    from uedp.tasks.report import markdown, summarise
+    from uedp.services.report import markdown, summarise
 
     assert "majority class gives error 0.5; a uniform guess gives 0.5" in markdown(summarise([(result, None)]), "t")
 
@@ -203,7 +203,7 @@ def test_bert_classifier_per_example_gradients_and_from_pretrained(tmp_path: Pat
     examples = [(ids, i % 3) for i, ids in enumerate(encode(TOKENIZER, ["one", "two words", "three words here"], 16))]
     statement = DpSgd(DpSgdParams(steps=2, expected_batch_size=3, delta=1e-3), Population.declared(3)).train(
         model, TrainData({"u": examples}, TOKENIZER.pad_token_id), classification_loss, torch.device("cpu"),
-        lambda r: None)
+        lambda r: None).statement
     assert 0 < statement.epsilon < math.inf
     model.save_pretrained(tmp_path / "encoder")
     reloaded = load_classifier(tmp_path / "encoder", num_labels=3)

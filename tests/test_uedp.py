@@ -125,7 +125,7 @@ def test_noise_standard_deviation_is_z_times_delta_e() -> None:
                      Randomness.secure())
     model = _model()
     before = parameters_to_vector(model.parameters()).detach().clone()
-    statement = mechanism.train(model, data, causal_lm_loss, torch.device("cpu"), lambda r: None)
+    statement = mechanism.train(model, data, causal_lm_loss, torch.device("cpu"), lambda r: None).statement
     # local_lr = 0: every delta is zero, so the update is noise / (q_user N (2M + 1)): fixed, from public figures.
     denominator = 0.5 * 6 * (2 * mechanism.accounting.max_users + 1)
     noise = (parameters_to_vector(model.parameters()).detach() - before) * denominator
@@ -142,7 +142,7 @@ def test_training_reports_the_accountants_epsilon_each_round_and_is_seeded() -> 
     a, b = _model(), _model()
     population = Population.declared(data.n_users)
     statement = UeDp(params, population, Randomness.seeded(5)).train(a, data, causal_lm_loss, torch.device("cpu"),
-                                                                     reports.append)
+                                                                     reports.append).statement
     UeDp(params, population, Randomness.seeded(5)).train(b, data, causal_lm_loss, torch.device("cpu"), lambda r: None)
     plan, _ = UeDpAccounting.for_run(population, 0.5, 0.5, 0.5, 3, 1e-5, False, 0.1, "rdp", 0.1, 1.5, None)
     assert [r.epsilon for r in reports] == pytest.approx([plan.epsilon(1.5, t) for t in (1, 2, 3)])

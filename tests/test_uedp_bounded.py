@@ -26,9 +26,9 @@ from uedp.privacy.attribution import AttributionGraph, choose_holders
 from uedp.privacy.mechanisms import userdp as userdp_module
 from uedp.privacy.mechanisms.base import TrainData
 from uedp.privacy.mechanisms.fedavg import LocalTrainer, user_weights
-from uedp.privacy.mechanisms.uedp_bounded import UeDpBounded, UeDpBoundedParams, bounded_training_data
+from uedp.privacy.mechanisms.uedp_bounded import KeptHolders, UeDpBounded, UeDpBoundedParams, bounded_training_data
 from uedp.privacy.randomness import Randomness
-from uedp.tasks.config import SweepConfig
+from uedp.services.config import SweepConfig
 
 from support import TOKENIZER
 from support import tiny_gpt2 as _model
@@ -147,7 +147,7 @@ def _per_user_contributions(data: TrainData, params: UeDpBoundedParams, root: Ra
                             ) -> dict[str, torch.Tensor]:
     """Each user's weighted clipped delta as one round of training computes it: the mechanism's own
     filtering, weights and per-(round, user) batch streams."""
-    kept = UeDpBounded(params, root).prepare(data)
+    kept = UeDpBounded(params, root).select(data).data
     theta = parameters_to_vector(_model().parameters()).detach().clone()
     trainer = LocalTrainer(_model(), causal_lm_loss, CPU, kept.pad_id, params.clip, params.local_steps,
                            params.local_batch_size, params.local_lr)
@@ -194,7 +194,7 @@ def test_a_real_noiseless_round_moves_the_model_by_at_most_2_beta_1_plus_k_over_
     models = []
     for data in (d, d_prime):
         model = _model()
-        statement = UeDpBounded(params, root).train(model, data, causal_lm_loss, CPU, lambda r: None)
+        statement = UeDpBounded(params, root).train(model, data, causal_lm_loss, CPU, lambda r: None).statement
         models.append(parameters_to_vector(model.parameters()).detach())
     denominator = statement.extra["denominator"]
     assert denominator == pytest.approx(1.0 * 8)  # q_user * N, N public under substitution
@@ -205,22 +205,22 @@ def test_a_real_noiseless_round_moves_the_model_by_at_most_2_beta_1_plus_k_over_
 def test_texts_changed_with_the_graph_fixed_keep_the_same_sentences() -> None:
     d, d_prime, _ = _adjacent_pair(2)
     params = UeDpBoundedParams(holders_per_entity=2, noise_multiplier=1.0)
-    a, b = (UeDpBounded(params).prepare(x) for x in (d, d_prime))
+    a, b = (UeDpBounded(params).select(x).data for x in (d, d_prime))
     assert {u: len(s) for u, s in a.by_user.items()} == {u: len(s) for u, s in b.by_user.items()}
-    mechanism = UeDpBounded(params)
-    mechanism.prepare(d)
-    kept_positions = mechanism.choice.kept  # type: ignore[union-attr]
-    assert bounded_training_data(d_prime, mechanism.graph, mechanism.choice).entities == b.entities  # type: ignore[arg-type]
+    kept = UeDpBounded(params).select(d).sampling
+    assert isinstance(kept, KeptHolders)
+    kept_positions = kept.choice.kept
+    assert bounded_training_data(d_prime, kept.graph, kept.choice).entities == b.entities
     with pytest.raises(ValueError, match="another dataset"):
         bounded_training_data(TrainData({"other": d.by_user["u0"]}, d.pad_id, {"other": d.entities["u0"]}),  # type: ignore[index]
-                              mechanism.graph, mechanism.choice)  # type: ignore[arg-type]
+                              kept.graph, kept.choice)
     assert sum(map(sum, kept_positions)) == sum(len(s) for s in a.by_user.values())
 
 
 def test_the_statement_names_k_the_share_kept_and_the_public_graph() -> None:
     d, _, _ = _adjacent_pair(1)
     params = UeDpBoundedParams(holders_per_entity=1, rounds=1, q_user=0.5, noise_multiplier=2.0, local_steps=1)
-    statement = UeDpBounded(params, Randomness.secure()).train(_model(), d, causal_lm_loss, CPU, lambda r: None)
+    statement = UeDpBounded(params, Randomness.secure()).train(_model(), d, causal_lm_loss, CPU, lambda r: None).statement
     assert "substitution" in statement.unit and "attribution graph public" in statement.unit
     graph_line = next(line for line in statement.public if "attribution graph" in line)
     assert "k = 1 holders per entity" in graph_line and "sentences with an entity" in graph_line

@@ -28,7 +28,7 @@ def _train(params: UserDpParams, model: torch.nn.Module | None = None, data: Tra
     data = data or _data()
     reports: list[RoundReport] = []
     mechanism = UserDp(params, Population.declared(data.n_users), randomness or Randomness.seeded(0))
-    statement = mechanism.train(model, data, causal_lm_loss, torch.device("cpu"), reports.append)
+    statement = mechanism.train(model, data, causal_lm_loss, torch.device("cpu"), reports.append).statement
     return model, reports, statement
 
 

@@ -15,7 +15,7 @@ from uedp.models.training import LossFn  # loss_fn(model, batch) -> mean loss; m
 from uedp.privacy.mechanisms.checkpoint import NO_CHECKPOINT, Checkpointer
 
 __all__ = ["NO_CHECKPOINT", "Checkpointer", "HostUnits", "LossFn", "Mechanism", "OnRound", "PrivacyStatement",
-           "RoundReport", "SamplesUnits", "TrainData"]
+           "RoundReport", "SamplesUnits", "TrainData", "Trained"]
 
 
 @dataclass
@@ -85,12 +85,17 @@ OnRound = Callable[[RoundReport], None]
 
 
 class Mechanism(Protocol):
+    """What a built mechanism does: train a model in place and say what its epsilon means. What a
+    mechanism *is* (unit, parameters, what data it needs, how it is planned) is its registry entry."""
+
     name: str
     unit: str
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
-              on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> PrivacyStatement:
-        """Train ``model`` in place, call ``on_round`` after every round, return the final statement.
+              on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> Trained:
+        """Train ``model`` in place, call ``on_round`` after every round, return the final statement (and,
+        for a mechanism that Poisson-samples units, how its rounds sampled them). Everything a caller
+        needs after training is in what this returns: nothing is left on the mechanism.
 
         With a ``checkpoint``, resume from its saved state (rounds, weights, generators, accountant)
         when there is one, and save every ``checkpoint.every`` rounds.
@@ -117,3 +122,13 @@ class SamplesUnits(Protocol):
         is a function of the run's root, the round and the unit's name only, so the count is the same
         whether or not the canary was planted: recording it reveals no secret coin."""
         ...
+
+
+@dataclass(frozen=True)
+class Trained:
+    """What a mechanism's training returns: its privacy statement, and for a mechanism whose rounds
+    Poisson-sample units, the sampler the audit's participation record asks (it may depend on what
+    training chose, e.g. uedp-bounded's kept holders, so it comes from the training, not the mechanism)."""
+
+    statement: PrivacyStatement
+    sampling: SamplesUnits | None = None

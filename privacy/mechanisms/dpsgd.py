@@ -36,8 +36,8 @@ from uedp.privacy.mechanisms.base import (
     HostUnits,
     LossFn,
     OnRound,
-    PrivacyStatement,
     TrainData,
+    Trained,
 )
 from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, private_statement
 from uedp.privacy.mechanisms.params import DpSgdParams
@@ -77,7 +77,7 @@ class DpSgd:
         return poisson_gaussian_round(self.sample_rate, noise_multiplier)
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
-              on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT, scope: str | None = None) -> PrivacyStatement:
+              on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT, scope: str | None = None) -> Trained:
         """``loss_fn`` must be a mean of per-example losses (``models.metrics.per_sequence_lm_loss``)."""
         p, z, q = self.params, self.noise_multiplier, self.sample_rate
         examples = self.examples(model, data)
@@ -107,11 +107,11 @@ class DpSgd:
                 outcome = loop.run(one_step, on_round, checkpoint)
             finally:
                 clipping.close()  # the caller gets its plain model back
-        return private_statement(
+        return Trained(private_statement(
             self.name, self.unit, accountant, outcome, delta=p.delta, accountant=p.accountant, noise_multiplier=z,
             sampling_probability=q, randomness=self.randomness, population=self.population,
             extra={"noise_std": z * p.clip, "sensitivity": p.clip, **self.statement_extra()},
-            caveats=self.statement_caveats(), dropout_switched_off=dropout)
+            caveats=self.statement_caveats(), dropout_switched_off=dropout), sampling=self)
 
     def rounds_with(self, units: HostUnits, rounds: range) -> int:
         """Steps of ``rounds`` whose Poisson batch takes one of ``units.sequences`` (audit canaries)."""
@@ -179,7 +179,7 @@ def _plan(params: DpSgdParams, population: Population) -> EpsilonPlan:
 
 
 register(MechanismSpec(
-    name="dpsgd", rank=10, summary="example-level DP-SGD (one sequence is the unit), per-example gradients by Opacus",
+    name="dpsgd", rank=10, summary="example-level DP-SGD (one sequence is the unit), per-example clipping by ghost norms (or Opacus)",
     params=DpSgdParams, unit=DpSgd.unit, guarantee="central", build=_build, counts="sequences",
     per_example_loss=True, audit=AuditDesign("sequence"), plan=_plan,
     uses_categories=lambda p: False,  # no category changes what it trains: a sweep trains it once

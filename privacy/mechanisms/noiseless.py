@@ -9,7 +9,15 @@ import torch
 from uedp.models.batching import ShuffledBatches, collate
 from uedp.models.parallel import Ranks
 from uedp.models.training import data_parallel_step, optimizer_step
-from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, PrivacyStatement, TrainData
+from uedp.privacy.mechanisms.base import (
+    NO_CHECKPOINT,
+    Checkpointer,
+    LossFn,
+    OnRound,
+    PrivacyStatement,
+    TrainData,
+    Trained,
+)
 from uedp.privacy.mechanisms.loop import NoLedger, RoundLoop, RoundOutput
 from uedp.privacy.mechanisms.params import NoiselessParams
 from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, MechanismSpec, register
@@ -28,7 +36,7 @@ class Noiseless:
         self.name = params.mechanism
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
-              on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT, scope: str = "noiseless") -> PrivacyStatement:
+              on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT, scope: str = "noiseless") -> Trained:
         p = self.params
         optimizer = torch.optim.AdamW(model.parameters(), lr=p.lr, weight_decay=0.0)
         sequences = data.sequences
@@ -48,7 +56,7 @@ class Noiseless:
                          shared_draws_allowed=True)  # no guarantee: dropout draws as in any training
         model.train()
         outcome = loop.run(one_step, on_round, checkpoint)
-        return PrivacyStatement(mechanism=self.name, unit=self.unit, rounds=outcome.rounds)
+        return Trained(PrivacyStatement(mechanism=self.name, unit=self.unit, rounds=outcome.rounds))
 
 
 def _build(params: NoiselessParams, context: BuildContext) -> Noiseless:

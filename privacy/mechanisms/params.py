@@ -7,15 +7,14 @@ checks it)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from uedp.privacy.accounting import AccountantKind
 from uedp.privacy.attribution import HolderChoice
 from uedp.privacy.sanitization.mapping import MappingMode, Metric
 from uedp.privacy.sanitization.mechanisms import check_strategy
-
-AccountantKind = Literal["pld", "rdp"]
 
 
 class MechanismParams(BaseModel):
@@ -24,6 +23,13 @@ class MechanismParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     mechanism: str
+    # The parameters :meth:`label` shows (a sweep's grid names the others in the run's name).
+    label_fields: ClassVar[tuple[str, ...]] = ()
+
+    def label(self) -> str:
+        """The name runs of these parameters are shown under (report rows, run names): the mechanism's,
+        plus a parameter that makes a different mechanism of it (uedp-bounded's k)."""
+        return self.mechanism
 
     @property
     def steps_run(self) -> int:
@@ -161,6 +167,11 @@ class UeDpBoundedParams(UserDpParams):
     holder_choice: HolderChoice = Field("best", description="uedp-bounded: how holders are chosen from the attribution "
                                         "graph: best (of gain and top-count, each improved by local search, and the "
                                         "baseline), gain, top-count, ascending-degree (the baseline greedy)")
+    label_fields: ClassVar[tuple[str, ...]] = ("holders_per_entity",)
+
+    def label(self) -> str:
+        """k makes a different mechanism of it: uedp-bounded-k4 and -k1 are separate rows and run names."""
+        return f"uedp-bounded-k{self.holders_per_entity}"
 
     @model_validator(mode="after")
     def _pld_only(self) -> UeDpBoundedParams:

@@ -1,15 +1,17 @@
 """The mechanism registry: every mechanism module describes itself here (in the spirit of Opacus'
 accountant and grad-sampler registries), and every caller (the train task, data preparation, the sweep,
-the attacks, the CLI's help and choices, the Prefect forms, ``uedp epsilon``) iterates over it instead of
-naming mechanisms. Adding a mechanism is one module that calls :func:`register`, plus its tests.
+the attacks, the CLI's help and choices, the Prefect forms, ``uedp epsilon``, the report's units) iterates
+over it instead of naming mechanisms. Adding a mechanism is one module that calls :func:`register`, its
+name in :data:`MODULES`, and its tests.
 
-Modules of this package are discovered on first use, so a new module needs no list entry anywhere.
+What a mechanism must say is six fields of :class:`MechanismSpec` (name, summary, params, unit, guarantee,
+build); everything else has a default that fits a mechanism needing nothing more. What a built mechanism
+must do is :meth:`Mechanism.train`, which returns everything a caller needs after training (:class:`Trained`).
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Union
@@ -79,12 +81,16 @@ class EpsilonPlan:
 
 @dataclass(frozen=True)
 class MechanismSpec:
+    """A mechanism as every caller sees it. The first six fields are what each must say; the rest are
+    what a mechanism may add, each defaulting to "needs nothing more"."""
+
     name: str
     summary: str  # one line, for --help and the docs
-    params: type[MechanismParams]
-    unit: str  # the privacy unit, in words
+    params: type[MechanismParams]  # a frozen pydantic model whose ``mechanism`` field is ``Literal[name]``
+    unit: str  # the privacy unit, in words (the built mechanism states it; the docs' table reads it from here)
     guarantee: Guarantee
     build: Callable[[Any, BuildContext], Mechanism]
+    # --- optional: what it may add ---
     counts: CountedUnits | None = None  # None: needs no count of its units (none, or public by adjacency)
     text: TextSource = "original"
     needs: Callable[[RunShape], frozenset[TrainingNeed]] = lambda shape: frozenset()
@@ -103,13 +109,6 @@ class MechanismSpec:
     early_calibration: bool = False
     check: Callable[[Any, RunShape], None] = lambda p, shape: None  # raises ValueError on a combination it refuses
     rank: int = 100  # where it is listed (help, forms): baselines first, then by unit
-    # The name a run of these parameters is shown under (report rows, run names): the mechanism's name,
-    # plus a parameter that makes a different mechanism of it (uedp-bounded's k).
-    label: Callable[[Any], str] | None = None
-    label_params: tuple[str, ...] = ()  # the parameters ``label`` already shows (a sweep names the others)
-
-    def label_of(self, params: Any) -> str:
-        return self.name if self.label is None else self.label(params)
 
     @property
     def private(self) -> bool:
@@ -127,6 +126,10 @@ class MechanismSpec:
         return per_sequence_lm_loss if self.per_example_loss else causal_lm_loss
 
 
+# The modules that register mechanisms, imported on first use of the registry (listed, not discovered,
+# so what is registered is read here; a test checks that every module calling register() is listed).
+MODULES = ("noiseless", "dpsgd", "selective", "userdp", "uedp", "uedp_bounded", "local_dp")
+
 _REGISTRY: dict[str, MechanismSpec] = {}
 _DISCOVERED = False
 
@@ -141,13 +144,18 @@ def register(spec: MechanismSpec) -> MechanismSpec:
     return spec
 
 
+def unregister(name: str) -> None:
+    """Remove a mechanism registered by a plugin or a test fixture (the listed modules' stay)."""
+    _REGISTRY.pop(name, None)
+
+
 def _discover() -> None:
     global _DISCOVERED
     if _DISCOVERED:
         return
-    package = importlib.import_module(__package__ or "uedp.privacy.mechanisms")
-    for module in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{package.__name__}.{module.name}")
+    package = __package__ or "uedp.privacy.mechanisms"
+    for module in MODULES:
+        importlib.import_module(f"{package}.{module}")
     _DISCOVERED = True
 
 

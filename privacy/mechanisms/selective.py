@@ -31,6 +31,7 @@ from uedp.privacy.mechanisms.base import (
     PrivacyStatement,
     RoundReport,
     TrainData,
+    Trained,
 )
 from uedp.privacy.mechanisms.dpsgd import DpSgd
 from uedp.privacy.mechanisms.noiseless import Noiseless
@@ -66,7 +67,7 @@ class SelectiveTwoPhase:
         self.noise_multiplier = self.dpsgd.noise_multiplier
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
-              on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> PrivacyStatement:
+              on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> Trained:
         """``data.redacted`` feeds phase 1; ``data`` phase 2, whose ``loss_fn`` must be per-example (DP-SGD)."""
         if data.redacted is None:
             raise ValueError("selective needs the redacted corpus (TrainData.redacted)")
@@ -80,14 +81,14 @@ class SelectiveTwoPhase:
         second = self.dpsgd.train(
             model, data, loss_fn, device,
             lambda r: on_round(RoundReport(offset + r.round, r.loss, r.epsilon, r.delta)),
-            checkpoint, scope="selective-private")
-        return PrivacyStatement(
+            checkpoint, scope="selective-private").statement
+        return Trained(PrivacyStatement(
             mechanism=self.name, unit=self.unit, epsilon=second.epsilon, delta=second.delta,
             accountant=second.accountant, noise_multiplier=second.noise_multiplier,
             sampling_probability=second.sampling_probability, rounds=offset + second.rounds,
             notes=second.notes, extra={**second.extra, "public_steps": float(offset)},
             randomness=second.randomness, public=second.public, caveats=(*second.caveats, MISSED_TOKENS_CAVEAT),
-        )
+        ), sampling=self)
 
 
     def rounds_with(self, units: HostUnits, rounds: range) -> int:

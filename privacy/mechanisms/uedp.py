@@ -39,8 +39,8 @@ from uedp.privacy.mechanisms.base import (
     HostUnits,
     LossFn,
     OnRound,
-    PrivacyStatement,
     TrainData,
+    Trained,
 )
 from uedp.privacy.mechanisms.fedavg import WEIGHT_CEILING
 from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, WorstCaseLedger, private_statement
@@ -110,7 +110,7 @@ class UeDp:
         return self.params.q_user * self.population.value * self.accounting.sensitivity_factor
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
-              on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> PrivacyStatement:
+              on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> Trained:
         p, z = self.params, self.noise_multiplier
         if data.entities is None:
             raise ValueError(f"{self.name} needs the sentences' entity sets (TrainData.entities)")
@@ -158,14 +158,14 @@ class UeDp:
                              state={"model": model})
             model.train()
             outcome = loop.run(one_round, on_round, checkpoint)
-        return private_statement(
+        return Trained(private_statement(
             self.name, self.unit, ledger, outcome, delta=p.delta, accountant=p.accountant, noise_multiplier=z,
             sampling_probability=p.q_user, randomness=self.randomness, population=self.population,
             extra={"noise_std": sigma, "sensitivity": self.sensitivity, "max_users_M": self.accounting.max_users,
                    "users_bound_for_M": self.accounting.n_users_bound, "denominator": self.denominator,
                    "delta_truncation": self.accounting.delta_trunc, "delta_count_bound": self.accounting.delta_bound,
                    **{f"epsilon_case_{case}": a.epsilon for case, a in ledger.cases.items() if outcome.rounds}},
-            dropout_switched_off=dropout, notes=(ANCHORED_NOTE,))
+            dropout_switched_off=dropout, notes=(ANCHORED_NOTE,)), sampling=self)
 
     def rounds_with(self, units: HostUnits, rounds: range) -> int:
         """Rounds of ``rounds`` that sample the canary's entity and one of its host users (before the

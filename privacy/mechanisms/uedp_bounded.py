@@ -21,20 +21,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import dp_accounting
 
 from uedp.privacy.accounting import MIN_NOISE_MULTIPLIER, epsilon_after, group_replace_round, poisson_gaussian_round
 from uedp.privacy.attribution import AttributionGraph, HolderChoiceResult, choose_holders
-from uedp.privacy.mechanisms.base import HostUnits, TrainData
+from uedp.privacy.mechanisms.base import HostUnits, SamplesUnits, TrainData
 from uedp.privacy.mechanisms.params import UeDpBoundedParams
 from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, register
-from uedp.privacy.mechanisms.userdp import UserDp, check_vectorizable
+from uedp.privacy.mechanisms.userdp import Selection, UserDp, check_vectorizable
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
 
-__all__ = ["UeDpBounded", "UeDpBoundedParams", "bounded_training_data"]
+__all__ = ["KeptHolders", "UeDpBounded", "UeDpBoundedParams", "bounded_training_data"]
 
 GRAPH_PUBLIC = ("the attribution graph: which sentences share a user or a detected entity (not their text), "
                 "hence every user's number of kept sentences")
@@ -52,6 +52,44 @@ def bounded_training_data(data: TrainData, graph: AttributionGraph, choice: Hold
     return TrainData(by_user, data.pad_id, entities)
 
 
+@dataclass(frozen=True)
+class KeptHolders:
+    """One training's holder choice (made from the public attribution graph before the first round): which
+    users keep which sentences. The audit's participation record counts only hosts that kept the canary's
+    sentence; the statement says how much of the data the choice kept."""
+
+    graph: AttributionGraph
+    choice: HolderChoiceResult
+    entity_sets: Mapping[str, Sequence[frozenset[str]]]
+    users: SamplesUnits  # userdp's per-user Poisson coins
+
+    def rounds_with(self, units: HostUnits, rounds: range) -> int:
+        """Rounds that sample a host the holder choice kept one of the entity's sentences in (audit
+        canaries): a host whose sentence with the entity was dropped does not carry it."""
+        if not units.entities:
+            return self.users.rounds_with(units, rounds)
+        index = {user: u for u, user in enumerate(self.graph.users)}
+        keepers = tuple(user for user in units.users if user in index and any(
+            kept and set(units.entities) & keys
+            for kept, keys in zip(self.choice.kept[index[user]], self.entity_sets[user])))
+        return self.users.rounds_with(replace(units, users=keepers), rounds)
+
+    def extra(self) -> dict[str, float]:
+        sensitive = self.graph.n_sensitive
+        return {"sensitive_sentences": float(sensitive),
+                "sensitive_sentences_kept": float(self.choice.sensitive_kept),
+                "sensitive_share_kept": self.choice.sensitive_kept / sensitive if sensitive else 1.0,
+                "sentences_without_entity": float(self.graph.n_plain),
+                "data_share_used": (self.choice.sensitive_kept + self.graph.n_plain) / max(1, self.graph.n_sentences)}
+
+    def public(self, k: int) -> str:
+        """The graph, with k and what it keeps (figures of the public graph)."""
+        extra = self.extra()
+        return (f"{GRAPH_PUBLIC}: k = {k} holders per entity ({self.choice.strategy}) keep "
+                f"{self.choice.sensitive_kept} of {extra['sensitive_sentences']:.0f} sentences with an entity "
+                f"({extra['sensitive_share_kept']:.1%}), and all {extra['sentences_without_entity']:.0f} without one")
+
+
 class UeDpBounded(UserDp):
     name = "uedp-bounded"
     unit = ("one user and one detected entity: the contents of every sentence of the user and of every sentence "
@@ -61,55 +99,23 @@ class UeDpBounded(UserDp):
     def __init__(self, params: UeDpBoundedParams, randomness: Randomness | None = None):
         self.group_size = 1 + params.holders_per_entity
         self.noise_floor = MIN_NOISE_MULTIPLIER * math.sqrt(self.group_size)  # per-release noise >= the floor
-        self.choice: HolderChoiceResult | None = None
-        self.graph: AttributionGraph | None = None
-        self.entity_sets: Mapping[str, Sequence[frozenset[str]]] = {}
         super().__init__(params, None, randomness)
         self.params: UeDpBoundedParams = params
 
     def round_event(self, noise_multiplier: float) -> dp_accounting.DpEvent:
         return group_replace_round(self.params.q_user, noise_multiplier, self.group_size)
 
-    def prepare(self, data: TrainData) -> TrainData:
+    def select(self, data: TrainData) -> Selection:
+        """Each entity's at most k holders, from the graph alone; the sentences they do not hold left out."""
         if data.entities is None:
             raise ValueError(f"{self.name} needs the sentences' entity sets (TrainData.entities)")
-        self.graph = AttributionGraph.from_entity_sets(data.entities)
-        self.choice = choose_holders(self.graph, self.params.holders_per_entity, self.params.holder_choice)
-        self.entity_sets = data.entities
-        return bounded_training_data(data, self.graph, self.choice)
-
-    def rounds_with(self, units: HostUnits, rounds: range) -> int:
-        """Rounds that sample a host the holder choice kept one of the entity's sentences in (audit
-        canaries): a host whose sentence with the entity was dropped does not carry it."""
-        if self.choice is None or self.graph is None or not units.entities:
-            return super().rounds_with(units, rounds)
-        index = {user: u for u, user in enumerate(self.graph.users)}
-        keepers = tuple(user for user in units.users if user in index and any(
-            kept and set(units.entities) & keys
-            for kept, keys in zip(self.choice.kept[index[user]], self.entity_sets[user])))
-        return super().rounds_with(replace(units, users=keepers), rounds)
-
-    def statement_extra(self) -> dict[str, float]:
-        extra: dict[str, float] = {"holders_per_entity": float(self.params.holders_per_entity),
-                                   "group_size": float(self.group_size)}
-        if self.choice is not None and self.graph is not None:
-            sensitive = self.graph.n_sensitive
-            extra |= {"sensitive_sentences": float(sensitive),
-                      "sensitive_sentences_kept": float(self.choice.sensitive_kept),
-                      "sensitive_share_kept": self.choice.sensitive_kept / sensitive if sensitive else 1.0,
-                      "sentences_without_entity": float(self.graph.n_plain),
-                      "data_share_used": (self.choice.sensitive_kept + self.graph.n_plain)
-                      / max(1, self.graph.n_sentences)}
-        return extra
-
-    def statement_public(self) -> tuple[str, ...]:
-        """The graph, with k and what it keeps (figures of the public graph)."""
-        extra = self.statement_extra()
-        if self.choice is None or "sensitive_sentences" not in extra:
-            return (f"{GRAPH_PUBLIC}: k = {self.params.holders_per_entity} holders per entity",)
-        return (f"{GRAPH_PUBLIC}: k = {self.params.holders_per_entity} holders per entity ({self.choice.strategy}) "
-                f"keep {self.choice.sensitive_kept} of {extra['sensitive_sentences']:.0f} sentences with an entity "
-                f"({extra['sensitive_share_kept']:.1%}), and all {extra['sentences_without_entity']:.0f} without one",)
+        graph = AttributionGraph.from_entity_sets(data.entities)
+        kept = KeptHolders(graph, choose_holders(graph, self.params.holders_per_entity, self.params.holder_choice),
+                           data.entities, users=self)
+        return Selection(bounded_training_data(data, graph, kept.choice), sampling=kept,
+                         extra={"holders_per_entity": float(self.params.holders_per_entity),
+                                "group_size": float(self.group_size), **kept.extra()},
+                         public=(kept.public(self.params.holders_per_entity),))
 
 
 def _build(params: UeDpBoundedParams, context: BuildContext) -> UeDpBounded:
@@ -140,6 +146,5 @@ register(MechanismSpec(
     needs=lambda shape: frozenset({"entities"}), audit=AuditDesign("entity", "replace"),
     missed_entities=" (uedp-bounded: their sentences are kept in every user and protected only as part of their "
                     "user's contribution)",
-    plan=_plan, check=check_vectorizable, label=lambda p: f"uedp-bounded-k{p.holders_per_entity}",
-    label_params=("holders_per_entity",),
+    plan=_plan, check=check_vectorizable,
 ))

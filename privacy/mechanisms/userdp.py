@@ -19,7 +19,7 @@ Randomness: sampling, noise and every user's batch order come from the run's
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import dp_accounting
 import torch
@@ -40,8 +40,9 @@ from uedp.privacy.mechanisms.base import (
     HostUnits,
     LossFn,
     OnRound,
-    PrivacyStatement,
+    SamplesUnits,
     TrainData,
+    Trained,
 )
 from uedp.privacy.mechanisms.fedavg import WEIGHT_CEILING, LocalTrainer, user_weights
 from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, private_statement
@@ -52,13 +53,24 @@ from uedp.privacy.population import Population
 from uedp.privacy.primitives import assign_flat_, flatten, gaussian_noise_like
 from uedp.privacy.randomness import Randomness, RoundRandomness
 
-__all__ = ["UserDp", "UserDpParams", "make_local_trainer"]
+__all__ = ["Selection", "UserDp", "UserDpParams", "make_local_trainer"]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What DP-FedAvg's rounds train on, chosen before the first round, with what the statement adds
+    about the choice and the sampler the audit asks (uedp-bounded: the holders kept). Returned from
+    :meth:`UserDp.select` and carried through training, never left on the mechanism."""
+
+    data: TrainData
+    sampling: SamplesUnits
+    extra: dict[str, float] = field(default_factory=dict)
+    public: tuple[str, ...] = ()
 
 
 class UserDp:
-    """DP-FedAvg. Subclasses change what it trains on (:meth:`prepare`), the round's privacy event and
-    adjacency (:meth:`round_event`), and what the statement adds (:meth:`statement_extra`,
-    :meth:`statement_public`)."""
+    """DP-FedAvg. Subclasses change what it trains on (:meth:`select`) and the round's privacy event and
+    adjacency (:meth:`round_event`)."""
 
     name = "userdp"
     unit = "one user (all of their sentences)"
@@ -86,26 +98,19 @@ class UserDp:
         return epsilon_after(self.round_event(self.noise_multiplier), p.rounds if rounds is None else rounds, p.delta,
                              p.accountant, self.adjacency, initial=self.initial_event())
 
-    def prepare(self, data: TrainData) -> TrainData:
-        """What the rounds train on (userdp: every sentence)."""
-        return data
-
-    def statement_extra(self) -> dict[str, float]:
-        """Figures the statement adds (userdp: none)."""
-        return {}
-
-    def statement_public(self) -> tuple[str, ...]:
-        """What else the guarantee treats as public, beyond the unit count (userdp: nothing)."""
-        return ()
+    def select(self, data: TrainData) -> Selection:
+        """What the rounds train on (userdp: every sentence, users sampled by their own coins)."""
+        return Selection(data, sampling=self)
 
     def denominator_for(self, population: Population) -> float:
         """``q_user * N``: the expected number of sampled users, fixed before training."""
         return self.params.q_user * population.value
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
-              on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> PrivacyStatement:
+              on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> Trained:
         p, z = self.params, self.noise_multiplier
-        data = self.prepare(data)
+        selection = self.select(data)
+        data = selection.data
         population = self.population or Population.public_by_adjacency(len(data.by_user))
         denominator = self.denominator_for(population)
         check_delta(p.delta, round(population.value))
@@ -137,8 +142,8 @@ class UserDp:
             self.name, self.unit, accountant, outcome, delta=p.delta, accountant=p.accountant, noise_multiplier=z,
             sampling_probability=p.q_user, randomness=self.randomness, population=population,
             extra={"noise_std": sigma, "sensitivity": p.clip * WEIGHT_CEILING, "denominator": denominator,
-                   **self.statement_extra()}, dropout_switched_off=dropout)
-        return replace(statement, public=(*statement.public, *self.statement_public()))
+                   **selection.extra}, dropout_switched_off=dropout)
+        return Trained(replace(statement, public=(*statement.public, *selection.public)), sampling=selection.sampling)
 
     def rounds_with(self, units: HostUnits, rounds: range) -> int:
         """Rounds of ``rounds`` that sample one of ``units.users`` (audit canaries)."""

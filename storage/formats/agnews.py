@@ -13,8 +13,14 @@ import html
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from uedp.errors import UedpError
 from uedp.storage.formats import FormatError, SourceRecord, read_csv_rows, read_json_objects, split_from_filename
+from uedp.storage.formats.registry import CorpusFormat, looks_like_json, register_format
+
+if TYPE_CHECKING:
+    from uedp.storage.ingest import IngestOptions
 
 _BACKSLASHES = re.compile(r"\\+")
 _NUMERIC_ENTITY = re.compile(r"(?<![&\w])#(\d{2,4});")
@@ -79,3 +85,19 @@ def agnews_jsonl_records(path: Path) -> Iterator[SourceRecord]:
         produced = True
     if not produced:
         raise FormatError(path, None, "no records found (empty file?)")
+
+
+def _read(path: Path, options: IngestOptions) -> Iterator[SourceRecord]:
+    return agnews_jsonl_records(path) if looks_like_json(path) else agnews_csv_records(path)
+
+
+def _check(options: IngestOptions) -> None:
+    strategy = options.user_strategy
+    if not (strategy == "source" or strategy.startswith("chunk:")):
+        raise UedpError("ag_news users: 'source' (news agency) or 'chunk:N' (pseudo-users of N records)")
+
+
+register_format(CorpusFormat(
+    name="ag_news", summary="AG News as CSV or JSONL, users by news agency or in chunks",
+    read=_read, default_users="source", check=_check,
+))

@@ -11,8 +11,13 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from uedp.storage.formats import FormatError, SourceRecord, read_lines, split_from_filename
+from uedp.storage.formats.registry import CorpusFormat, register_format
+
+if TYPE_CHECKING:
+    from uedp.storage.ingest import IngestOptions
 
 _TAG = re.compile(r"^(?:O|[BIES]-[A-Za-z][A-Za-z0-9_]*)$")
 # Chunk tags (CoNLL-2000 phrases): the last column of a file without NER tags, which must not become entities.
@@ -106,3 +111,13 @@ def conll_records(path: Path) -> Iterator[SourceRecord]:
         user = f"{path.name}#{sent.doc_index:05d}"
         yield SourceRecord(text=sent.text, user=user, doc_id=user, line=sent.line, split=split,
                            gold_spans=sent.spans())
+
+
+def _read(path: Path, options: IngestOptions) -> Iterator[SourceRecord]:
+    return conll_records(path)
+
+
+register_format(CorpusFormat(
+    name="conll2003", summary="CoNLL-2003 NER files, one user per document, with gold entity tags",
+    read=_read, default_users="document", fixed_users=True, gold=True,
+))

@@ -18,9 +18,14 @@ from collections import deque
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from uedp.storage.formats import FormatError, SourceRecord, read_json_objects, read_lines, split_from_filename
+from uedp.storage.formats.registry import CorpusFormat, looks_like_json, register_format
 from uedp.storage.formats.sentences import split_sentences
+
+if TYPE_CHECKING:
+    from uedp.storage.ingest import IngestOptions
 
 _SECTION = re.compile(r"^section_\w+$")
 _HEADER_FIELD = re.compile(r"^\s*([A-Z][A-Z /-]+):\s*(.*?)\s*$")
@@ -186,3 +191,15 @@ def _require_some(path: Path, records: Iterator[SourceRecord]) -> Iterator[Sourc
         yield record
     if not produced:
         raise FormatError(path, None, "no text found (empty file, or no documents of the requested type?)")
+
+
+def _read(path: Path, options: IngestOptions) -> Iterator[SourceRecord]:
+    if looks_like_json(path):
+        return edgar_corpus_records(path)
+    return edgar_submission_records(path, tuple(options.sec_document_types))
+
+
+register_format(CorpusFormat(
+    name="sec", summary="SEC filings as EDGAR-CORPUS JSONL or raw EDGAR submissions, one user per filer (CIK)",
+    read=_read, default_users="filer", fixed_users=True,
+))

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import spacy
-from spacy.language import Language
+if TYPE_CHECKING:
+    from spacy.language import Language
 
 WINDOW = 100_000  # longer paragraphs are cut at whitespace into windows: spaCy's cost grows with length
 
 
 @lru_cache(maxsize=1)
 def sentencizer() -> Language:
+    import spacy  # here, not at import: the format registry loads every reader, and most never split sentences
+
     nlp = spacy.blank("en")
     nlp.add_pipe("sentencizer")
     nlp.max_length = 2 * WINDOW

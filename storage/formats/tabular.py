@@ -5,9 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from uedp.errors import UedpError
 from uedp.storage.formats import FormatError, SourceRecord, read_csv_rows, read_json_objects, split_from_filename
+from uedp.storage.formats.registry import CorpusFormat, register_format
+
+if TYPE_CHECKING:
+    from uedp.storage.ingest import IngestOptions
 
 SPLIT_VALUES = {"train": "train", "valid": "valid", "validation": "valid", "dev": "valid", "test": "test"}
 
@@ -62,3 +67,28 @@ def csv_records(path: Path, text_col: str, user_col: str | None = None, label_co
             yield record
     if not produced:
         raise FormatError(path, None, "no records with text found" if header else "empty file (expected a header row)")
+
+
+def _read_jsonl(path: Path, options: IngestOptions) -> Iterator[SourceRecord]:
+    return jsonl_records(path, options.text_col or "", options.user_col, options.label_col, options.split_col)
+
+
+def _read_csv(path: Path, options: IngestOptions) -> Iterator[SourceRecord]:
+    return csv_records(path, options.text_col or "", options.user_col, options.label_col, options.split_col)
+
+
+def _check(options: IngestOptions) -> None:
+    if not options.text_col:
+        raise UedpError(f"format {options.format} needs --text-col")
+    if options.user_strategy == "column" and not options.user_col:
+        raise UedpError(f"format {options.format} needs --user-col, or --users chunk:N")
+
+
+register_format(CorpusFormat(
+    name="jsonl", summary="any corpus as JSON lines, with --text-col and --user-col (or --users chunk:N)",
+    read=_read_jsonl, default_users="column", check=_check,
+))
+register_format(CorpusFormat(
+    name="csv", summary="any corpus as CSV with a header row, with --text-col and --user-col (or --users chunk:N)",
+    read=_read_csv, default_users="column", check=_check,
+))

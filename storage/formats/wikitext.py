@@ -12,9 +12,14 @@ import re
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from uedp.storage.formats import FormatError, SourceRecord, read_lines, split_from_filename
+from uedp.storage.formats.registry import CorpusFormat, register_format
 from uedp.storage.formats.sentences import split_sentences
+
+if TYPE_CHECKING:
+    from uedp.storage.ingest import IngestOptions
 
 _TOP_HEADING = re.compile(r"^ ?= (?!=)(.+?) = ?$")
 _ANY_HEADING = re.compile(r"^ ?(=+) .+ \1 ?$")
@@ -67,3 +72,13 @@ def wikitext_records(path: Path, detokenized: bool = False) -> Iterator[SourceRe
             yield SourceRecord(text=sentence, user=user, doc_id=user, line=lineno, split=split)
     if not produced:
         raise FormatError(path, None, "no article text found (empty file?)")
+
+
+def _read(path: Path, options: IngestOptions) -> Iterator[SourceRecord]:
+    return wikitext_records(path, options.detokenize)
+
+
+register_format(CorpusFormat(
+    name="wikitext", summary="WikiText-2/103 token or raw files, one user per article",
+    read=_read, default_users="article", fixed_users=True,
+))

@@ -188,7 +188,7 @@ def ingest_conll_gold(ctx: Context, first: dict[str, int] | None) -> tuple[str, 
 def run_sweep(ctx: Context, config: Any, family: str) -> list[RunRow]:
     """One ``sweep_flow``; every configuration must finish (a reproduction with a hole is not a result)."""
     from uedp.flows.sweep import sweep_flow
-    from uedp.tasks.sweep import SweepFailed
+    from uedp.services.sweep import SweepFailed
 
     try:
         outcome = sweep_flow(config, progress=True)
@@ -209,7 +209,7 @@ def run_names_and_seconds(home: DataHome, run_ids: list[str]) -> dict[str, tuple
     """Each run's name and wall time (MLflow's start and end times)."""
     from mlflow.tracking import MlflowClient
 
-    from uedp.tasks.tracking import tracking_uri
+    from uedp.services.tracking import tracking_uri
 
     client = MlflowClient(tracking_uri=tracking_uri(home))
     out = {}

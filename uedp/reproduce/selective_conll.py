@@ -86,8 +86,8 @@ def render(ctx: Context, results: Results) -> Page:
 
 
 def run(ctx: Context) -> Page:
-    from uedp.tasks.attack import attack_run
-    from uedp.tasks.config import SweepConfig
+    from uedp.services.attack import attack_run
+    from uedp.services.config import SweepConfig
 
     s = SCALES[ctx.scale]
     dataset, _ = ingest_conll_gold(ctx, s.first)
@@ -120,9 +120,9 @@ def _with(row: Any, extra: dict[str, float]) -> Any:
 def private_token_share(ctx: Context, dataset: str) -> dict[str, float]:
     """Of the train split (a public benchmark), the share of bytes (the models' tokens) and of
     whitespace words inside a gold entity span: what selective protects and the others do not."""
+    from uedp.services.config import TrainConfig
+    from uedp.services.training_data import load_training_texts
     from uedp.storage.catalog import Catalog
-    from uedp.tasks.config import TrainConfig
-    from uedp.tasks.training_data import load_training_texts
 
     config = TrainConfig.model_validate(dict(dataset=dataset, mechanism="selective", noise_multiplier=1.0,
                                               categories=GOLD_CATEGORIES))

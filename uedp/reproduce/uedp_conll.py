@@ -85,7 +85,7 @@ def render(ctx: Context, results: Results) -> Page:
 def run(ctx: Context) -> Page:
     s = SCALES[ctx.scale]
     dataset, users = ingest_conll_gold(ctx, s.first)
-    from uedp.tasks.config import SweepConfig
+    from uedp.services.config import SweepConfig
 
     config = SweepConfig.model_validate(dict(home=str(ctx.home.root), dataset=dataset, mechanisms=["noiseless", "deid", *PRIVATE],
                          category_sets=[GOLD_CATEGORIES], target_epsilons=list(s.epsilons), seeds=list(s.seeds),
@@ -106,7 +106,7 @@ def epsilon_curves(users: int, rounds: tuple[int, ...], holders: int) -> dict[st
     number of users declared public (the paper's |U|): {mechanism: [[T, epsilon], ...]}."""
     from uedp.privacy.mechanisms import registry
     from uedp.privacy.population import Population
-    from uedp.tasks.config import TrainConfig
+    from uedp.services.config import TrainConfig
 
     curves: dict[str, list[list[float]]] = {}
     for mechanism in CURVE_MECHANISMS:

@@ -14,9 +14,9 @@ from uedp.privacy.attacks.audit_canaries import AuditPlan
 from uedp.privacy.attacks.canaries import Canary, plant_canaries
 from uedp.privacy.deid import redact
 from uedp.privacy.mechanisms.base import TrainData
+from uedp.services.audit_plan import CANARY_CATEGORY, canary_key
+from uedp.services.config import TrainConfig
 from uedp.storage.catalog import Catalog
-from uedp.tasks.audit_plan import CANARY_CATEGORY, canary_key
-from uedp.tasks.config import TrainConfig
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 from uedp.detection.categories import taxonomy
 from uedp.detection.ner_training import EpochReport, GoldSentence, NerTrainingResult, check_output, train_ner
 from uedp.errors import UedpError
+from uedp.storage.formats.registry import formats
 from uedp.storage.home import DataHome
-from uedp.storage.ingest import GOLD_FORMATS
 from uedp.storage.tables import DATA_FILE, read_manifest
 
 
@@ -23,9 +23,10 @@ def gold_sentences(home: DataHome, dataset: str, split: str) -> list[GoldSentenc
     if manifest is None:
         raise UedpError(f"dataset {dataset!r} has no sentences table under {home.dataset_dir(dataset)}; ingest it first")
     source_format = str(manifest.get("source", {}).get("options", {}).get("format", ""))
-    if source_format and source_format not in GOLD_FORMATS:
+    gold_formats = sorted(name for name, f in formats().items() if f.gold)  # read now: formats may register late
+    if source_format and source_format not in gold_formats:
         raise UedpError(f"dataset {dataset!r} was ingested from {source_format} files, which carry no gold entity "
-                        f"tags to train on (only {', '.join(sorted(GOLD_FORMATS))} does)")
+                        f"tags to train on (only {', '.join(gold_formats)} does)")
     tax = taxonomy()
     table = pq.read_table(folder / DATA_FILE, columns=["split", "text", "gold_spans"], filters=[("split", "=", split)])
     out: list[GoldSentence] = []

@@ -16,7 +16,16 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    create_model,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 
 from uedp.detection.categories import Categories, default_categories
@@ -38,6 +47,7 @@ else:
     MechanismName = registry.name_literal()  # a choice list in the Prefect UI and in JSON schemas
     LocalDpName = Literal[tuple(LOCAL_DP)]
     MechanismParamsUnion = registry.params_union()  # discriminated by ``mechanism``
+STATIC_NAMES = frozenset(registry.names())  # the mechanisms the union above admits
 # Empty in every deployment's defaults: a flow run on a worker of `uedp serve` writes where the stack
 # was told to (UEDP_HOME), not into whatever folder the worker happens to run in.
 HOME_HELP = ("data home (datasets, MLflow store); empty: the one `uedp serve` was given (UEDP_HOME), "
@@ -106,6 +116,21 @@ class TrainConfig(RunSettings):
         if isinstance(data, dict) and "params" not in data and "mechanism" in data:
             return nest_flat(data, set(cls.model_fields), "params")
         return data
+
+    @field_validator("params", mode="wrap")
+    @classmethod
+    def _late_registered(cls, value: Any, handler: Any) -> Any:
+        """A mechanism registered after this module was imported (a plugin, a test fixture) is validated by
+        its own parameters model; the ones known at import go through the union (and the Prefect form)."""
+        name = value.get("mechanism") if isinstance(value, dict) else None
+        if name is not None and name not in STATIC_NAMES and name in registry.names():
+            return registry.get(name).params.model_validate(value)
+        return handler(value)
+
+    @field_serializer("params")
+    def _dump_params(self, params: MechanismParams, info: SerializationInfo) -> dict[str, Any]:
+        """Each mechanism's parameters as its own model dumps them (a late-registered one is not in the union)."""
+        return params.model_dump(mode=info.mode)
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
@@ -194,7 +219,7 @@ class TrainConfig(RunSettings):
     def label(self) -> str:
         """The mechanism as reports and run names show it: with k for uedp-bounded, and a sweep's other
         grid values."""
-        return self.spec.label_of(self.params) + (f"-{self.variant}" if self.variant else "")
+        return self.params.label() + (f"-{self.variant}" if self.variant else "")
 
     def flat(self) -> dict[str, Any]:
         """Shared settings and the mechanism's parameters side by side (MLflow params, one level)."""
@@ -374,7 +399,7 @@ class SweepConfig(BaseModel):
                               if target is not None else {})
                     values = {**base, **{fields[axis]: value for axis, value in point.items()}, **budget}
                     variant = "-".join(f"{axis}={value}" for axis, value in point.items()
-                                       if fields[axis] not in spec.label_params)
+                                       if fields[axis] not in spec.params.label_fields)
                     configs = [TrainConfig.for_mechanism(mechanism, **values, dataset=self.dataset,
                                                          categories=categories, seed=seed, variant=variant)
                                for categories in self.category_sets]

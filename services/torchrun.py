@@ -1,7 +1,7 @@
 """One training configuration on several GPUs: the train task starts ``torchrun`` and waits for it.
 
 ``train_with_torchrun`` (called inside the Prefect task) writes the request to a file and runs
-``python -m torch.distributed.run --standalone --nproc-per-node N -m uedp.tasks.torchrun REQUEST RESULT``.
+``python -m torch.distributed.run --standalone --nproc-per-node N -m uedp.services.torchrun REQUEST RESULT``.
 Every process builds the same model and data; each trains its share of every round's users or
 examples (``models.parallel``). The main process logs to MLflow, evaluates, writes checkpoints and the
 result file; the task reads the result back. A crashed process fails the task, whose retry resumes
@@ -23,9 +23,9 @@ import torch
 import torch.distributed as dist
 
 from uedp.models.threads import available_cpus
+from uedp.services.config import TrainConfig
+from uedp.services.training import TrainResult, train_configuration, train_replica
 from uedp.storage.home import DataHome
-from uedp.tasks.config import TrainConfig
-from uedp.tasks.training import TrainResult, train_configuration, train_replica
 
 
 class TorchrunFailed(RuntimeError):
@@ -40,7 +40,7 @@ def train_with_torchrun(home: DataHome, config: TrainConfig, flow_run_id: str | 
         request.write_text(json.dumps({"home": str(home.root), "config": config.model_dump(),
                                        "flow_run_id": flow_run_id, "parent_run_id": parent_run_id}), encoding="utf-8")
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                   f"--nproc-per-node={config.processes}", "-m", "uedp.tasks.torchrun", str(request), str(result)]
+                   f"--nproc-per-node={config.processes}", "-m", "uedp.services.torchrun", str(request), str(result)]
         tail: deque[str] = deque(maxlen=40)
         # torch.distributed.run sets OMP_NUM_THREADS=1 for several processes unless it is set: give each
         # process its share of the CPUs this one may use (or what the user chose) instead.

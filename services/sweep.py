@@ -1,4 +1,4 @@
-"""A sweep's parent MLflow run (its configuration, base plus grid, is :class:`tasks.config.SweepConfig`): one base configuration (shared run settings and every mechanism parameter, each with its
+"""A sweep's parent MLflow run (its configuration, base plus grid, is :class:`services.config.SweepConfig`): one base configuration (shared run settings and every mechanism parameter, each with its
 one default) plus a grid (mechanisms x entity category sets x target epsilons x seeds), expanded into
 training configurations; and the parent MLflow run that the sweep's runs nest under.
 
@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from uedp.errors import UedpError
+from uedp.services.config import SweepConfig, SweepItem
+from uedp.services.tracking import RunTracker
+from uedp.services.training import TrainResult
 from uedp.storage.home import DataHome
-from uedp.tasks.config import SweepConfig, SweepItem
-from uedp.tasks.tracking import RunTracker
-from uedp.tasks.training import TrainResult
 
 
 @dataclass(frozen=True)

@@ -33,11 +33,11 @@ from uedp.privacy.attacks.canaries import Canary, exposure, model_log_perplexity
 from uedp.privacy.attacks.extraction import Occurrence, extraction_rates
 from uedp.privacy.attacks.membership import grouped_scores, membership_attack, sentence_scores
 from uedp.privacy.attacks.one_run import audit_best
+from uedp.services.audit_plan import load_for_run
+from uedp.services.config import TrainConfig
+from uedp.services.tracking import RunTracker
 from uedp.storage.catalog import Catalog
 from uedp.storage.home import DataHome
-from uedp.tasks.audit_plan import load_for_run
-from uedp.tasks.config import TrainConfig
-from uedp.tasks.tracking import RunTracker
 
 AttackKind = Literal["audit", "canary", "mia", "extraction"]
 ATTACKS: tuple[str, ...] = ("audit", "canary", "mia", "extraction")

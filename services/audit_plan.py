@@ -18,11 +18,11 @@ import numpy as np
 from uedp.detection.identity import entity_key
 from uedp.errors import UedpError
 from uedp.privacy.attacks.audit_canaries import AuditCanary, AuditPlan, draw_plan
-from uedp.privacy.mechanisms.base import HostUnits, Mechanism, SamplesUnits
+from uedp.privacy.mechanisms.base import HostUnits, SamplesUnits
 from uedp.privacy.mechanisms.registry import AuditDesign
 from uedp.privacy.randomness import Randomness
+from uedp.services.config import TrainConfig
 from uedp.storage.home import DataHome
-from uedp.tasks.config import TrainConfig
 
 CANARY_CATEGORY = "PERSON"  # audit canaries are made-up names; the mechanisms see them as entities of the run
 
@@ -120,13 +120,14 @@ class Participation:
                 "audit_host_rounds_counted": float(self.rounds)}
 
 
-def participation(mechanism: Mechanism, plan: AuditPlan, rounds: range) -> Participation | None:
-    """Per canary, the rounds of ``rounds`` whose sampling took its host in (None: the mechanism does not
-    Poisson-sample units, e.g. a noiseless run sees all the data every epoch)."""
-    if not isinstance(mechanism, SamplesUnits) or not len(rounds):
+def participation(sampling: SamplesUnits | None, plan: AuditPlan, rounds: range) -> Participation | None:
+    """Per canary, the rounds of ``rounds`` whose sampling took its host in (``sampling``: what the training
+    returned, :attr:`Trained.sampling`; None: the mechanism does not Poisson-sample units, e.g. a noiseless
+    run sees all the data every epoch)."""
+    if sampling is None or not len(rounds):
         return None
     return Participation(rounds.start, rounds.stop - 1,
-                         [mechanism.rounds_with(host_units(plan, c), rounds) for c in plan.canaries])
+                         [sampling.rounds_with(host_units(plan, c), rounds) for c in plan.canaries])
 
 
 def absent_units(plan: AuditPlan, counts: str | None) -> int:

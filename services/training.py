@@ -1,0 +1,92 @@
+"""Training one configuration, end to end: set up (:mod:`services.training_setup`), run
+(:mod:`services.training_run`), record (:mod:`services.training_record`, MLflow as an observer of the run);
+in one process, or in each torchrun process. The mechanism comes from the registry: nothing here names one.
+
+A configuration that crashed resumes from its last checkpoint on the next call with the same
+configuration: weights, generators and accountant come back, and the same MLflow run continues.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from uedp.models.parallel import Ranks
+from uedp.services.audit_plan import keep_for_run
+from uedp.services.config import TrainConfig
+from uedp.services.training_record import RunRecorder
+from uedp.services.training_run import ProgressObserver, RunOutcome, run
+from uedp.services.training_setup import loss_function, set_up
+from uedp.storage.home import DataHome
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    run_id: str
+    mechanism: str
+    categories: list[str]
+    epsilon: float
+    delta: float
+    noise_multiplier: float
+    utility_metric: str  # "perplexity" (lower is better) or "error" (classification, lower is better)
+    utility_valid: float
+    utility_test: float
+    rounds: int
+    resumed_from: int = 0
+    notes: str = ""
+    privacy_extra: dict[str, float] = field(default_factory=dict)  # the statement's figures (local DP: kept share...)
+    randomness: str = "none"  # secure, seeded, or none (no guarantee)
+    caveats: tuple[str, ...] = ()  # what the epsilon does not cover, shown next to it
+    public: tuple[str, ...] = ()  # what the guarantee treats as public
+    label: str = ""  # the mechanism as reports show it (uedp-bounded-k4); empty: the mechanism's name
+    unit: str = ""  # the privacy unit in the mechanism's words, as logged (MLflow's privacy_unit)
+    audit_epsilon: float | None = None  # the one-run audit's lower bound (runs with audit canaries)
+    detector_recall: str = ""  # entity-level mechanisms: the detectors' recall, in words (measured or not)
+    # Classification: the test error of always answering the test split's majority class, and of a
+    # uniform guess; an error rate means something only beside them.
+    baselines: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def shown_as(self) -> str:
+        return self.label or self.mechanism
+
+
+def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | None = None,
+                        parent_run_id: str | None = None, progress: bool = True,
+                        report_to: Callable[[str], Any] | None = None) -> TrainResult:
+    """Train and evaluate one configuration; every figure goes to one MLflow run (torchrun: the main process).
+    Progress goes to the terminal (``progress``), or as lines to ``report_to`` (a Prefect flow run's log)."""
+    s = set_up(home, config, Ranks.current())
+    recorder = RunRecorder(home, config, s, flow_run_id, parent_run_id)
+    try:
+        trained = run(config, s, observers=(recorder, ProgressObserver(config, progress, report_to)))
+        record = recorder.record(trained)
+    except BaseException:
+        recorder.finish(failed=True)
+        raise
+    recorder.finish()
+    if s.audit is not None:  # filed last: a retry before this point resumes with the same canaries
+        keep_for_run(home, config, recorder.run_id, s.audit, record)
+    return result_of(config, recorder.run_id, trained, s.recall.describe() if s.recall is not None else "")
+
+
+def result_of(config: TrainConfig, run_id: str, trained: RunOutcome, recall: str = "") -> TrainResult:
+    statement = trained.statement
+    return TrainResult(
+        run_id=run_id, mechanism=config.mechanism,
+        categories=list(config.categories) if config.spec.uses_categories(config.params) else [],
+        epsilon=statement.epsilon, delta=statement.delta, noise_multiplier=statement.noise_multiplier,
+        utility_metric=trained.metric, utility_valid=trained.valid, utility_test=trained.test,
+        rounds=statement.rounds, resumed_from=trained.resumed_from, notes=statement.notes,
+        privacy_extra=dict(statement.extra), randomness=statement.randomness, caveats=statement.caveats,
+        public=statement.public, label=config.label,
+        # A local-DP release's statement is a whole sentence; its unit, as logged, is the registry's.
+        unit=config.spec.unit if config.spec.text == "sanitized" else statement.unit, detector_recall=recall, baselines=trained.baselines,
+    )
+
+
+def train_replica(home: DataHome, config: TrainConfig) -> None:
+    """A torchrun process other than the main one: train its share of every round, log nothing."""
+    s = set_up(home, config, Ranks.current())
+    s.mechanism.train(s.model, s.data.train, loss_function(config), s.device, lambda report: None, s.checkpoint)

@@ -1,0 +1,163 @@
+"""Recording one training in MLflow: the observer that logs a run's rounds, and the record of its outcome
+(figures, parameters, the privacy statement, the model). Everything here is a release (docs/PRIVACY.md):
+counts of private data never appear, hosts are pseudonymised, the audit's coins stay in the data home.
+
+A resumed configuration continues the MLflow run of its checkpoint (named in the checkpoint folder's
+run file), so a crash and a rerun give one run, not two.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import Callable
+from dataclasses import asdict
+
+from uedp.models.parallel import Ranks
+from uedp.privacy.mechanisms.base import Checkpointer, RoundReport
+from uedp.services.audit_plan import Participation, participation, releasable
+from uedp.services.config import TrainConfig
+from uedp.services.tracking import RunTracker
+from uedp.services.training_run import Observer, RunOutcome
+from uedp.services.training_setup import Setup, keyed_table_id
+from uedp.storage.home import DataHome
+
+RUN_FILE = "mlflow_run.json"
+
+
+class RunRecorder(Observer):
+    """The MLflow run of one configuration, watching its rounds and recording its outcome."""
+
+    def __init__(self, home: DataHome, config: TrainConfig, s: Setup, flow_run_id: str | None = None,
+                 parent_run_id: str | None = None):
+        self.home, self.config, self.s = home, config, s
+        self.tracker, self.reopened = _open_tracker(home, config, _tags(home, config, s, flow_run_id, parent_run_id),
+                                                   s.checkpoint)
+        # Rounds between the last checkpoint and a crash run again after a resume; MLflow has their points.
+        self.logged_until = self.tracker.last_step("epsilon") if self.reopened else -1
+
+    @property
+    def run_id(self) -> str:
+        return self.tracker.run_id
+
+    def started(self, initial_valid: Callable[[], float]) -> None:
+        if self.reopened:
+            return
+        config, s = self.config, self.s
+        # No count of the private data (users, sentences, entities): PRIVACY.md rule 4. The class label
+        # set of a classifier is treated as public (the task defines it) and the statement says so.
+        self.tracker.log_params(
+            config.flat()
+            | {"beta": getattr(config.params, "clip", "none"), "classes": ",".join(s.data.classes or []),
+               "privacy_unit": config.spec.unit if s.release is not None else s.mechanism.unit,
+               "model_parameters": sum(p.numel() for p in s.model.parameters())})
+        self.tracker.log_metrics({f"{_metric(config)}_valid": initial_valid()}, step=0)
+
+    def on_round(self, report: RoundReport) -> None:
+        if report.round > self.logged_until:
+            self.tracker.log_metrics({"epsilon": report.epsilon, "train_loss": report.loss}
+                                     | ({"participants": report.participants} if report.participants is not None
+                                        else {}), step=report.round)
+
+    def record(self, trained: RunOutcome) -> Participation | None:
+        """Log the outcome; return the audit's participation record (filed with its coins by the caller)."""
+        config, s, tracker, statement, metric = self.config, self.s, self.tracker, trained.statement, trained.metric
+        if s.release is not None:
+            tracker.log_metrics(statement.extra)  # kept-token share, attack success: comparable across runs
+        tracker.log_metrics({f"{metric}_valid": trained.valid}, step=statement.rounds)
+        if trained.baselines:  # computed from the test split's labels, like the test error itself
+            tracker.log_metrics({f"error_test_{name}_baseline": value for name, value in trained.baselines.items()})
+        tracker.log_metrics({metric: trained.test, f"{metric}_test": trained.test, "final_epsilon": statement.epsilon}
+                            | ({"detector_recall": s.recall.value} if s.recall and s.recall.value is not None else {}))
+        tracker.log_params({"noise_multiplier_used": statement.noise_multiplier, "accountant_used": statement.accountant,
+                            "epsilon_reported": "inf" if math.isinf(statement.epsilon) else f"{statement.epsilon:.6g}",
+                            "rounds_run": statement.rounds, "resumed_from_round": trained.resumed_from,
+                            "processes": Ranks.current().world, "privacy_randomness": statement.randomness,
+                            "privacy_public": " | ".join(statement.public) or "none",
+                            "privacy_caveats": " | ".join(statement.caveats) or "none",
+                            "privacy_statement": "docs/PRIVACY.md",
+                            **({"privacy_detector_recall": s.recall.describe()} if s.recall is not None else {}),
+                            **{f"privacy_{k}": v for k, v in statement.extra.items()}})
+        tracker.log_json({"config": config.model_dump(), "privacy": asdict(statement)}, "resolved_config.json")
+        if trained.curve:
+            rounds, epsilons = zip(*trained.curve)
+            tracker.log_curve_plot(list(rounds), list(epsilons), "epsilon_per_round.png", "round", "epsilon",
+                                   f"{config.mechanism}: epsilon (delta={statement.delta:g}, {statement.accountant})")
+        if s.data.canaries:  # made-up secrets, not entity text: the attack needs them to rank candidates
+            # The host is named by a pseudonym keyed with the data home's secret, never by its raw user id.
+            tracker.log_json([c.with_host("user-" + self.home.keyed_id(f"user:{c.user}")).as_dict()
+                              for c in s.data.canaries], "canaries.json")
+        record = self._audit_record(trained) if s.audit is not None else None
+        if config.log_model or s.data.canaries or s.audit is not None:
+            tracker.log_model(s.model, s.tokenizer)
+        return record
+
+    def _audit_record(self, trained: RunOutcome) -> Participation | None:
+        """Release the audit canaries' design without the coins and without real hosts, and the hosts'
+        participation figures where every host is made up; return the record (filed with the coins)."""
+        plan, rounds_run = self.s.audit, trained.statement.rounds
+        assert plan is not None
+        # A resumed secure run drew a new root: only the rounds since the resume have known coins (none
+        # when it resumed after its last round).
+        first = 1 if self.config.randomness != "secure" or not self.reopened else \
+            (trained.resumed_from + 1 if trained.resumed_from else rounds_run + 1)
+        self.tracker.log_json(plan.public(), "audit_canaries.json")
+        record = participation(trained.sampling, plan, range(first, rounds_run + 1))
+        if record is not None and releasable(plan):
+            self.tracker.log_metrics(record.figures())
+        return record
+
+    def finish(self, failed: bool = False) -> None:
+        """Close the MLflow run; a finished run is not resumed, so its checkpoint and run file go."""
+        self.tracker.finish(failed=failed)
+        if not failed:
+            self.s.checkpoint.clear()
+            _forget_run_file(self.s.checkpoint)
+
+
+def _metric(config: TrainConfig) -> str:
+    return "error" if config.task == "classification" else "perplexity"
+
+
+def _tags(home: DataHome, config: TrainConfig, s: Setup, flow_run_id: str | None,
+          parent_run_id: str | None) -> dict[str, str]:
+    tags = {
+        "uedp.dataset": config.dataset, "uedp.mechanism": config.mechanism, "uedp.model": config.model,
+        "uedp.dataset_id": keyed_table_id(home, config.dataset, "sentences"),
+        "uedp.entities_id": keyed_table_id(home, config.dataset, "entities"),
+        "uedp.device": str(s.device), "uedp.config_fingerprint": config.fingerprint(),
+        "uedp.randomness": config.randomness if config.is_private else "none",
+    }
+    if config.is_private and config.randomness == "seeded":
+        tags["uedp.guarantee"] = "void against anyone who knows the seed (seeded randomness)"
+    if flow_run_id:
+        tags["uedp.flow_run_id"] = flow_run_id
+    if parent_run_id:
+        tags["mlflow.parentRunId"] = parent_run_id  # MLflow's own tag: the UI nests this run under the sweep
+    return tags
+
+
+def _open_tracker(home: DataHome, config: TrainConfig, tags: dict[str, str],
+                  checkpoint: Checkpointer) -> tuple[RunTracker, bool]:
+    """The MLflow run of a checkpoint being resumed, or a new run."""
+    assert checkpoint.folder is not None
+    run_file = checkpoint.folder / RUN_FILE
+    if checkpoint.saved_scope() is not None and run_file.is_file():
+        run_id = json.loads(run_file.read_text(encoding="utf-8"))["run_id"]
+        return RunTracker.attach(home, run_id, reopen=True), True
+    tracker = RunTracker(home, config.dataset, config.run_name(), tags)
+    if checkpoint.enabled:
+        checkpoint.folder.mkdir(parents=True, exist_ok=True)
+        run_file.write_text(json.dumps({"run_id": tracker.run_id}), encoding="utf-8")
+    return tracker, False
+
+
+def _forget_run_file(checkpoint: Checkpointer) -> None:
+    """A finished run is not resumed: drop its run file and the checkpoint folder once it is empty."""
+    if checkpoint.folder is None or not checkpoint.writes:
+        return
+    (checkpoint.folder / RUN_FILE).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # not empty: something else lives there; leave it
+        checkpoint.folder.rmdir()
+

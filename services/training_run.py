@@ -1,0 +1,129 @@
+"""Running one set-up configuration: the mechanism trains the model (the round loop), then the model is
+evaluated. Whoever watches the run (the MLflow recorder, the progress bar) is an observer: the run calls
+them and knows nothing of MLflow or terminals.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from uedp.models.batching import Example
+from uedp.models.metrics import baseline_errors, classification_error, perplexity
+from uedp.privacy.mechanisms.base import PrivacyStatement, RoundReport, SamplesUnits
+from uedp.privacy.sanitization.release import trained_on_release
+from uedp.progress import progress as progress_bar
+from uedp.services.config import TrainConfig
+from uedp.services.training_setup import Setup, loss_function
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What one run produced: the final statement (the release's and the set-up's caveats merged in), the
+    held-out figures, and the epsilon of every round it reported."""
+
+    statement: PrivacyStatement
+    sampling: SamplesUnits | None  # how the rounds sampled units (the audit's participation record)
+    metric: str  # "perplexity" or "error" (classification), lower is better for both
+    valid: float
+    test: float
+    baselines: dict[str, float] = field(default_factory=dict)  # classification: majority-class, uniform errors
+    resumed_from: int = 0  # the round a resumed run restarted after (0: it started fresh)
+    curve: tuple[tuple[int, float], ...] = ()  # (round, epsilon) for every round with a finite epsilon
+
+
+class Observer:
+    """Watches a run; every hook is optional. ``started`` gets a thunk for the validation metric before
+    training (computed only if asked: a resumed run has it logged already)."""
+
+    def started(self, initial_valid: Callable[[], float]) -> None:
+        pass
+
+    def resumed(self, after_round: int) -> None:
+        pass
+
+    def on_round(self, report: RoundReport) -> None:
+        pass
+
+    def finished(self) -> None:
+        pass
+
+
+class ProgressObserver(Observer):
+    """A progress bar on the terminal (``enabled``), or lines to ``say`` (a Prefect flow run's log)."""
+
+    def __init__(self, config: TrainConfig, enabled: bool, say: Callable[[str], Any] | None):
+        # Federated mechanisms count rounds, the others optimizer steps: the bar says which.
+        unit = "rounds" if "rounds" in type(config.params).model_fields else "steps"
+        self.bar = progress_bar(config.total_steps, f"train {config.run_name()}", unit, enabled=enabled, say=say)
+
+    def resumed(self, after_round: int) -> None:
+        self.bar.update(after_round)
+
+    def on_round(self, report: RoundReport) -> None:
+        if math.isfinite(report.epsilon):
+            self.bar.set_postfix(epsilon=f"{report.epsilon:.3g}")
+        elif math.isfinite(report.loss):
+            self.bar.set_postfix(loss=f"{report.loss:.3f}")
+        self.bar.update(1)
+
+    def finished(self) -> None:
+        self.bar.close()
+
+
+def run(config: TrainConfig, s: Setup, observers: Sequence[Observer] = ()) -> RunOutcome:
+    """Train ``s.model`` with ``s.mechanism`` (resuming from ``s.checkpoint`` when it holds a saved state),
+    then evaluate it on the held-out splits."""
+    pad_id = s.tokenizer.pad_token_id
+    for observer in observers:
+        observer.started(lambda: evaluate(s.model, s.data.valid, config, pad_id, s.device))
+    curve: list[tuple[int, float]] = []
+    resumed_from, first = 0, True
+
+    def on_round(report: RoundReport) -> None:
+        nonlocal resumed_from, first
+        if first and report.round > 1:  # the first round after a resume
+            resumed_from = report.round - 1
+            for observer in observers:
+                observer.resumed(resumed_from)
+        first = False
+        if math.isfinite(report.epsilon):
+            curve.append((report.round, report.epsilon))
+        for observer in observers:
+            observer.on_round(report)
+
+    trained = s.mechanism.train(s.model, s.data.train, loss_function(config), s.device, on_round, s.checkpoint)
+    statement = trained.statement
+    if s.release is not None:  # training on a local-DP release: the guarantee is the release's
+        r = s.release
+        statement = trained_on_release(statement, config.mechanism, r.statement, r,
+                                       r.unprotected_share, r.randomness, r.caveats, r.attack_figures())
+    statement = replace(statement, caveats=(*statement.caveats, *s.caveats),
+                        public=(*statement.public, *(("the class label set",) if s.data.classes else ())))
+    for observer in observers:
+        observer.finished()
+    return RunOutcome(
+        statement, trained.sampling, "error" if config.task == "classification" else "perplexity",
+        valid=evaluate(s.model, s.data.valid, config, pad_id, s.device),
+        test=evaluate(s.model, s.data.test, config, pad_id, s.device),
+        baselines=baselines_on(s.data.test, s.data.classes), resumed_from=resumed_from, curve=tuple(curve))
+
+
+def evaluate(model: torch.nn.Module, examples: Sequence[Example], config: TrainConfig, pad_id: int,
+             device: torch.device) -> float:
+    """Token-weighted perplexity (language models) or the error rate (classifiers) over a split."""
+    if not examples:
+        return math.nan
+    if config.task == "classification":
+        return classification_error(model, examples, pad_id, device)
+    return perplexity(model, [e for e in examples if isinstance(e, torch.Tensor)], pad_id, device)
+
+
+def baselines_on(examples: Sequence[Example], classes: list[str] | None) -> dict[str, float]:
+    """Classification: the majority-class and uniform-guess test errors (empty for language models)."""
+    labels = [int(e[1]) for e in examples if isinstance(e, tuple)]
+    return baseline_errors(labels, len(classes)) if classes and labels else {}

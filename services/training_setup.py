@@ -1,0 +1,201 @@
+"""Set-up of one training configuration: everything it trains with (device, tokenizer, data for the chosen
+categories, model, the mechanism from the registry, the count of its units, the audit's canaries, the
+caveats its epsilon carries), built the same way in every torchrun process. Nothing here names a mechanism.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from uedp.detection.identity import IDENTITY_VERSION
+from uedp.errors import UedpError
+from uedp.models.device import resolve_device
+from uedp.models.factory import build_model
+from uedp.models.metrics import causal_lm_loss, classification_loss
+from uedp.models.parallel import Ranks
+from uedp.models.threads import use_threads
+from uedp.models.tokenization import load_tokenizer
+from uedp.privacy.attacks.audit_canaries import AuditPlan
+from uedp.privacy.mechanisms.base import Checkpointer, LossFn, Mechanism
+from uedp.privacy.mechanisms.registry import BuildContext
+from uedp.privacy.population import Population, exact_count
+from uedp.privacy.randomness import Randomness
+from uedp.services.audit_plan import absent_units, plan_for
+from uedp.services.config import SanitizeConfig, TrainConfig
+from uedp.services.coverage import DetectorRecall, detector_recall
+from uedp.services.sanitize import SanitizeResult, sanitize_dataset
+from uedp.services.training_data import PreparedData, prepare_data
+from uedp.storage.catalog import Catalog
+from uedp.storage.home import DataHome
+from uedp.storage.tables import read_manifest
+
+
+def loss_function(config: TrainConfig) -> LossFn:
+    """The training objective; DP-SGD clips per example, so its loss must be a mean of per-example losses."""
+    return config.spec.loss(config.task == "classification")
+
+
+def build_mechanism(config: TrainConfig, population: Population | None, n_examples: int,
+                    randomness: Randomness | None = None) -> Mechanism:
+    """The mechanism a configuration names, from the registry. ``population`` is the public or DP count of
+    the mechanism's units (sequences, users, writers), which sets sampling rates, denominators and uedp's
+    bound on sampled users; ``n_examples`` is used only where neighbours have the same count (selective)."""
+    randomness = randomness or Randomness.for_mode(config.randomness, config.seed)
+    public_loss = classification_loss if config.task == "classification" else causal_lm_loss
+    context = BuildContext(config.shape, randomness, population, n_examples, public_loss)
+    try:
+        return config.spec.build(config.params, context)
+    except ValueError as exc:
+        raise UedpError(f"{config.mechanism}: {exc}") from None
+
+
+def planned_population(config: TrainConfig) -> Population | None:
+    """Before any data is read (to check a target epsilon early): the declared count, or a DP count whose
+    value is not known yet (its privacy cost is)."""
+    if config.spec.counts is None:
+        return None
+    if config.public_count is not None:
+        return Population.declared(config.public_count)
+    return Population(1.0, "dp-count", config.count_noise)
+
+
+def unit_population(config: TrainConfig, exact: int, randomness: Randomness, checkpoint: Checkpointer,
+                    dataset_id: str, ceiling: int | None = None) -> Population | None:
+    """The count of privacy units the mechanism may use (PRIVACY.md rule 4): declared public, or ``exact``
+    plus Gaussian noise, drawn once per run (a resumed run on the same data reuses what it released).
+
+    A declared count must be at least the true one: uedp bounds its sampled users from it, and a bound
+    below the truth would undercount epsilon. The error does not print the true count. ``ceiling`` (at
+    least ``exact``) is what the declared count is checked against, when that must not depend on secrets."""
+    counts = config.spec.counts
+    if counts is None:
+        return None
+    if config.public_count is not None:
+        if config.public_count < max(exact, ceiling or 0):
+            raise UedpError(f"--public-count {config.public_count} is below the number of privacy units of "
+                            f"{config.dataset!r} ({counts}); declare the true count or an upper bound, or leave it "
+                            "out for a DP count")
+        return Population.declared(config.public_count)
+    value = checkpoint.released(f"dp_count_of_units/{dataset_id}",
+                                lambda: Population.dp_count(exact, config.count_noise, randomness).value)
+    return Population(value, "dp-count", config.count_noise)
+
+
+def keyed_table_id(home: DataHome, dataset: str, table: str) -> str:
+    """A table's content key, keyed with the data home's secret: released as-is, a content key hashes the
+    corpus itself and would let anyone who can guess D or D' tell them apart."""
+    return home.keyed_id(str((read_manifest(home.table_dir(dataset, table)) or {}).get("key", "")))
+
+
+@dataclass
+class Setup:
+    """Everything one configuration trains with, built the same way in every torchrun process."""
+
+    device: torch.device
+    tokenizer: Any
+    data: PreparedData
+    model: torch.nn.Module
+    mechanism: Mechanism
+    checkpoint: Checkpointer
+    release: SanitizeResult | None = None  # custext/santext: the local-DP release the data comes from
+    caveats: tuple[str, ...] = ()  # what the epsilon does not cover (detection, evaluation)
+    audit: AuditPlan | None = None  # the one-run audit's canaries and their secret coins
+    recall: DetectorRecall | None = None  # entity-level mechanisms: the detectors' recall their epsilon rests on
+
+
+def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
+    """``custext``/``santext`` read the sanitized dataset (its valid and test splits are the original ones)."""
+    device = resolve_device(config.device)
+    use_threads(config.threads)
+    torch.manual_seed(config.seed)  # the same initial weights in every process
+    tokenizer = load_tokenizer(config.tokenizer)
+    release = sanitize_for(home, config) if config.spec.text == "sanitized" else None
+    if release is not None and ranks.world > 1 and not release.reused:
+        # run_training makes the release before torchrun starts; a rank drawing its own would train on a
+        # second release (a different one: releases are secure by default), and two releases compose.
+        raise RuntimeError(f"rank {ranks.rank}: the local-DP release {release.dataset} was not made before torchrun")
+    checkpoint = Checkpointer(home.checkpoint_dir(config.dataset, config.fingerprint()), config.checkpoint_every,
+                              config.fingerprint(), writes=ranks.is_main)
+    if release is None:
+        check_entity_identity(home, config.dataset)
+    with Catalog(home, release.dataset if release else config.dataset) as catalog:
+        audit = (plan_for(home, config, sorted({user for _, user, _ in catalog.sentences("train")}),
+                          resuming=checkpoint.saved_scope() is not None) if config.audit_canaries else None)
+        data = prepare_data(catalog, config, tokenizer, audit)
+        recall = (detector_recall(catalog, list(config.categories))
+                  if config.is_private and config.spec.missed_entities is not None else None)
+        caveats = coverage_caveats(config, recall)
+        exact_units = exact_count(config.spec.counts, data.train) if config.spec.counts else 0
+    model = build_model(config.model, config.model_size, tokenizer,
+                        len(data.classes) if data.classes else None).to(device)
+    # One secret root per run; under torchrun rank 0 draws it and every rank uses it.
+    randomness = Randomness.for_mode(config.randomness, config.seed).shared_across_ranks()
+    # A declared count is checked against the count with every audit canary planted: whether it is
+    # accepted must not depend on the secret coins.
+    population = unit_population(config, exact_units, randomness, checkpoint,
+                                 keyed_table_id(home, config.dataset, "sentences"),
+                                 ceiling=exact_units + (absent_units(audit, config.spec.counts) if audit else 0))
+    mechanism = build_mechanism(config, population, len(data.train.sequences), randomness)
+    return Setup(device, tokenizer, data, model, mechanism, checkpoint, release, caveats, audit, recall)
+
+
+EVALUATION_CAVEAT = ("validation and test metrics are computed without noise on held-out users' text, which the "
+                     "guarantee does not cover")
+
+
+def categories_warning(home: DataHome, config: TrainConfig) -> str | None:
+    """Said before training: none of the chosen categories was detected in the dataset, so a mechanism
+    that protects entities of those categories finds no sensitive sentence (a typo, or the wrong detector).
+
+    For the curator's terminal only (`uedp train`): it counts the raw data, so it never goes to a task's
+    log, MLflow or any other release (docs/PRIVACY.md)."""
+    if (not config.spec.uses_categories(config.params) or config.spec.text == "sanitized"
+            or read_manifest(home.table_dir(config.dataset, "sentences")) is None):  # not here yet (a store)
+        return None
+    with Catalog(home, config.dataset) as catalog:
+        if "entities" not in catalog.tables:
+            return None  # training itself says what is missing
+        present = catalog.entities_per_category()
+    if any(present.get(category) for category in config.categories):
+        return None
+    held = ", ".join(f"{category} {count}" for category, count in present.items()) or "no entities at all"
+    return (f"no {'/'.join(config.categories)} entity was detected in {config.dataset!r} (it holds: {held}); "
+            f"{config.mechanism} will find no sensitive sentence for these categories")
+
+
+def check_entity_identity(home: DataHome, dataset: str) -> None:
+    """Refuse an entities table built with another definition of an entity's key: its units would not
+    be the ones the documentation promises (one entity, one unit, across categories)."""
+    manifest = read_manifest(home.table_dir(dataset, "entities"))
+    if manifest is not None and manifest.get("entity_identity") != IDENTITY_VERSION:
+        raise UedpError(f"the entities table of {dataset!r} keys entities by category and surface (an older uedp); "
+                        f"run `uedp detect {dataset} ...` again with the same detectors to rebuild it")
+
+
+def coverage_caveats(config: TrainConfig, recall: DetectorRecall | None) -> tuple[str, ...]:
+    """What a private run's epsilon leaves out: held-out evaluation, and for entity-level mechanisms the
+    entities the detector missed, with its recall (:func:`services.coverage.detector_recall`: measured on
+    held-out gold tags, so an estimate for the training users' text, or unmeasured)."""
+    if not config.is_private:
+        return ()
+    caveats = [EVALUATION_CAVEAT]
+    if recall is not None:  # an entity-level mechanism
+        missed = "entities the detector missed are not protected as entities" + str(config.spec.missed_entities)
+        caveats.append(f"{missed}; {recall.describe()}" + (" (gold tags are protected too)"
+                                                           if recall.how == "held-out gold" else ""))
+    return tuple(caveats)
+
+
+def sanitize_config(config: TrainConfig) -> SanitizeConfig:
+    """The local-DP release a configuration trains on (its train split, sanitized with its parameters)."""
+    settings = config.params.model_dump(include=set(SanitizeConfig.model_fields))
+    return SanitizeConfig(**settings, dataset=config.dataset, categories=list(config.categories), seed=config.seed,
+                          randomness=config.randomness)
+
+
+def sanitize_for(home: DataHome, config: TrainConfig) -> SanitizeResult:
+    """The local-DP release this configuration trains on: made once, reused by every later run."""
+    return sanitize_dataset(home, sanitize_config(config))
