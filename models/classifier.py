@@ -9,7 +9,12 @@ from pathlib import Path
 from transformers import AutoModelForSequenceClassification, BertConfig, BertForSequenceClassification, PreTrainedModel
 
 from uedp.errors import UedpError
+from uedp.models.gpt2 import refuse_missing_weights
 from uedp.models.presets import BERT_PRESETS
+
+# Names of the classification heads transformers adds on top of an encoder (BERT, RoBERTa, DistilBERT,
+# decoder models): what a checkpoint of the encoder alone may lack.
+CLASSIFICATION_HEADS = ("classifier.", "pre_classifier.", "score.")
 
 
 def build_bert_classifier(preset: str, vocab_size: int, num_labels: int, pad_token_id: int) -> BertForSequenceClassification:
@@ -24,14 +29,17 @@ def build_bert_classifier(preset: str, vocab_size: int, num_labels: int, pad_tok
 
 
 def load_classifier(name_or_path: str | Path, num_labels: int) -> PreTrainedModel:
-    """An encoder checkpoint with a fresh classification head of ``num_labels`` classes."""
+    """An encoder checkpoint with a fresh classification head of ``num_labels`` classes; any other weight
+    missing from the checkpoint is refused (it would start from random values)."""
     try:
-        model: PreTrainedModel = AutoModelForSequenceClassification.from_pretrained(
-            str(name_or_path), num_labels=num_labels
+        model: PreTrainedModel
+        model, info = AutoModelForSequenceClassification.from_pretrained(
+            str(name_or_path), num_labels=num_labels, output_loading_info=True
         )
-        return model
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         raise UedpError(
             f"cannot load an encoder from {name_or_path!r}: {str(exc).splitlines()[0]} "
             "(download one once, e.g. `huggingface-cli download bert-base-uncased --local-dir <dir>`, and pass that dir)"
         ) from None
+    refuse_missing_weights(name_or_path, info["missing_keys"], fresh=CLASSIFICATION_HEADS)
+    return model

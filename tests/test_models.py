@@ -40,6 +40,48 @@ def test_gpt2_saves_and_loads_with_from_pretrained(tmp_path: Path) -> None:
         load_gpt2(tmp_path / "missing")
 
 
+def test_a_checkpoint_of_another_architecture_is_refused_naming_both(tmp_path: Path) -> None:
+    """A Llama folder passed where a GPT-2 is asked used to load as a GPT-2 with every weight new."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    LlamaForCausalLM(LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=2)).save_pretrained(tmp_path / "llama")
+    with pytest.raises(UedpError, match=r"holds a llama checkpoint \(LlamaForCausalLM\), not a GPT-2 one"):
+        load_gpt2(tmp_path / "llama")
+
+
+def test_a_checkpoint_missing_weights_is_refused_naming_one(tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    tokenizer = byte_level_tokenizer()
+    build_gpt2("tiny", len(tokenizer), tokenizer.eos_token_id).save_pretrained(tmp_path / "gpt2")
+    weights = tmp_path / "gpt2" / "model.safetensors"
+    tensors = load_file(weights)
+    del tensors["transformer.h.1.mlp.c_fc.weight"]
+    save_file(tensors, weights, metadata={"format": "pt"})
+    with pytest.raises(UedpError, match=r"1 weight\(s\) the model needs are not in the checkpoint "
+                                        r"\(e.g. transformer.h.1.mlp.c_fc.weight\)"):
+        load_gpt2(tmp_path / "gpt2")
+
+
+def test_an_encoder_loads_with_a_fresh_head_but_not_with_missing_layers(tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+    from transformers import BertConfig, BertModel
+
+    from uedp.models.classifier import load_classifier
+
+    BertModel(BertConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2)).save_pretrained(tmp_path / "encoder")
+    assert load_classifier(tmp_path / "encoder", num_labels=3).config.num_labels == 3  # the head starts fresh
+    weights = tmp_path / "encoder" / "model.safetensors"
+    tensors = load_file(weights)
+    dropped = next(name for name in tensors if "attention.self.query.weight" in name)
+    del tensors[dropped]
+    save_file(tensors, weights, metadata={"format": "pt"})
+    with pytest.raises(UedpError, match="1 weight\\(s\\) the model needs are not in the checkpoint"):
+        load_classifier(tmp_path / "encoder", num_labels=3)
+
+
 def test_perplexity_is_token_weighted_and_uniform_model_gives_vocab_size() -> None:
     tokenizer = byte_level_tokenizer()
     model = build_gpt2("tiny", len(tokenizer), tokenizer.eos_token_id)
