@@ -185,6 +185,11 @@ class TrainConfig(RunSettings):
         return task_of(self.model)
 
     @property
+    def utility_metric(self) -> str:
+        """What the held-out splits are scored by: perplexity (language models) or error (classifiers)."""
+        return "error" if self.task == "classification" else "perplexity"
+
+    @property
     def shape(self) -> RunShape:
         return RunShape(self.model, self.task == "classification", self.processes, self.canaries, self.seed,
                         self.audit_canaries, byte_tokens=self.tokenizer == "byte")

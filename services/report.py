@@ -259,7 +259,7 @@ def outcome_of_run(tracker: RunTracker) -> tuple[TrainResult, float | None] | No
         config, privacy = TrainConfig.from_logged(logged["config"]), logged["privacy"]
     except (ValueError, KeyError):  # a run of a uedp whose configuration this one no longer reads: skipped
         return None
-    metric = "error" if config.task == "classification" else "perplexity"
+    metric = config.utility_metric
     metrics = run.data.metrics  # the latest value of each: the valid figure after the last round
     result = TrainResult(
         run_id=tracker.run_id, mechanism=config.mechanism,

@@ -23,6 +23,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from uedp.errors import UedpError
+from uedp.processes import process_alive
 from uedp.storage.home import DataHome
 
 # MLflow 3's UI opens an experiment by its kind: without this tag it may guess "GenAI" and open on traces,
@@ -45,16 +46,6 @@ def ui_command(home: DataHome) -> str:
     if uri.startswith(("http://", "https://")):
         return f"{uri.rstrip('/')}/{MODEL_TRAINING_VIEW}"
     return f"mlflow ui --backend-store-uri {uri}, then http://127.0.0.1:5000/{MODEL_TRAINING_VIEW}"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Leases:
@@ -84,7 +75,7 @@ class Leases:
                 pid = int(json.loads(lease.read_text(encoding="utf-8"))["pid"])
             except (OSError, ValueError, KeyError, TypeError):
                 pid = -1  # unreadable: its writer died mid-write
-            if pid > 0 and _alive(pid):
+            if pid > 0 and process_alive(pid):
                 continue
             run_id = lease.stem
             with contextlib.suppress(Exception):  # a run deleted from MLflow meanwhile

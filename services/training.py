@@ -17,7 +17,7 @@ from uedp.services.audit_plan import keep_for_run
 from uedp.services.config import TrainConfig
 from uedp.services.training_record import RunRecorder
 from uedp.services.training_run import ProgressObserver, RunOutcome, run
-from uedp.services.training_setup import loss_function, set_up
+from uedp.services.training_setup import loss_function, set_up, unit_of
 from uedp.storage.home import DataHome
 
 
@@ -60,29 +60,28 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
     s = set_up(home, config, Ranks.current())
     recorder = RunRecorder(home, config, s, flow_run_id, parent_run_id)
     try:
-        trained = run(config, s, observers=(recorder, ProgressObserver(config, progress, report_to)))
-        record = recorder.record(trained)
+        outcome = run(config, s, observers=(recorder, ProgressObserver(config, progress, report_to)))
+        record = recorder.record(outcome)
     except BaseException:
         recorder.finish(failed=True)
         raise
     recorder.finish()
     if s.audit is not None:  # filed last: a retry before this point resumes with the same canaries
         keep_for_run(home, config, recorder.run_id, s.audit, record)
-    return result_of(config, recorder.run_id, trained, s.recall.describe() if s.recall is not None else "")
+    return result_of(config, recorder.run_id, outcome, unit_of(config, s),
+                     s.recall.describe() if s.recall is not None else "")
 
 
-def result_of(config: TrainConfig, run_id: str, trained: RunOutcome, recall: str = "") -> TrainResult:
-    statement = trained.statement
+def result_of(config: TrainConfig, run_id: str, outcome: RunOutcome, unit: str, recall: str = "") -> TrainResult:
+    statement = outcome.statement
     return TrainResult(
         run_id=run_id, mechanism=config.mechanism,
         categories=list(config.categories) if config.spec.uses_categories(config.params) else [],
         epsilon=statement.epsilon, delta=statement.delta, noise_multiplier=statement.noise_multiplier,
-        utility_metric=trained.metric, utility_valid=trained.valid, utility_test=trained.test,
-        rounds=statement.rounds, resumed_from=trained.resumed_from, notes=statement.notes,
+        utility_metric=outcome.metric, utility_valid=outcome.valid, utility_test=outcome.test,
+        rounds=statement.rounds, resumed_from=outcome.resumed_from, notes=statement.notes,
         privacy_extra=dict(statement.extra), randomness=statement.randomness, caveats=statement.caveats,
-        public=statement.public, label=config.label,
-        # A local-DP release's statement is a whole sentence; its unit, as logged, is the registry's.
-        unit=config.spec.unit if config.spec.text == "sanitized" else statement.unit, detector_recall=recall, baselines=trained.baselines,
+        public=statement.public, label=config.label, unit=unit, detector_recall=recall, baselines=outcome.baselines,
     )
 
 

@@ -20,7 +20,7 @@ from uedp.services.audit_plan import Participation, participation, releasable
 from uedp.services.config import TrainConfig
 from uedp.services.tracking import RunTracker
 from uedp.services.training_run import Observer, RunOutcome
-from uedp.services.training_setup import Setup, keyed_table_id
+from uedp.services.training_setup import Setup, keyed_table_id, unit_of
 from uedp.storage.home import DataHome
 
 RUN_FILE = "mlflow_run.json"
@@ -50,9 +50,9 @@ class RunRecorder(Observer):
         self.tracker.log_params(
             config.flat()
             | {"beta": getattr(config.params, "clip", "none"), "classes": ",".join(s.data.classes or []),
-               "privacy_unit": config.spec.unit if s.release is not None else s.mechanism.unit,
+               "privacy_unit": unit_of(config, s),
                "model_parameters": sum(p.numel() for p in s.model.parameters())})
-        self.tracker.log_metrics({f"{_metric(config)}_valid": initial_valid()}, step=0)
+        self.tracker.log_metrics({f"{config.utility_metric}_valid": initial_valid()}, step=0)
 
     def on_round(self, report: RoundReport) -> None:
         if report.round > self.logged_until:
@@ -60,19 +60,19 @@ class RunRecorder(Observer):
                                      | ({"participants": report.participants} if report.participants is not None
                                         else {}), step=report.round)
 
-    def record(self, trained: RunOutcome) -> Participation | None:
+    def record(self, outcome: RunOutcome) -> Participation | None:
         """Log the outcome; return the audit's participation record (filed with its coins by the caller)."""
-        config, s, tracker, statement, metric = self.config, self.s, self.tracker, trained.statement, trained.metric
+        config, s, tracker, statement, metric = self.config, self.s, self.tracker, outcome.statement, outcome.metric
         if s.release is not None:
             tracker.log_metrics(statement.extra)  # kept-token share, attack success: comparable across runs
-        tracker.log_metrics({f"{metric}_valid": trained.valid}, step=statement.rounds)
-        if trained.baselines:  # computed from the test split's labels, like the test error itself
-            tracker.log_metrics({f"error_test_{name}_baseline": value for name, value in trained.baselines.items()})
-        tracker.log_metrics({metric: trained.test, f"{metric}_test": trained.test, "final_epsilon": statement.epsilon}
+        tracker.log_metrics({f"{metric}_valid": outcome.valid}, step=statement.rounds)
+        if outcome.baselines:  # computed from the test split's labels, like the test error itself
+            tracker.log_metrics({f"error_test_{name}_baseline": value for name, value in outcome.baselines.items()})
+        tracker.log_metrics({metric: outcome.test, f"{metric}_test": outcome.test, "final_epsilon": statement.epsilon}
                             | ({"detector_recall": s.recall.value} if s.recall and s.recall.value is not None else {}))
         tracker.log_params({"noise_multiplier_used": statement.noise_multiplier, "accountant_used": statement.accountant,
                             "epsilon_reported": "inf" if math.isinf(statement.epsilon) else f"{statement.epsilon:.6g}",
-                            "rounds_run": statement.rounds, "resumed_from_round": trained.resumed_from,
+                            "rounds_run": statement.rounds, "resumed_from_round": outcome.resumed_from,
                             "processes": Ranks.current().world, "privacy_randomness": statement.randomness,
                             "privacy_public": " | ".join(statement.public) or "none",
                             "privacy_caveats": " | ".join(statement.caveats) or "none",
@@ -80,30 +80,30 @@ class RunRecorder(Observer):
                             **({"privacy_detector_recall": s.recall.describe()} if s.recall is not None else {}),
                             **{f"privacy_{k}": v for k, v in statement.extra.items()}})
         tracker.log_json({"config": config.model_dump(), "privacy": asdict(statement)}, "resolved_config.json")
-        if trained.curve:
-            rounds, epsilons = zip(*trained.curve)
+        if outcome.curve:
+            rounds, epsilons = zip(*outcome.curve)
             tracker.log_curve_plot(list(rounds), list(epsilons), "epsilon_per_round.png", "round", "epsilon",
                                    f"{config.mechanism}: epsilon (delta={statement.delta:g}, {statement.accountant})")
         if s.data.canaries:  # made-up secrets, not entity text: the attack needs them to rank candidates
             # The host is named by a pseudonym keyed with the data home's secret, never by its raw user id.
             tracker.log_json([c.with_host("user-" + self.home.keyed_id(f"user:{c.user}")).as_dict()
                               for c in s.data.canaries], "canaries.json")
-        record = self._audit_record(trained) if s.audit is not None else None
+        record = self._audit_record(outcome) if s.audit is not None else None
         if config.log_model or s.data.canaries or s.audit is not None:
             tracker.log_model(s.model, s.tokenizer)
         return record
 
-    def _audit_record(self, trained: RunOutcome) -> Participation | None:
+    def _audit_record(self, outcome: RunOutcome) -> Participation | None:
         """Release the audit canaries' design without the coins and without real hosts, and the hosts'
         participation figures where every host is made up; return the record (filed with the coins)."""
-        plan, rounds_run = self.s.audit, trained.statement.rounds
+        plan, rounds_run = self.s.audit, outcome.statement.rounds
         assert plan is not None
         # A resumed secure run drew a new root: only the rounds since the resume have known coins (none
         # when it resumed after its last round).
         first = 1 if self.config.randomness != "secure" or not self.reopened else \
-            (trained.resumed_from + 1 if trained.resumed_from else rounds_run + 1)
+            (outcome.resumed_from + 1 if outcome.resumed_from else rounds_run + 1)
         self.tracker.log_json(plan.public(), "audit_canaries.json")
-        record = participation(trained.sampling, plan, range(first, rounds_run + 1))
+        record = participation(outcome.sampling, plan, range(first, rounds_run + 1))
         if record is not None and releasable(plan):
             self.tracker.log_metrics(record.figures())
         return record
@@ -114,10 +114,6 @@ class RunRecorder(Observer):
         if not failed:
             self.s.checkpoint.clear()
             _forget_run_file(self.s.checkpoint)
-
-
-def _metric(config: TrainConfig) -> str:
-    return "error" if config.task == "classification" else "perplexity"
 
 
 def _tags(home: DataHome, config: TrainConfig, s: Setup, flow_run_id: str | None,

@@ -107,7 +107,7 @@ def run(config: TrainConfig, s: Setup, observers: Sequence[Observer] = ()) -> Ru
     for observer in observers:
         observer.finished()
     return RunOutcome(
-        statement, trained.sampling, "error" if config.task == "classification" else "perplexity",
+        statement, trained.sampling, config.utility_metric,
         valid=evaluate(s.model, s.data.valid, config, pad_id, s.device),
         test=evaluate(s.model, s.data.test, config, pad_id, s.device),
         baselines=baselines_on(s.data.test, s.data.classes), resumed_from=resumed_from, curve=tuple(curve))

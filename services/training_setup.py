@@ -106,6 +106,13 @@ class Setup:
     recall: DetectorRecall | None = None  # entity-level mechanisms: the detectors' recall their epsilon rests on
 
 
+def unit_of(config: TrainConfig, s: Setup) -> str:
+    """The privacy unit a run states, in words (MLflow's ``privacy_unit``, the result's, the report's): the
+    built mechanism's (recurrent selective's depends on the tokenizer), or for training on a local-DP
+    release, the release's unit from the registry (the release's own statement is a whole sentence)."""
+    return config.spec.unit if s.release is not None else s.mechanism.unit
+
+
 def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
     """``custext``/``santext`` read the sanitized dataset (its valid and test splits are the original ones)."""
     device = resolve_device(config.device)

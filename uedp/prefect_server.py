@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from uedp.errors import UedpError
+from uedp.processes import process_alive
 from uedp.storage.home import DataHome
 
 STARTUP_SECONDS_ENV = "UEDP_PREFECT_STARTUP_SECONDS"
@@ -72,23 +73,13 @@ def _is_temporary_server(pid: int) -> bool:
     return b"prefect.server.api.server:create_app" in command
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def end_survivors(home: DataHome) -> int:
     """End the temporary servers of commands that died without ending them (where the kernel's parent
     death signal is missing); a running command's server is left alone. Returns how many were ended."""
     ended = 0
     for record in home.prefect_home.glob(f"{PID_PREFIX}*.pid"):
         parent = record.stem.removeprefix(PID_PREFIX)
-        if not parent.isdigit() or _alive(int(parent)):
+        if not parent.isdigit() or process_alive(int(parent)):
             continue
         try:
             server = record.read_text(encoding="utf-8").strip()
