@@ -9,6 +9,9 @@ calibration are outside), after one warm-up step.
     python benchmarks/train_throughput.py [--models gpt2:tiny,gpt2:small,lstm:tiny] [--steps 100] [--rounds 3]
         [--threads N] [--device auto]
 
+A model is ``kind:size`` (``llama:small``; a checkpoint folder as ``causal-lm:FOLDER``), with ``+loraR`` for
+LoRA adapters of rank R (``llama:small+lora8``): only they train.
+
 Step mechanisms (noiseless, deid, dpsgd, selective) run ``--steps`` steps, round mechanisms (userdp,
 uedp) ``--rounds`` rounds; accounting is inside the timing, as users pay for it. Aims (issue 16):
 dpsgd and selective at >= 0.7x noiseless on CPU, >= 0.8x on a GPU.
@@ -45,6 +48,7 @@ def main() -> None:
     from uedp.flows.demo import DEMO_CORPUS
     from uedp.models.device import resolve_device
     from uedp.models.factory import build_model
+    from uedp.models.lora import LoraSettings, with_lora
     from uedp.models.threads import use_threads
     from uedp.models.tokenization import load_tokenizer
     from uedp.privacy.mechanisms import registry
@@ -68,7 +72,8 @@ def main() -> None:
         detect_entities(home, "demo", DetectorConfig(detectors=["gold"]))
         tokenizer = load_tokenizer("byte")
         for model_name, mechanism in [(m, k) for m in args.models.split(",") for k in args.mechanisms.split(",")]:
-            kind, size = model_name.split(":")
+            kind, _, sized = model_name.partition(":")
+            size, _, lora = sized.partition("+lora")
             mechanism_name, _, engine = mechanism.partition(":")  # "dpsgd:opacus": the per-example engine to use
             rounds = "rounds" in registry.get(mechanism_name).params.model_fields
             config = TrainConfig.for_mechanism(
@@ -80,6 +85,8 @@ def main() -> None:
                 data = prepare_data(catalog, config, tokenizer)
             torch.manual_seed(0)
             model = build_model(config.model, config.model_size, tokenizer).to(device)
+            if lora:
+                model = with_lora(model, LoraSettings(int(lora), 2.0 * int(lora)))
             units = len(data.train.sequences) if config.spec.counts == "sequences" else data.train.n_users
             engine = build_mechanism(config, Population.declared(max(units, 1)), len(data.train.sequences),
                                      Randomness.seeded(0))
@@ -110,11 +117,11 @@ def main() -> None:
             rows.append((model_name, mechanism, statement.rounds, unit, tokens[0], seconds, tokens[0] / seconds))
             print(f"  {model_name} {mechanism}: {tokens[0]} tokens in {seconds:.1f} s", file=sys.stderr)
 
-    print(f"\n{'model':<12}{'mechanism':<18}{'work':>12}{'tokens':>10}{'s':>8}{'tokens/s':>11}{'vs noiseless':>14}")
+    print(f"\n{'model':<20}{'mechanism':<18}{'work':>12}{'tokens':>10}{'s':>8}{'tokens/s':>11}{'vs noiseless':>14}")
     for model_name, mechanism, work, unit, count, seconds, rate in rows:
         base = next((r[6] for r in rows if r[0] == model_name and r[1] == "noiseless"), None)
         ratio = f"{rate / base:.2f}x" if base else "-"
-        print(f"{model_name:<12}{mechanism:<18}{f'{work} {unit}':>12}{count:>10}{seconds:>8.1f}{rate:>11.0f}{ratio:>14}")
+        print(f"{model_name:<20}{mechanism:<18}{f'{work} {unit}':>12}{count:>10}{seconds:>8.1f}{rate:>11.0f}{ratio:>14}")
     print(f"device: {name}; torch {torch.__version__}")
     if any(r[1].endswith("*") for r in rows):
         print("* tokens estimated as sampled sequences x mean sequence length (the mechanism computes its own loss)")

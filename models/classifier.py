@@ -43,3 +43,11 @@ def load_classifier(name_or_path: str | Path, num_labels: int) -> PreTrainedMode
         ) from None
     refuse_missing_weights(name_or_path, info["missing_keys"], fresh=CLASSIFICATION_HEADS)
     return model
+
+
+def load_trained_classifier(path: str | Path) -> PreTrainedModel:
+    """A classifier uedp trained and saved (head included): every weight must be in the folder."""
+    model: PreTrainedModel
+    model, info = AutoModelForSequenceClassification.from_pretrained(str(path), output_loading_info=True)
+    refuse_missing_weights(path, info["missing_keys"])
+    return model

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Literal, TypedDict
 
-ModelKind = Literal["gpt2", "lstm", "bert"]
+# gpt2 / llama: a from-scratch preset (or, for gpt2, a GPT-2 folder); lstm: the Selective-DP paper's LSTM;
+# bert: a classifier preset or encoder folder; causal-lm / classifier: any Hugging Face checkpoint folder of an
+# ``AutoModelForCausalLM`` / ``AutoModelForSequenceClassification`` architecture, with its own tokenizer.
+ModelKind = Literal["gpt2", "llama", "lstm", "bert", "causal-lm", "classifier"]
 Task = Literal["lm", "classification"]
 # The size presets of every model kind (SIZE_PRESETS says which kind has which): a choice list in forms.
 SizePreset = Literal["tiny", "small", "paper"]
@@ -25,6 +28,25 @@ class Gpt2Preset(TypedDict):
 PRESETS: dict[str, Gpt2Preset] = {
     "tiny": {"n_layer": 2, "n_head": 4, "n_embd": 64, "n_positions": 128},
     "small": {"n_layer": 4, "n_head": 4, "n_embd": 128, "n_positions": 256},
+}
+
+
+class LlamaPreset(TypedDict):
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    max_position_embeddings: int
+
+
+# A modern decoder (RMSNorm, rotary positions, SwiGLU, grouped-query attention, no biases) small enough for
+# CPU runs and tests; real Llama-family weights are passed as a folder (--model FOLDER).
+LLAMA_PRESETS: dict[str, LlamaPreset] = {
+    "tiny": {"hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "max_position_embeddings": 128},
+    "small": {"hidden_size": 128, "intermediate_size": 344, "num_hidden_layers": 4, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "max_position_embeddings": 256},
 }
 
 
@@ -56,9 +78,15 @@ BERT_PRESETS: dict[str, BertPreset] = {
 }
 
 
-SIZE_PRESETS: dict[str, tuple[str, ...]] = {"gpt2": tuple(PRESETS), "lstm": tuple(LSTM_PRESETS),
-                                            "bert": tuple(BERT_PRESETS)}
+SIZE_PRESETS: dict[str, tuple[str, ...]] = {"gpt2": tuple(PRESETS), "llama": tuple(LLAMA_PRESETS),
+                                            "lstm": tuple(LSTM_PRESETS), "bert": tuple(BERT_PRESETS),
+                                            "causal-lm": (), "classifier": ()}
+
+# Kinds that are only ever a checkpoint folder, trained with the folder's own tokenizer.
+CHECKPOINT_KINDS: tuple[str, ...] = ("causal-lm", "classifier")
+# Kinds whose models LoRA can adapt (Hugging Face transformers; not the LSTM).
+LORA_KINDS: tuple[str, ...] = ("gpt2", "llama", "bert", "causal-lm", "classifier")
 
 
 def task_of(kind: ModelKind) -> Task:
-    return "classification" if kind == "bert" else "lm"
+    return "classification" if kind in ("bert", "classifier") else "lm"

@@ -24,9 +24,8 @@ import torch
 from uedp.errors import UedpError
 from uedp.models.batching import encode
 from uedp.models.device import resolve_device
-from uedp.models.gpt2 import load_gpt2
-from uedp.models.lstm import load_lstm
 from uedp.models.metrics import sequence_nll
+from uedp.models.saving import load_saved
 from uedp.models.tokenization import load_tokenizer
 from uedp.privacy.attacks.audit_canaries import audit_scores
 from uedp.privacy.attacks.canaries import Canary, exposure, model_log_perplexity
@@ -198,7 +197,7 @@ def _load_run(tracker: RunTracker, device: torch.device):  # type: ignore[no-unt
         if model_dir is None:
             raise UedpError(f"run {tracker.run_id} has no stored model; train with --log-model (or --canaries)")
         tokenizer = load_tokenizer(model_dir)
-        model: torch.nn.Module = load_lstm(model_dir) if config.model == "lstm" else load_gpt2(model_dir)
+        model: torch.nn.Module = load_saved(model_dir, config.model)
         model = model.to(device)
         canaries_file = tracker.download("canaries.json", Path(tmp))
         canaries = [Canary(**c) for c in json.loads(canaries_file.read_text())] if canaries_file else []

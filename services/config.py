@@ -14,7 +14,8 @@ import hashlib
 import itertools
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -29,7 +30,17 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from uedp.detection.categories import Categories, default_categories
-from uedp.models.presets import SIZE_PRESETS, Device, ModelKind, SizePreset, Task, task_of
+from uedp.models.checkpoints import checkpoint_kind
+from uedp.models.presets import (
+    CHECKPOINT_KINDS,
+    LORA_KINDS,
+    SIZE_PRESETS,
+    Device,
+    ModelKind,
+    SizePreset,
+    Task,
+    task_of,
+)
 from uedp.privacy.attacks.canaries import canary_format
 from uedp.privacy.mechanisms import registry
 from uedp.privacy.mechanisms.params import MechanismParams, PrivateParams, SanitizationSettings
@@ -61,11 +72,25 @@ class RunSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    model: ModelKind = Field("gpt2", description="gpt2 (next-word prediction), lstm (the Selective-DP paper's "
-                                                 "200/200 LSTM) or bert (sequence classification)")
-    model_size: SizePreset | str = Field("tiny", description="a size preset (gpt2: tiny, small; lstm: tiny, paper; "
-                                         "bert: tiny, small) or a pretrained checkpoint folder / hub name")
-    tokenizer: str = Field("byte", description="'byte' (leak-free byte-level) or a pretrained path / hub name")
+    model: ModelKind = Field("gpt2", description="a checkpoint folder (any Hugging Face causal LM or sequence "
+                             "classifier, trained with its own tokenizer), or a kind built from --model-config: gpt2 "
+                             "or llama (next-word prediction), lstm (the Selective-DP paper's 200/200 LSTM), bert "
+                             "(sequence classification)")
+    model_size: SizePreset | str = Field("tiny", description="a size preset (gpt2, llama: tiny, small; lstm: tiny, "
+                                         "paper; bert: tiny, small) or a pretrained checkpoint folder")
+    tokenizer: str = Field("byte", description="'byte' (leak-free byte-level) or a pretrained tokenizer folder "
+                                               "[default for a checkpoint folder: its own]")
+    init_from: str | None = Field(None, description="start from the model a finished run logged (its MLflow run id, "
+                                  "e.g. a noiseless run on a public corpus) or from a checkpoint folder; what it was "
+                                  "trained on is treated as public, so a run on this same dataset is refused")
+    lora_rank: int = Field(0, ge=0, le=1024, description="train LoRA adapters of this rank instead of every weight "
+                           "(0: full fine-tuning); clipping, noise and checkpoints then cover the adapters only")
+    lora_alpha: float | None = Field(None, gt=0, description="LoRA's scale alpha (the update is alpha/r B A; "
+                                     "unset: twice the rank)")
+    lora_targets: list[str] = Field(default_factory=list, description="names of the layers LoRA adapts "
+                                    "(default: peft's choice for the architecture, e.g. q_proj,v_proj)")
+    gradient_checkpointing: bool = Field(False, description="recompute activations in the backward pass: less "
+                                         "memory for large models, about a third more compute")
     max_len: int = Field(96, ge=8, le=4096, description="tokens per sentence at most")
     randomness: RandomnessMode = Field("secure", description=RANDOMNESS_HELP)
     public_count: int | None = Field(None, ge=1, description="dpsgd/userdp/uedp: declare the number of privacy units "
@@ -88,6 +113,35 @@ class RunSettings(BaseModel):
                                 "unit, each planted by a secret fair coin; `uedp attack RUN --kind audit` scores them "
                                 "(0: none; at least 2, and more give tighter bounds, e.g. 256)")
     log_model: bool = Field(False, description="store the trained model as an MLflow artifact")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _checkpoint_folder(cls, data: Any) -> Any:
+        """``model=FOLDER``: the folder's kind (causal LM or classifier) with the folder as its checkpoint; a
+        checkpoint kind trains with the folder's own tokenizer unless one is named."""
+        if not isinstance(data, dict):
+            return data
+        model = data.get("model")
+        if isinstance(model, str) and model not in SIZE_PRESETS:
+            data = {**data, "model": checkpoint_kind(model), "model_size": model}
+        if data.get("model") in CHECKPOINT_KINDS and data.get("tokenizer") is None:
+            data = {**data, "tokenizer": data.get("model_size")}
+        return data
+
+    @model_validator(mode="after")
+    def _model_consistent(self) -> RunSettings:
+        if self.model in CHECKPOINT_KINDS and self.model_size in get_args(SizePreset):
+            raise ValueError(f"model {self.model} loads a checkpoint folder: pass --model FOLDER")
+        if self.lora_rank and self.model not in LORA_KINDS:
+            raise ValueError(f"LoRA (lora_rank) adapts Hugging Face transformers models, not {self.model}")
+        if (self.lora_targets or self.lora_alpha is not None) and not self.lora_rank:
+            raise ValueError("lora_alpha and lora_targets need lora_rank > 0")
+        return self
+
+    @property
+    def lora_scale(self) -> float:
+        """LoRA's alpha: as set, else twice the rank (a common choice)."""
+        return self.lora_alpha if self.lora_alpha is not None else 2.0 * self.lora_rank
 
     @field_validator("canary_formats")
     @classmethod
@@ -213,9 +267,11 @@ class TrainConfig(RunSettings):
     def run_name(self) -> str:
         """What tells runs apart, most telling first, so a truncated name in MLflow's runs table still
         reads: ``uedp-eps8-PERSON+LOC-s0``, ``userdp-eps8-s0`` (its training ignores categories),
-        ``dpsgd-lstm-eps3-s1`` (a model other than the default GPT-2)."""
+        ``dpsgd-lstm-eps3-s1`` (a model other than the default GPT-2), ``dpsgd-SmolLM2-135M-lora8-eps3-s0`` (a
+        checkpoint folder by its name, with LoRA's rank)."""
         budget = self.params.budget
-        parts = [self.label, *([self.model] if self.model != "gpt2" else []),
+        model = Path(self.model_size).name if self.model in CHECKPOINT_KINDS else self.model
+        parts = [self.label, *([model] if model != "gpt2" else []), *([f"lora{self.lora_rank}"] if self.lora_rank else []),
                  *([f"eps{budget:g}"] if budget and self.is_private else []),
                  *(["+".join(self.categories)] if self.spec.uses_categories(self.params) else []), f"s{self.seed}"]
         return "-".join(parts)

@@ -23,6 +23,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from uedp.errors import UedpError
+from uedp.models.saving import BaseIdentity, save_model
 from uedp.processes import process_alive
 from uedp.storage.home import DataHome
 
@@ -152,11 +153,11 @@ class RunTracker:
     def log_file(self, path: Path, folder: str | None = None) -> None:
         self.client.log_artifact(self.run_id, str(path), folder)
 
-    def log_model(self, model: Any, tokenizer: Any) -> None:
-        """The trained model and its tokenizer in ``save_pretrained`` form, under the artifact folder ``model``."""
+    def log_model(self, model: Any, tokenizer: Any, base: BaseIdentity | None = None) -> None:
+        """The trained model and its tokenizer under the artifact folder ``model`` (a LoRA model as its
+        adapter and its base's identity: :mod:`models.saving`)."""
         with tempfile.TemporaryDirectory() as tmp:
-            model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
+            save_model(model, tokenizer, Path(tmp), base)
             self.client.log_artifacts(self.run_id, tmp, "model")
 
     def require_run(self) -> None:

@@ -18,6 +18,7 @@ from uedp.models.parallel import Ranks
 from uedp.privacy.mechanisms.base import Checkpointer, RoundReport
 from uedp.services.audit_plan import Participation, participation, releasable
 from uedp.services.config import TrainConfig
+from uedp.services.initial_model import base_identity
 from uedp.services.tracking import RunTracker
 from uedp.services.training_run import Observer, RunOutcome
 from uedp.services.training_setup import Setup, keyed_table_id, unit_of
@@ -51,7 +52,8 @@ class RunRecorder(Observer):
             config.flat()
             | {"beta": getattr(config.params, "clip", "none"), "classes": ",".join(s.data.classes or []),
                "privacy_unit": unit_of(config, s),
-               "model_parameters": sum(p.numel() for p in s.model.parameters())})
+               "model_parameters": sum(p.numel() for p in s.model.parameters()),
+               "trainable_parameters": sum(p.numel() for p in s.model.parameters() if p.requires_grad)})
         self.tracker.log_metrics({f"{config.utility_metric}_valid": initial_valid()}, step=0)
 
     def on_round(self, report: RoundReport) -> None:
@@ -90,7 +92,7 @@ class RunRecorder(Observer):
                               for c in s.data.canaries], "canaries.json")
         record = self._audit_record(outcome) if s.audit is not None else None
         if config.log_model or s.data.canaries or s.audit is not None:
-            tracker.log_model(s.model, s.tokenizer)
+            tracker.log_model(s.model, s.tokenizer, base_identity(config, s.start) if s.start else None)
         return record
 
     def _audit_record(self, outcome: RunOutcome) -> Participation | None:

@@ -13,7 +13,6 @@ import torch
 from uedp.detection.identity import IDENTITY_VERSION
 from uedp.errors import UedpError
 from uedp.models.device import resolve_device
-from uedp.models.factory import build_model
 from uedp.models.metrics import causal_lm_loss, classification_loss
 from uedp.models.parallel import Ranks
 from uedp.models.threads import use_threads
@@ -26,6 +25,7 @@ from uedp.privacy.randomness import Randomness
 from uedp.services.audit_plan import absent_units, plan_for
 from uedp.services.config import SanitizeConfig, TrainConfig
 from uedp.services.coverage import DetectorRecall, detector_recall
+from uedp.services.initial_model import Start, resolve_start, start_model
 from uedp.services.sanitize import SanitizeResult, sanitize_dataset
 from uedp.services.training_data import PreparedData, prepare_data
 from uedp.storage.catalog import Catalog
@@ -104,6 +104,7 @@ class Setup:
     caveats: tuple[str, ...] = ()  # what the epsilon does not cover (detection, evaluation)
     audit: AuditPlan | None = None  # the one-run audit's canaries and their secret coins
     recall: DetectorRecall | None = None  # entity-level mechanisms: the detectors' recall their epsilon rests on
+    start: Start | None = None  # where the weights came from (the statement names it public; LoRA's base)
 
 
 def unit_of(config: TrainConfig, s: Setup) -> str:
@@ -118,7 +119,8 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
     device = resolve_device(config.device)
     use_threads(config.threads)
     torch.manual_seed(config.seed)  # the same initial weights in every process
-    tokenizer = load_tokenizer(config.tokenizer)
+    start = resolve_start(home, config, keyed_table_id(home, config.dataset, "sentences"))
+    tokenizer = load_tokenizer(start.tokenizer)
     release = sanitize_for(home, config) if config.spec.text == "sanitized" else None
     if release is not None and ranks.world > 1 and not release.reused:
         # run_training makes the release before torchrun starts; a rank drawing its own would train on a
@@ -136,8 +138,7 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
                   if config.is_private and config.spec.missed_entities is not None else None)
         caveats = coverage_caveats(config, recall)
         exact_units = exact_count(config.spec.counts, data.train) if config.spec.counts else 0
-    model = build_model(config.model, config.model_size, tokenizer,
-                        len(data.classes) if data.classes else None).to(device)
+    model = start_model(config, start, tokenizer, len(data.classes) if data.classes else None).to(device)
     # One secret root per run; under torchrun rank 0 draws it and every rank uses it.
     randomness = Randomness.for_mode(config.randomness, config.seed).shared_across_ranks()
     # A declared count is checked against the count with every audit canary planted: whether it is
@@ -146,7 +147,7 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
                                  keyed_table_id(home, config.dataset, "sentences"),
                                  ceiling=exact_units + (absent_units(audit, config.spec.counts) if audit else 0))
     mechanism = build_mechanism(config, population, len(data.train.sequences), randomness)
-    return Setup(device, tokenizer, data, model, mechanism, checkpoint, release, caveats, audit, recall)
+    return Setup(device, tokenizer, data, model, mechanism, checkpoint, release, caveats, audit, recall, start)
 
 
 EVALUATION_CAVEAT = ("validation and test metrics are computed without noise on held-out users' text, which the "

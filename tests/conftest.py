@@ -16,10 +16,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # exactly only with a fixed thread count.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-# Prefect sets up its console log handler on first import, bound to the sys.stderr of that moment. The
-# CLI imports Prefect only inside a command, so a first import inside CliRunner.invoke would bind it to
-# the runner's temporary stream, closed afterwards ("I/O operation on closed file" in later tests).
-import prefect  # noqa: F401  (after the environment above)
+# Prefect sets up its logging when prefect.main is first imported (the first `from prefect import flow`),
+# bound to the sys.stderr of that moment, and its dictConfig closes every handler set up before it
+# (absl's, from dp_accounting, holds pytest's captured stderr). The CLI imports Prefect only inside a
+# command, so a first import inside CliRunner.invoke would bind Prefect to the runner's temporary stream
+# and close pytest's ("I/O operation on closed file" in later tests): set it up here, first.
+import prefect.main  # noqa: F401  (after the environment above)
 
 from support import SHARED_CONLL
 

@@ -4,6 +4,7 @@ test; test files import from here, never from each other."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -64,3 +65,43 @@ WIKI = """
  
  The Orchard Valley Railway ( OVR ) is a heritage line , 9 @.@ 5 km long . 
 """
+
+
+# Public made-up sentences a test checkpoint's tokenizer learns its merges from (never the private data).
+_PUBLIC_TEXT = [f"the {thing} in {place} was {state} on day {day}" for thing in ("harbour", "railway", "market", "orchard")
+                for place in ("the north", "a valley", "the old town") for state in ("busy", "quiet", "closed")
+                for day in range(3)]
+
+
+def checkpoint_tokenizer(vocab_size: int = 320) -> Any:
+    """A small BPE tokenizer with its own merges, as a downloaded checkpoint ships one."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    core.train_from_iterator(_PUBLIC_TEXT, trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=["<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<s>", eos_token="</s>", pad_token="</s>")
+
+
+def tiny_checkpoint(folder: Path, family: str = "llama", seed: int = 0, num_labels: int | None = None) -> Path:
+    """A tiny random checkpoint of a real architecture saved as users download one: config, weights and
+    its own tokenizer (``family``: llama, qwen2, mistral, gemma or gpt2); a sequence classifier of
+    ``num_labels`` classes when given."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    tokenizer = checkpoint_tokenizer()
+    shape = ({"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 128} if family == "gpt2" else
+             {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "max_position_embeddings": 128, "head_dim": 8})
+    # Embedding rows to spare, as real checkpoints have (Qwen2's tokenizer class adds a token of its own).
+    config = AutoConfig.for_model(family, vocab_size=len(tokenizer) + 16, bos_token_id=tokenizer.bos_token_id,
+                                  eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                                  **({"num_labels": num_labels} if num_labels else {}), **shape)
+    torch.manual_seed(seed)
+    auto = AutoModelForSequenceClassification if num_labels else AutoModelForCausalLM
+    auto.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

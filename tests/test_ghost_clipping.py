@@ -3,7 +3,8 @@ per-example gradient (each example's own backward pass) for GPT-2 (Conv1D, the t
 embedding, position embeddings, layer norms), a BERT classifier (padding index, pooler), the LSTM
 (a layer applied once per time step) and a layer without a rule (the torch.func fallback); under both
 strategies (Gram-matrix norms and materialised per-layer gradients). Models run in float64, so the
-tolerance 1e-5 measures the method, not float32 rounding."""
+tolerance 1e-5 measures the method, not float32 rounding. The causal-LM families and LoRA adapters are
+verified in tests/test_per_sample_families.py."""
 
 from __future__ import annotations
 
@@ -214,14 +215,35 @@ def test_layers_ghost_clipping_cannot_see_are_refused_not_left_out() -> None:
     engine.close()
 
 
-def test_an_unverified_architecture_takes_opacus_path_with_a_warning() -> None:
+def test_a_parameter_used_outside_the_layer_that_owns_it_is_refused_not_left_out() -> None:
+    """A parent reading its child's weight directly (as peft's LoRA embedding reads its ParameterDicts): no
+    recorded call sees that use, so ghost clipping names the parameter instead of missing its gradient."""
+    class Reuse(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.first, self.second = nn.Linear(3, 3), nn.Linear(3, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.second(self.first(x) @ self.second.weight.T.expand(3, 3))
+
+    engine = GhostClipping(Reuse(), "mean")
+    with pytest.raises(ValueError, match=r"outside the layers that own them \(second.weight\)"):
+        engine.clipped_sum(lambda m, b: m(b["x"]).sum(), {"x": torch.randn(2, 3)}, 2, 1.0)
+    engine.close()
+
+
+def test_an_unverified_architecture_takes_the_exact_path_with_a_warning() -> None:
     from uedp.privacy.per_sample import per_sample_clipping
+    from uedp.privacy.per_sample.exact import ExactClipping
     from uedp.privacy.per_sample.opacus_path import OpacusClipping
 
-    with pytest.warns(UserWarning, match="using Opacus' per-sample gradients"):
+    with pytest.warns(UserWarning, match="not verified for Sequential: per-example gradients by each example's own"):
         clipping = per_sample_clipping(nn.Sequential(nn.Linear(3, 2)), "ghost")
-    assert isinstance(clipping, OpacusClipping)
+    assert isinstance(clipping, ExactClipping)
     clipping.close()
     verified = per_sample_clipping(tiny_gpt2(), "ghost")
     assert isinstance(verified, GhostClipping)
     verified.close()
+    asked = per_sample_clipping(nn.Sequential(nn.Linear(3, 2)), "opacus")  # Opacus' path when asked for
+    assert isinstance(asked, OpacusClipping)
+    asked.close()

@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 from torch.nn.utils import parameters_to_vector
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from uedp.errors import UedpError
 from uedp.models.batching import encode
+from uedp.models.causal_lm import load_causal_lm
 from uedp.models.gpt2 import load_gpt2
+from uedp.models.lora import LoraSettings, with_lora
 from uedp.models.metrics import causal_lm_loss, per_sequence_lm_loss
 from uedp.privacy.accounting import UeDpAccounting, max_sampled_users
 from uedp.privacy.mechanisms import registry
@@ -48,24 +51,46 @@ CLIP = 0.01  # far below a random GPT-2's gradient and delta norms: every contri
 # 1. Dropout and other layers' own randomness -----------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def dropout_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A GPT-2 folder as users download them: Hugging Face's default dropout (0.1 everywhere)."""
-    folder = tmp_path_factory.mktemp("gpt2-with-dropout")
-    config = GPT2Config(vocab_size=len(TOKENIZER), n_layer=2, n_head=4, n_embd=64, n_positions=128,
-                        bos_token_id=TOKENIZER.eos_token_id, eos_token_id=TOKENIZER.eos_token_id,
-                        pad_token_id=TOKENIZER.eos_token_id)
-    assert config.resid_pdrop == config.attn_pdrop == config.embd_pdrop == 0.1
-    torch.manual_seed(0)
-    GPT2LMHeadModel(config).save_pretrained(folder)
-    return folder
+@dataclass(frozen=True)
+class DropoutCheckpoint:
+    """A checkpoint folder as users download them, with the dropout its family ships, and how a run loads it."""
+
+    folder: Path
+    family: str
+    lora: bool
 
 
-def _checkpoint(folder: Path) -> torch.nn.Module:
-    """Loaded as ``--model-config <folder>`` loads it, with training's seeding of torch's global generator
-    (services.training.set_up seeds it with the configuration's seed, in secure mode too)."""
-    model = load_gpt2(folder)
+@pytest.fixture(scope="module", params=["gpt2", "llama", "llama+lora"])
+def dropout_checkpoint(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> DropoutCheckpoint:
+    """GPT-2 with Hugging Face's default dropout (0.1 everywhere); a Llama-family folder with attention dropout
+    0.1, fully fine-tuned and with LoRA adapters (only they train)."""
+    family, _, lora = request.param.partition("+")
+    folder = tmp_path_factory.mktemp(f"{family}-with-dropout")
+    ids = {"vocab_size": len(TOKENIZER), "bos_token_id": TOKENIZER.eos_token_id,
+           "eos_token_id": TOKENIZER.eos_token_id, "pad_token_id": TOKENIZER.eos_token_id}
+    if family == "gpt2":
+        config = GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=128, **ids)
+        assert config.resid_pdrop == config.attn_pdrop == config.embd_pdrop == 0.1
+        model_class = GPT2LMHeadModel
+    else:
+        config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=2, max_position_embeddings=128, attention_dropout=0.1, **ids)
+        model_class = LlamaForCausalLM
     torch.manual_seed(0)
+    model_class(config).save_pretrained(folder)
+    return DropoutCheckpoint(folder, family, bool(lora))
+
+
+def _checkpoint(checkpoint: DropoutCheckpoint) -> torch.nn.Module:
+    """Loaded as ``--model FOLDER`` (``--lora-rank 2``) loads it, with training's seeding of torch's global
+    generator (services.training.set_up seeds it with the configuration's seed, in secure mode too)."""
+    model = load_gpt2(checkpoint.folder) if checkpoint.family == "gpt2" else load_causal_lm(checkpoint.folder)
+    torch.manual_seed(0)
+    if checkpoint.lora:
+        model = with_lora(model, LoraSettings(rank=2, alpha=4.0))
+        for name, param in model.named_parameters():  # peft starts B at 0; a nonzero B makes A's gradient nonzero
+            if "lora_B" in name:
+                torch.nn.init.normal_(param, std=0.02)
     return model
 
 
@@ -79,7 +104,7 @@ def _users(names: list[str], per_user: int = 3) -> TrainData:
 
 
 def test_dpsgd_adding_an_example_moves_the_clipped_sum_by_at_most_clip_on_a_dropout_checkpoint(
-        dropout_checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        dropout_checkpoint: DropoutCheckpoint, monkeypatch: pytest.MonkeyPatch) -> None:
     """D' = D + one sequence, listed first (so a shared stream would shift every other example's masks);
     q = 1 and the run's real path: its root, its loop, its ghost clipping."""
     sums: list[torch.Tensor] = []
@@ -123,7 +148,7 @@ def _clipped(delta: torch.Tensor) -> torch.Tensor:
 
 
 def test_userdp_adding_a_user_changes_no_other_users_delta_on_a_dropout_checkpoint(
-        dropout_checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        dropout_checkpoint: DropoutCheckpoint, monkeypatch: pytest.MonkeyPatch) -> None:
     deltas = _recorded_deltas(monkeypatch)
     root = Randomness.secure()
     names = [f"w{i}" for i in range(10)]
@@ -144,7 +169,7 @@ def test_userdp_adding_a_user_changes_no_other_users_delta_on_a_dropout_checkpoi
 
 
 def test_uedp_bounded_changing_a_user_and_an_entity_moves_only_its_group_on_a_dropout_checkpoint(
-        dropout_checkpoint: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        dropout_checkpoint: DropoutCheckpoint, monkeypatch: pytest.MonkeyPatch) -> None:
     """Substitution: the contents of user u0's sentences and of every sentence naming SHARED change (to
     texts of other lengths, so a shared stream would draw another number of masks), the graph stays."""
     deltas = _recorded_deltas(monkeypatch)
@@ -185,13 +210,18 @@ def test_uedp_bounded_changing_a_user_and_an_entity_moves_only_its_group_on_a_dr
     assert float(torch.linalg.vector_norm(moved)) <= 2 * CLIP * (1 + k) * (1 + 1e-4)
 
 
-def test_dropout_is_restored_after_training_and_a_preset_without_dropout_says_nothing(dropout_checkpoint: Path) -> None:
+def test_dropout_is_restored_after_training_and_a_preset_without_dropout_says_nothing(
+        dropout_checkpoint: DropoutCheckpoint) -> None:
     model = _checkpoint(dropout_checkpoint)
     params = DpSgdParams(steps=1, batch_size=4, clip=CLIP, noise_multiplier=1.0, accountant="rdp")
     statement = DpSgd(params, Population.declared(8)).train(model, _users(["a", "b"], 4), per_sequence_lm_loss, CPU,
                                                             lambda r: None).statement
     assert re.search(r"dropout switched off for private training \(\d+ layer rates set to 0\)", statement.notes)
-    assert model.config.attn_pdrop == 0.1 and model.transformer.drop.p == 0.1  # the user's config, as loaded
+    base = model.get_base_model() if dropout_checkpoint.lora else model
+    if dropout_checkpoint.family == "gpt2":  # the user's config, as loaded
+        assert base.config.attn_pdrop == 0.1 and base.transformer.drop.p == 0.1
+    else:
+        assert base.config.attention_dropout == 0.1 and base.model.layers[0].self_attn.attention_dropout == 0.1
     from support import tiny_gpt2
 
     plain = DpSgd(params, Population.declared(8)).train(tiny_gpt2(), _users(["a", "b"], 4), per_sequence_lm_loss,

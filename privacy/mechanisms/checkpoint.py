@@ -131,11 +131,24 @@ NO_CHECKPOINT = Checkpointer(None, 0)
 def _state_of(obj: Restorable) -> Any:
     if isinstance(obj, torch.Generator):
         return obj.get_state()
+    if isinstance(obj, torch.nn.Module):  # frozen weights (LoRA's base) never change: not saved
+        frozen = _frozen_names(obj)
+        return {name: value for name, value in obj.state_dict().items() if name not in frozen}
     return obj.state_dict()
 
 
 def _load_into(obj: Restorable, state: Any) -> None:
     if isinstance(obj, torch.Generator):
         obj.set_state(state)
+    elif isinstance(obj, torch.nn.Module):
+        missing, unexpected = obj.load_state_dict(state, strict=False)
+        if unexpected or set(missing) - _frozen_names(obj):
+            raise RuntimeError(f"checkpoint does not fit the model (missing {sorted(set(missing) - _frozen_names(obj))[:3]}, "
+                               f"unexpected {sorted(unexpected)[:3]})")
     else:
         obj.load_state_dict(state)
+
+
+def _frozen_names(model: torch.nn.Module) -> set[str]:
+    """State-dict names of the parameters that do not train (every use of a shared one included)."""
+    return {name for name, p in model.named_parameters(remove_duplicate=False) if not p.requires_grad}

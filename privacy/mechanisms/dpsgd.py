@@ -153,16 +153,27 @@ class DpSgd:
     def clipped_gradient_sum(self, clipping: PerSampleClipping, params: list[torch.Tensor],
                              batch: list[torch.Tensor], loss_fn: LossFn, device: torch.device,
                              pad_id: int) -> list[torch.Tensor]:
-        """``sum_i clip(g_i, clip)`` per parameter (flat clipping over all trainable parameters)."""
-        if not batch:
-            return [torch.zeros_like(param) for param in params]
-        inputs = {k: v.to(device) for k, v in collate(batch, pad_id).items()}
+        """``sum_i clip(g_i, clip)`` per parameter (flat clipping over all trainable parameters).
 
+        With ``max_physical_batch`` the batch is summed in micro-batches of at most that many sequences:
+        each example is clipped on its own, so the sum is the same; only the memory of a pass changes."""
         def loss(model: torch.nn.Module, batch_inputs: dict[str, torch.Tensor]) -> torch.Tensor:
             with autocast(device):  # the forward pass only: clipping works in float32
                 return loss_fn(model, batch_inputs)
 
-        return clipping.clipped_sum(loss, inputs, len(batch), self.params.clip)
+        # Added in at least float32, so that micro-batches of a bf16 model round no more than one batch.
+        total = [torch.zeros_like(param, dtype=torch.promote_types(param.dtype, torch.float32)) for param in params]
+        for micro_batch in _micro_batches(batch, self.params.max_physical_batch):
+            inputs = {k: v.to(device) for k, v in collate(micro_batch, pad_id).items()}
+            for summed, part in zip(total, clipping.clipped_sum(loss, inputs, len(micro_batch), self.params.clip)):
+                summed.add_(part)
+        return [summed.to(param.dtype) for summed, param in zip(total, params)]
+
+
+def _micro_batches(batch: list[Any], size: int | None) -> list[list[Any]]:
+    """The batch in consecutive pieces of at most ``size`` examples (one piece without a size; none when empty)."""
+    step = size or max(len(batch), 1)
+    return [batch[start:start + step] for start in range(0, len(batch), step)]
 
 
 def _build(params: DpSgdParams, context: BuildContext) -> DpSgd:

@@ -92,10 +92,14 @@ class DpSgdParams(PrivateParams):
     batch_size: int = Field(16, ge=1, validation_alias=AliasChoices("batch_size", "expected_batch_size"),
                             description="batch size; dpsgd: expected Poisson batch size")
     lr: float = Field(1e-3, gt=0, description="learning rate (Adam) of step-based training")
-    per_sample: Literal["ghost", "opacus"] = Field(
+    per_sample: Literal["ghost", "exact", "opacus"] = Field(
         "ghost", description="dpsgd, selective: per-example clipping by ghost norms (fast; layers without a rule are "
-                             "materialised exactly) or by Opacus' per-sample gradients (slow reference; recurrent "
-                             "selective always uses Opacus)")
+                             "materialised exactly; a model family not verified for it takes the exact path with a "
+                             "warning), exact (each example's own backward pass: any model, slowest) or Opacus' "
+                             "per-sample gradients (recurrent selective always uses Opacus)")
+    max_physical_batch: int | None = Field(
+        None, ge=1, description="process the Poisson batch in micro-batches of at most this many sequences (memory); "
+                                "the sampled batch is never truncated or resized")
 
     @property
     def steps_run(self) -> int:

@@ -82,6 +82,8 @@ class SelectiveRecurrent(DpSgd):
 
     def __init__(self, params: SelectiveParams, n_examples: int, randomness: Randomness | None = None,
                  byte_tokens: bool = True):
+        if params.max_physical_batch is not None:  # its Opacus hooks switch on and off within one batch
+            raise ValueError("max_physical_batch is not supported by the recurrent Selective-DPSGD (LSTM)")
         self.byte_tokens = byte_tokens
         self.unit = BYTE_UNIT if byte_tokens else TOKEN_UNIT
         self.params: SelectiveParams = params

@@ -47,6 +47,9 @@ class _Call:
     kwargs: dict[str, Any]
     output: torch.Tensor | None
     version: int  # the output's version when recorded: a later in-place change would hide its gradient
+    # Where the layer's tensor inputs come from in the autograd graph (a node, or a leaf tensor): the
+    # check that no trainable parameter reaches the loss except through a recorded call resumes there.
+    sources: list[Any] = field(default_factory=list)
     grad: torch.Tensor | None = field(default=None)
 
 
@@ -84,10 +87,14 @@ class GhostClipping:
         if not isinstance(output, torch.Tensor):  # its parameters' gradients would silently be left out
             raise ValueError(f"ghost clipping has no per-example rule for {type(module).__name__}, whose output is "
                              "not one tensor; use per_sample='opacus'")
+        if not torch.is_grad_enabled():  # reentrant checkpointing: the gradient comes from a recomputation
+            raise ValueError(f"{type(module).__name__} ran without autograd inside the loss (reentrant activation "
+                             "checkpointing?): ghost clipping cannot see its parameters' gradient")
         if not output.requires_grad:
             return
         call = _Call(module, self._rules[module], tuple(_compute(a) for a in args),
-                     {k: _compute(v) for k, v in kwargs.items()}, output, output._version)
+                     {k: _compute(v) for k, v in kwargs.items()}, output, output._version,
+                     [_source(t) for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor) and t.requires_grad])
 
         def keep(grad: torch.Tensor) -> None:
             call.grad = grad.detach() if call.grad is None else call.grad + grad.detach()
@@ -122,11 +129,30 @@ class GhostClipping:
             if call.output is not None and call.output._version != call.version:
                 raise ValueError(f"the output of {type(call.module).__name__} was changed in place after the layer; "
                                  "ghost clipping cannot see its gradient: use per_sample='opacus'")
+        self._check_every_use_recorded(loss, calls)
         if calls:  # backward to the layers' outputs only (the hooks keep each gradient): no weight gradient
             torch.autograd.grad(loss * scale, [c.output for c in calls if c.output is not None], allow_unused=True)
         for call in calls:
-            call.output = None
+            call.output, call.sources = None, []
         return self._factors(calls, batch_size)
+
+    def _check_every_use_recorded(self, loss: torch.Tensor, calls: list[_Call]) -> None:
+        """Refuse a trainable parameter that reaches the loss other than inside a recorded call of a layer
+        that owns it (peft's LoRA embedding reads its ``ParameterDict`` directly; a parent module could use
+        a child's weight): no rule sees that use, so its gradient would silently be zero or incomplete.
+
+        Walks the loss's autograd graph (a few milliseconds, whatever the width), jumping over each recorded
+        call from its output to its inputs. What happens inside a call is not walked: a layer that used a
+        parameter it does not own (none in the verified models) would not be caught here."""
+        names = {id(p): name for name, p in self.model.named_parameters() if p.requires_grad}
+        layer_outputs: dict[Any, list[_Call]] = {}
+        for call in calls:
+            if call.output is not None and call.output.grad_fn is not None:
+                layer_outputs.setdefault(call.output.grad_fn, []).append(call)
+        unseen = sorted({names[id(t)] for t in _leaves_outside(loss.grad_fn, layer_outputs) if id(t) in names})
+        if unseen:
+            raise ValueError(f"trainable parameters reach the loss outside the layers that own them ({', '.join(unseen)}): "
+                             "ghost clipping cannot see their gradient; use the exact path (privacy.per_sample.exact)")
 
     def _factors(self, calls: list[_Call], batch_size: int) -> dict[nn.Parameter, list[Factor]]:
         out: dict[nn.Parameter, list[Factor]] = {}
@@ -210,6 +236,33 @@ def _total(tensors: Any) -> torch.Tensor:
     for tensor in iterator:
         total = total + tensor
     return total
+
+
+def _source(tensor: torch.Tensor) -> Any:
+    """The autograd node a layer input comes from, or the tensor itself when it is a leaf."""
+    return tensor.grad_fn if tensor.grad_fn is not None else tensor
+
+
+def _leaves_outside(root: Any, layer_outputs: dict[Any, list[_Call]]) -> list[torch.Tensor]:
+    """The leaf tensors the graph from ``root`` accumulates into, not counting paths inside recorded calls."""
+    leaves: list[torch.Tensor] = []
+    stack, seen = [root], set()
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, torch.Tensor):  # a leaf passed straight into a layer
+            leaves.append(node)
+            continue
+        sources = [s for call in layer_outputs.get(node, []) for s in call.sources]
+        if node in layer_outputs and not any(s is node for s in sources):  # a layer that returns its input is no jump
+            stack.extend(sources)
+        elif hasattr(node, "variable"):  # AccumulateGrad: a leaf used here
+            leaves.append(node.variable)
+        else:
+            stack.extend(next_node for next_node, _ in node.next_functions)
+    return leaves
 
 
 def _check_batch(call: _Call, grad: torch.Tensor, batch_size: int) -> None:

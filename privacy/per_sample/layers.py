@@ -1,9 +1,11 @@
 """Per-layer rules: from what a layer saw in the forward pass (its inputs) and the gradient of the loss
 at its output, the factors of each of its parameters' per-example gradients (:mod:`.factors`).
 
-Rules are registered by the layer's class (looked up along its MRO, so subclasses such as Opacus'
-``RNNLinear`` inherit them) under the class's qualified name, which keeps this module free of a
-transformers import. A layer with trainable parameters and no rule gets :func:`per_sample_by_functorch`:
+Rules are registered by the layer's class under the class's qualified name, which keeps this module free
+of a transformers import. A subclass inherits its base class's rule only if it does not override
+``forward`` (Opacus' ``RNNLinear`` does not); one that does computes something else (Gemma's scaled word
+embedding multiplies the lookup by ``embed_scale``), so the base rule would give wrong per-example
+gradients. A layer with trainable parameters and no rule gets :func:`per_sample_by_functorch`:
 its per-example gradients are materialised with ``torch.func`` (exact, slower, more memory), so ghost
 clipping covers any model and is fast where a rule exists.
 
@@ -45,10 +47,13 @@ def register_rule(*class_names: str) -> Callable[[Rule], Rule]:
 
 
 def rule_for(module: nn.Module) -> Rule:
-    """The registered rule of the module's class or nearest base class, else the ``torch.func`` path."""
+    """The registered rule of the module's class, or of the nearest base class whose ``forward`` the
+    classes in between inherit unchanged; else the ``torch.func`` path (exact for any layer)."""
     for cls in type(module).__mro__:
         if (rule := _RULES.get(_qualified(cls))) is not None:
             return rule
+        if "forward" in vars(cls):  # computes its own function: a base class's rule would not describe it
+            break
     return per_sample_by_functorch
 
 
@@ -107,6 +112,26 @@ def conv1d_transposed_linear(module: nn.Module, args: tuple[Any, ...], kwargs: d
 def embedding(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], grad: torch.Tensor) -> dict[nn.Parameter, Factor]:
     """A lookup: row ``id`` of the gradient gathers the output gradients of the tokens with that id; the
     padding index, which PyTorch never updates, gets nothing."""
+    return _lookup(module, args, kwargs, grad, scale=None)
+
+
+# Gemma's input embedding: ``nn.Embedding.forward(ids) * embed_scale`` (sqrt(hidden) in the weight's dtype).
+@register_rule("transformers.models.gemma.modeling_gemma.GemmaTextScaledWordEmbedding",
+               "transformers.models.gemma2.modeling_gemma2.Gemma2TextScaledWordEmbedding",
+               "transformers.models.gemma3.modeling_gemma3.Gemma3TextScaledWordEmbedding")
+def scaled_embedding(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                     grad: torch.Tensor) -> dict[nn.Parameter, Factor]:
+    """A lookup times a constant: the plain lookup's rule with the output gradient times ``embed_scale``
+    (as the forward pass rounds it, to the weight's dtype); without it a norm would be off by that scale."""
+    assert isinstance(module, nn.Embedding)
+    scale = getattr(module, "embed_scale", None)
+    if not isinstance(scale, torch.Tensor) or scale.numel() != 1:
+        return per_sample_by_functorch(module, args, kwargs, grad)
+    return _lookup(module, args, kwargs, grad, scale=scale.detach().to(module.weight.dtype))
+
+
+def _lookup(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], grad: torch.Tensor,
+            scale: torch.Tensor | None) -> dict[nn.Parameter, Factor]:
     assert isinstance(module, nn.Embedding)
     if module.max_norm is not None or module.scale_grad_by_freq or module.sparse:
         return per_sample_by_functorch(module, args, kwargs, grad)
@@ -115,6 +140,8 @@ def embedding(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], 
         return {}
     ids = args[0].reshape(args[0].shape[0], -1)
     g = grad.reshape(ids.shape[0], ids.shape[1], -1)
+    if scale is not None:
+        g = g * scale.to(device=g.device, dtype=g.dtype)
     if module.padding_idx is not None:
         g = torch.where((ids == module.padding_idx)[..., None], 0.0, g)
     return {weight: Outer(ids, g, module.num_embeddings, one_hot=True)}
@@ -133,6 +160,41 @@ def layer_norm(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
         normalized = F.layer_norm(x, module.normalized_shape, eps=module.eps)
         out[weight] = Dense((g * normalized).sum(dim=1))
     return out
+
+
+# y = w * x_hat (Llama, Qwen2, Mistral: x_hat rounded to the input's dtype first) or x_hat * (1 + w) (Gemma,
+# in float32), x_hat = x / sqrt(mean(x^2) + eps) over the last dimension, computed in float32 by both: either
+# way dy/dw = x_hat.
+@register_rule("transformers.models.llama.modeling_llama.LlamaRMSNorm",
+               "transformers.models.qwen2.modeling_qwen2.Qwen2RMSNorm",
+               "transformers.models.mistral.modeling_mistral.MistralRMSNorm")
+def rms_norm(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], grad: torch.Tensor) -> dict[nn.Parameter, Factor]:
+    """``w * x_hat``: per-example gradient ``sum_t g_t * x_hat_t``, small (the width), kept as it is."""
+    return _rms_norm(module, args, kwargs, grad, getattr(module, "variance_epsilon", None))
+
+
+@register_rule("transformers.models.gemma.modeling_gemma.GemmaRMSNorm",
+               "transformers.models.gemma2.modeling_gemma2.Gemma2RMSNorm",
+               "transformers.models.gemma3.modeling_gemma3.Gemma3RMSNorm")
+def rms_norm_plus_one(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                      grad: torch.Tensor) -> dict[nn.Parameter, Factor]:
+    """``x_hat * (1 + w)``: the same gradient as ``w * x_hat``."""
+    return _rms_norm(module, args, kwargs, grad, getattr(module, "eps", None))
+
+
+def _rms_norm(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], grad: torch.Tensor,
+              eps: object) -> dict[nn.Parameter, Factor]:
+    """The rule where the layer is the one it was written for (one positional input, a vector weight, a
+    float epsilon), else the exact fallback."""
+    weight = getattr(module, "weight", None)
+    if not _trainable(weight):
+        return {}
+    x = args[0] if len(args) == 1 and not kwargs else None
+    if not isinstance(x, torch.Tensor) or not isinstance(eps, float) or weight.shape != x.shape[-1:]:
+        return per_sample_by_functorch(module, args, kwargs, grad)
+    x, g = _tokens(x).float(), _tokens(grad)  # both layers normalise in float32, whatever their dtype
+    normalized = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return {weight: Dense((g * normalized.to(g.dtype)).sum(dim=1))}
 
 
 def per_sample_by_functorch(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],

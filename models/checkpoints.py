@@ -1,0 +1,50 @@
+"""Checkpoint folders as users download them (``config.json``, weights, tokenizer files): what kind of model
+a folder holds, and its identity (a content hash), read with nothing heavier than ``json`` and ``hashlib``,
+so configurations can resolve ``--model FOLDER`` without importing torch or transformers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from uedp.errors import UedpError
+
+CONFIG_FILE = "config.json"
+# What a folder's identity covers: the weights and everything that decides how they are used.
+_IDENTITY_SUFFIXES = (".safetensors", ".bin", ".json", ".model", ".txt", ".tiktoken")
+
+
+def is_checkpoint_folder(path: str | Path) -> bool:
+    return (Path(path) / CONFIG_FILE).is_file()
+
+
+def checkpoint_kind(path: str | Path) -> str:
+    """``classifier`` for a folder whose architecture is a sequence classifier, else ``causal-lm``."""
+    config_file = Path(path) / CONFIG_FILE
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UedpError(f"{path}: not a model kind (gpt2, llama, lstm, bert) nor a checkpoint folder "
+                        f"(no {CONFIG_FILE}); download one with `huggingface-cli download <name> --local-dir "
+                        "<dir>` and pass that dir") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UedpError(f"{config_file}: cannot read it as JSON ({exc})") from None
+    architectures = config.get("architectures") or []
+    return "classifier" if any(str(a).endswith("ForSequenceClassification") for a in architectures) else "causal-lm"
+
+
+def content_hash(path: str | Path) -> str:
+    """``sha256:`` of a checkpoint folder's files (names and bytes, in name order): the base model a LoRA
+    adapter or an ``--init-from`` run names, so loading it later can check it is the same one."""
+    folder = Path(path)
+    digest = hashlib.sha256()
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in _IDENTITY_SUFFIXES)
+    if not files:
+        raise UedpError(f"{folder}: no checkpoint files to identify")
+    for file in files:
+        digest.update(str(file.relative_to(folder)).encode() + b"\0")
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(block)
+    return f"sha256:{digest.hexdigest()}"

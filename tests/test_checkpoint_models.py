@@ -1,0 +1,214 @@
+"""Fine-tuning the models people download: a tiny Llama-family checkpoint folder the test saves (config,
+weights, its own tokenizer), passed as ``--model FOLDER`` and trained through the real CLI under dpsgd, userdp
+and uedp-bounded, fully and with LoRA; crashed and resumed; its logged adapter loaded back on its base;
+``--init-from`` a public run, and the refusals (the same text, a changed base, a folder of another kind)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+from typer.testing import CliRunner
+
+from uedp.cli import app
+from uedp.errors import UedpError
+from uedp.models.checkpoints import content_hash
+from uedp.models.saving import load_saved
+from uedp.services.config import TrainConfig
+from uedp.services.tracking import RunTracker
+
+from support import REPO, tiny_checkpoint
+
+DEMO = REPO / "uedp" / "data" / "demo.conll"
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_checkpoint(tmp_path_factory.mktemp("checkpoints") / "tiny-llama")
+
+
+@pytest.fixture(scope="module")
+def demo_home(tmp_path_factory: pytest.TempPathFactory, prefect_server: None) -> Path:
+    """The bundled demo corpus with gold entities, and a public corpus of other text (``pub``)."""
+    home = tmp_path_factory.mktemp("home")
+    public = home / "public.conll"
+    lines = DEMO.read_text(encoding="utf-8").splitlines()[:400]
+    public.write_text("\n".join(line.replace("the ", "a ") for line in lines) + "\n", encoding="utf-8")
+    for args in (["ingest", "conll2003", str(DEMO), "--name", "demo"], ["detect", "demo", "--detector", "gold"],
+                 ["ingest", "conll2003", str(public), "--name", "pub"]):
+        result = runner.invoke(app, [*args, "--home", str(home)])
+        assert result.exit_code == 0, result.output
+    return home
+
+
+def _train(home: Path, *args: str) -> str:
+    result = runner.invoke(app, ["train", "demo", "--home", str(home), "--seeded", *args])
+    assert result.exit_code == 0, result.output
+    return result.stdout.split("MLflow run: ")[1].split()[0]
+
+
+MECHANISMS = {"dpsgd": ["--steps", "4", "--batch-size", "16"],
+              "userdp": ["--rounds", "4", "--q-user", "0.3", "--local-steps", "1"],
+              "uedp-bounded": ["--rounds", "4", "--q-user", "0.3", "--local-steps", "1", "--holders-per-entity", "2"]}
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+@pytest.mark.parametrize("mechanism", list(MECHANISMS))
+def test_a_llama_checkpoint_folder_trains_crashes_and_resumes_under_each_mechanism(
+        demo_home: Path, llama: Path, mechanism: str, lora: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    args = ["--model", str(llama), "--mechanism", mechanism, *MECHANISMS[mechanism], "--checkpoint-every", "2",
+            *(["--lora-rank", "2"] if lora else [])]
+    original = RunTracker.log_metrics
+    saved: dict[str, torch.Tensor] = {}
+
+    def crash_at_round_3(self, metrics, step=0):  # type: ignore[no-untyped-def]
+        if step == 3 and "epsilon" in metrics:
+            (checkpoint,) = (demo_home / "checkpoints").glob("demo-*/checkpoint.pt")
+            saved.update(torch.load(checkpoint, weights_only=False)["objects"]["model"])
+            raise KeyboardInterrupt  # the process dies after round 3, after the checkpoint of round 2
+        return original(self, metrics, step)
+
+    monkeypatch.setattr(RunTracker, "log_metrics", crash_at_round_3)
+    crashed = runner.invoke(app, ["train", "demo", "--home", str(demo_home), "--seeded", *args])
+    assert crashed.exit_code != 0
+    monkeypatch.setattr(RunTracker, "log_metrics", original)
+    run_id = _train(demo_home, *args)
+
+    run = MlflowClient(tracking_uri=f"sqlite:///{demo_home / 'mlflow.db'}").get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.params["resumed_from_round"] == "2"
+    assert 0 < run.data.metrics["final_epsilon"] < float("inf") and run.data.metrics["perplexity_test"] > 1
+    assert str(llama.resolve()) in run.data.params["privacy_public"] and content_hash(llama) in \
+        run.data.params["privacy_public"]
+    total, trainable = int(run.data.params["model_parameters"]), int(run.data.params["trainable_parameters"])
+    if lora:  # only the adapters train, and only they are in the resumable checkpoint
+        assert trainable < total / 10 and saved and all("lora_" in name for name in saved)
+    else:
+        assert trainable == total and any("embed_tokens" in name for name in saved)
+
+
+def test_a_lora_run_logs_its_adapter_and_base_and_evaluation_loads_them_back(demo_home: Path, llama: Path,
+                                                                             tmp_path: Path) -> None:
+    run_id = _train(demo_home, "--model", str(llama), "--mechanism", "dpsgd", "--steps", "2", "--lora-rank", "4",
+                    "--log-model")
+    tracker = RunTracker.attach(_home(demo_home), run_id)
+    folder = tracker.download("model", tmp_path)
+    assert folder is not None and (folder / "adapter_config.json").is_file() and not (folder / "model.safetensors").exists()
+    base = json.loads((folder / "base.json").read_text())
+    assert base == {"kind": "causal-lm", "source": str(llama.resolve()), "content_hash": content_hash(llama)}
+
+    from uedp.models.batching import encode
+    from uedp.models.metrics import perplexity
+    from uedp.models.tokenization import load_tokenizer
+    from uedp.storage.catalog import Catalog
+
+    model, tokenizer = load_saved(folder, "causal-lm"), load_tokenizer(folder)
+    with Catalog(_home(demo_home), "demo") as catalog:
+        texts = [text for _, _, text in catalog.sentences("test")]
+    logged = tracker.client.get_run(run_id).data.metrics["perplexity_test"]
+    assert perplexity(model, encode(tokenizer, texts, 96), tokenizer.pad_token_id, torch.device("cpu")) == \
+        pytest.approx(logged, rel=1e-5)
+
+    changed = tmp_path / "changed"  # the same path, other weights: the adapter is not put on it silently
+    shutil.copytree(llama, changed)
+    tiny_checkpoint(changed, seed=1)
+    (folder / "base.json").write_text(json.dumps({**base, "source": str(changed)}))
+    with pytest.raises(UedpError, match="now holds sha256:"):
+        load_saved(folder, "causal-lm")
+
+
+def test_init_from_a_public_run_is_named_in_the_statement_and_a_run_on_the_same_text_is_refused(
+        demo_home: Path, llama: Path) -> None:
+    public_run = runner.invoke(app, ["train", "pub", "--home", str(demo_home), "--model", str(llama), "--mechanism",
+                                     "noiseless", "--steps", "3", "--log-model"])
+    assert public_run.exit_code == 0, public_run.output
+    public_id = public_run.stdout.split("MLflow run: ")[1].split()[0]
+    run_id = _train(demo_home, "--model", str(llama), "--init-from", public_id, "--mechanism", "dpsgd", "--steps", "2",
+                    "--lora-rank", "2")
+    public = MlflowClient(tracking_uri=f"sqlite:///{demo_home / 'mlflow.db'}").get_run(run_id).data.params["privacy_public"]
+    assert f"the initial model: run {public_id} (noiseless on dataset 'pub'" in public
+
+    copy = runner.invoke(app, ["ingest", "conll2003", str(DEMO), "--name", "demo-copy", "--home", str(demo_home)])
+    assert copy.exit_code == 0, copy.output
+    for dataset in ("demo", "demo-copy"):  # the same text under another name is the same text
+        on_private = runner.invoke(app, ["train", dataset, "--home", str(demo_home), "--model", str(llama),
+                                         "--mechanism", "noiseless", "--steps", "1", "--log-model"])
+        private_id = on_private.stdout.split("MLflow run: ")[1].split()[0]
+        refused = runner.invoke(app, ["train", "demo", "--home", str(demo_home), "--model", str(llama), "--init-from",
+                                      private_id, "--mechanism", "dpsgd", "--steps", "1"])
+        assert refused.exit_code == 2 and f"that run trained on '{dataset}', the text this run protects" in refused.output
+
+
+def test_a_folder_resolves_to_its_kind_and_own_tokenizer_and_a_wrong_one_is_refused(llama: Path, tmp_path: Path) -> None:
+    config = TrainConfig(dataset="demo", mechanism="dpsgd", model=str(llama))
+    assert (config.model, config.model_size, config.tokenizer, config.task) == ("causal-lm", str(llama), str(llama), "lm")
+    with pytest.raises(UedpError, match=r"not a model kind .* nor a checkpoint folder"):
+        TrainConfig(dataset="demo", mechanism="dpsgd", model=str(tmp_path / "nowhere"))
+    with pytest.raises(ValueError, match=r"LoRA .* not lstm"):
+        TrainConfig(dataset="demo", mechanism="dpsgd", model="lstm", lora_rank=4)
+
+    from transformers import BertConfig, BertForMaskedLM
+
+    from uedp.models.causal_lm import load_causal_lm
+    from uedp.models.gpt2 import load_gpt2
+
+    encoder = tmp_path / "encoder"
+    BertForMaskedLM(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                               is_decoder=False)).save_pretrained(encoder)
+    with pytest.raises(UedpError, match="holds a BertForMaskedLM checkpoint, not a causal language model"):
+        load_causal_lm(encoder)
+    with pytest.raises(UedpError, match="holds a llama checkpoint"):
+        load_gpt2(llama)
+
+
+def test_a_classifier_folder_trains_as_a_classifier_with_lora_on_the_exact_path(tmp_path: Path,
+                                                                               prefect_server: None) -> None:
+    """A ``...ForSequenceClassification`` folder: its own tokenizer, an error rate, and (Qwen2's classifier
+    is not a verified family) each example's own backward pass, said in one warning naming the class."""
+    rows = [{"text": ["the match ended with a late goal", "shares fell as the market closed"][i % 2] + f" ({i})",
+             "label": str(i % 2 + 1), "user": f"u{i % 10}", "split": "test" if i >= 50 else "train"} for i in range(60)]
+    corpus = tmp_path / "news.jsonl"
+    corpus.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    home = tmp_path / "home"
+    ingested = runner.invoke(app, ["ingest", "jsonl", str(corpus), "--name", "news", "--text-col", "text", "--user-col",
+                                   "user", "--label-col", "label", "--split-col", "split", "--home", str(home)])
+    assert ingested.exit_code == 0, ingested.output
+    folder = tiny_checkpoint(tmp_path / "tiny-qwen2-classifier", family="qwen2", num_labels=2)
+    unverified = "ghost clipping is not verified for PeftModelForSequenceClassification around Qwen2ForSequenceClassification"
+    with pytest.warns(UserWarning, match=unverified):
+        result = runner.invoke(app, ["train", "news", "--home", str(home), "--model", str(folder), "--mechanism",
+                                     "dpsgd", "--steps", "2", "--lora-rank", "2", "--seeded"])
+    assert result.exit_code == 0, result.output
+    assert "dpsgd-tiny-qwen2-classifier-lora2-s0: epsilon" in result.stdout and "test error" in result.stdout
+
+
+def _home(root: Path):  # type: ignore[no-untyped-def]
+    from uedp.storage.home import DataHome
+
+    return DataHome.from_env(root)
+
+
+def test_a_lora_model_on_a_preset_is_saved_with_its_base_and_loads_back_to_the_same_outputs(tmp_path: Path) -> None:
+    """A preset's base is no folder anywhere: its own weights (not peft's wrapped names) travel with the adapter."""
+    from uedp.models.causal_lm import build_llama
+    from uedp.models.lora import LoraSettings, with_lora
+    from uedp.models.saving import BaseIdentity, save_model
+
+    from support import TOKENIZER
+
+    torch.manual_seed(0)
+    model = with_lora(build_llama("tiny", len(TOKENIZER), TOKENIZER.eos_token_id), LoraSettings(rank=2, alpha=4.0))
+    for name, param in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(param, std=0.1)  # a trained adapter, not peft's zero start
+    save_model(model, TOKENIZER, tmp_path / "saved", BaseIdentity("causal-lm", "preset tiny"))
+    assert (tmp_path / "saved" / "base" / "model.safetensors").is_file()
+    reloaded = load_saved(tmp_path / "saved", "llama")
+    ids = torch.tensor([[5, 17, 99, 200, 3]])
+    model.eval()
+    with torch.no_grad():
+        assert torch.allclose(model(input_ids=ids).logits, reloaded(input_ids=ids).logits, atol=1e-6)
