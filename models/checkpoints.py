@@ -11,17 +11,29 @@ from pathlib import Path
 from uedp.errors import UedpError
 
 CONFIG_FILE = "config.json"
-# What a folder's identity covers: the weights and everything that decides how they are used.
-_IDENTITY_SUFFIXES = (".safetensors", ".bin", ".json", ".model", ".txt", ".tiktoken")
+# What a folder's identity covers: the weights and the files that decide how they are used, by name and at
+# the top level only. Anything else a user keeps beside them (their own data, notes) is never hashed: the
+# hash is released, and a hash of private bytes would let anyone test guesses of them.
+_IDENTITY_NAMES = frozenset({"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                             "special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt", "merges.txt",
+                             "tokenizer.model", "spiece.model", "sentencepiece.bpe.model", "chat_template.jinja",
+                             "adapter_config.json", "base.json"})
+_IDENTITY_SUFFIXES = (".safetensors", ".bin", ".tiktoken", ".safetensors.index.json", ".bin.index.json")
 
 
 def is_checkpoint_folder(path: str | Path) -> bool:
-    return (Path(path) / CONFIG_FILE).is_file()
+    return bool(str(path)) and (Path(path).expanduser() / CONFIG_FILE).is_file()
+
+
+def has_tokenizer(path: str | Path) -> bool:
+    """Whether a folder ships its own tokenizer (a fast tokenizer file or a tokenizer config)."""
+    folder = Path(path).expanduser()
+    return (folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file()
 
 
 def checkpoint_kind(path: str | Path) -> str:
     """``classifier`` for a folder whose architecture is a sequence classifier, else ``causal-lm``."""
-    config_file = Path(path) / CONFIG_FILE
+    config_file = Path(path).expanduser() / CONFIG_FILE
     try:
         config = json.loads(config_file.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -34,16 +46,21 @@ def checkpoint_kind(path: str | Path) -> str:
     return "classifier" if any(str(a).endswith("ForSequenceClassification") for a in architectures) else "causal-lm"
 
 
+def is_identity_file(name: str) -> bool:
+    return name in _IDENTITY_NAMES or name.endswith(_IDENTITY_SUFFIXES)
+
+
 def content_hash(path: str | Path) -> str:
-    """``sha256:`` of a checkpoint folder's files (names and bytes, in name order): the base model a LoRA
-    adapter or an ``--init-from`` run names, so loading it later can check it is the same one."""
+    """``sha256:`` of a checkpoint folder's model files (names and bytes, in name order; see
+    :func:`is_identity_file`): the base model a LoRA adapter or an ``--init-from`` run names, so loading it
+    later can check it is the same one."""
     folder = Path(path)
     digest = hashlib.sha256()
-    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in _IDENTITY_SUFFIXES)
+    files = sorted(p for p in folder.iterdir() if p.is_file() and is_identity_file(p.name))
     if not files:
         raise UedpError(f"{folder}: no checkpoint files to identify")
     for file in files:
-        digest.update(str(file.relative_to(folder)).encode() + b"\0")
+        digest.update(file.name.encode() + b"\0")
         with file.open("rb") as handle:
             for block in iter(lambda: handle.read(1 << 22), b""):
                 digest.update(block)

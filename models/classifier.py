@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 from transformers import AutoModelForSequenceClassification, BertConfig, BertForSequenceClassification, PreTrainedModel
 
 from uedp.errors import UedpError
@@ -34,7 +35,7 @@ def load_classifier(name_or_path: str | Path, num_labels: int) -> PreTrainedMode
     try:
         model: PreTrainedModel
         model, info = AutoModelForSequenceClassification.from_pretrained(
-            str(name_or_path), num_labels=num_labels, output_loading_info=True
+            str(name_or_path), num_labels=num_labels, dtype=torch.float32, output_loading_info=True
         )
     except (OSError, ValueError) as exc:
         raise UedpError(
@@ -48,6 +49,7 @@ def load_classifier(name_or_path: str | Path, num_labels: int) -> PreTrainedMode
 def load_trained_classifier(path: str | Path) -> PreTrainedModel:
     """A classifier uedp trained and saved (head included): every weight must be in the folder."""
     model: PreTrainedModel
-    model, info = AutoModelForSequenceClassification.from_pretrained(str(path), output_loading_info=True)
+    model, info = AutoModelForSequenceClassification.from_pretrained(str(path), dtype=torch.float32,
+                                                                     output_loading_info=True)
     refuse_missing_weights(path, info["missing_keys"])
     return model

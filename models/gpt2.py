@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import torch
 from transformers import AutoConfig, GPT2Config, GPT2LMHeadModel
 
 from uedp.errors import UedpError
@@ -44,7 +45,7 @@ def load_gpt2(name_or_path: str | Path) -> GPT2LMHeadModel:
                             "--model gpt2 would load it as a GPT-2 with every weight newly initialised")
         # output_loading_info makes from_pretrained return (model, {"missing_keys": ..., ...})
         loaded: tuple[GPT2LMHeadModel, dict[str, Any]] = GPT2LMHeadModel.from_pretrained(  # type: ignore[assignment]
-            str(name_or_path), output_loading_info=True)
+            str(name_or_path), dtype=torch.float32, output_loading_info=True)
         model, info = loaded
     except (OSError, ValueError) as exc:
         raise UedpError(

@@ -31,8 +31,10 @@ def with_lora(model: torch.nn.Module, settings: LoraSettings, classifier: bool =
     """``model`` with LoRA adapters; every other weight frozen (a classifier's new head trains too)."""
     if not isinstance(model, PreTrainedModel):
         raise UedpError(f"LoRA adapts Hugging Face transformers models, not {type(model).__name__}")
-    config = LoraConfig(r=settings.rank, lora_alpha=settings.alpha,  # type: ignore[arg-type]  # peft annotates int, scales by any number lora_dropout=0.0,
-                        target_modules=list(settings.targets) or None, task_type="SEQ_CLS" if classifier else "CAUSAL_LM")
+    config = LoraConfig(r=settings.rank,
+                        lora_alpha=settings.alpha,  # type: ignore[arg-type]  # peft annotates int; any number scales
+                        lora_dropout=0.0, target_modules=list(settings.targets) or None,
+                        task_type="SEQ_CLS" if classifier else "CAUSAL_LM")
     try:
         with warnings.catch_warnings():  # peft reads transformers' deprecated is_gradient_checkpointing
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)

@@ -30,7 +30,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from uedp.detection.categories import Categories, default_categories
-from uedp.models.checkpoints import checkpoint_kind
+from uedp.models.checkpoints import checkpoint_kind, has_tokenizer, is_checkpoint_folder
 from uedp.models.presets import (
     CHECKPOINT_KINDS,
     LORA_KINDS,
@@ -117,15 +117,28 @@ class RunSettings(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _checkpoint_folder(cls, data: Any) -> Any:
-        """``model=FOLDER``: the folder's kind (causal LM or classifier) with the folder as its checkpoint; a
-        checkpoint kind trains with the folder's own tokenizer unless one is named."""
+        """``model=FOLDER``: the folder's kind (causal LM or classifier) with the folder as its checkpoint, and
+        a llama folder is any causal LM's; folders are named by their absolute path (the same checkpoint, the
+        same fingerprint, wherever the command ran). A checkpoint kind trains with the folder's own tokenizer
+        unless another folder is named (the byte tokenizer never fits a downloaded checkpoint); so does
+        ``--init-from FOLDER``."""
         if not isinstance(data, dict):
             return data
+        data = dict(data)
         model = data.get("model")
         if isinstance(model, str) and model not in SIZE_PRESETS:
-            data = {**data, "model": checkpoint_kind(model), "model_size": model}
-        if data.get("model") in CHECKPOINT_KINDS and data.get("tokenizer") is None:
-            data = {**data, "tokenizer": data.get("model_size")}
+            data["model"], data["model_size"] = checkpoint_kind(model), model
+        size = data.get("model_size")
+        if data.get("model") == "llama" and isinstance(size, str) and is_checkpoint_folder(size):
+            data["model"] = "causal-lm"
+        for key in ("model_size", "init_from", "tokenizer"):
+            if isinstance(data.get(key), str) and is_checkpoint_folder(data[key]):
+                data[key] = str(Path(data[key]).expanduser().resolve())
+        own = data.get("init_from") if is_checkpoint_folder(str(data.get("init_from") or "")) else None
+        if data.get("model") in CHECKPOINT_KINDS and isinstance(data.get("model_size"), str):
+            own = own or data["model_size"]
+        if own is not None and data.get("tokenizer") in (None, "byte") and has_tokenizer(own):
+            data["tokenizer"] = own
         return data
 
     @model_validator(mode="after")
@@ -136,6 +149,8 @@ class RunSettings(BaseModel):
             raise ValueError(f"LoRA (lora_rank) adapts Hugging Face transformers models, not {self.model}")
         if (self.lora_targets or self.lora_alpha is not None) and not self.lora_rank:
             raise ValueError("lora_alpha and lora_targets need lora_rank > 0")
+        if self.gradient_checkpointing and self.model == "lstm":
+            raise ValueError("gradient checkpointing is for Hugging Face transformers models, not the lstm")
         return self
 
     @property
@@ -191,6 +206,8 @@ class TrainConfig(RunSettings):
         self.spec.check(self.params, self.shape)
         if (self.canaries or self.audit_canaries) and self.task != "lm":
             raise ValueError("canaries are planted in language-model training text (not for classifiers)")
+        if self.lora_rank and getattr(self.params, "vectorize_users", False):
+            raise ValueError("vectorize_users trains every weight of a GPT-2; with LoRA leave it off")
         if self.audit_canaries:
             if isinstance(self.spec.audit, str):
                 raise ValueError(f"audit canaries: {self.mechanism} cannot be audited this way: {self.spec.audit}")

@@ -2,14 +2,17 @@
 model a finished run logged; with LoRA adapters when asked; and what the privacy statement says about it.
 
 Whatever the starting weights saw is outside the run's epsilon, so the statement names them as public: the
-checkpoint folder and its content hash, or the run and the dataset it trained on. Starting from a run on
-this same dataset would carry that dataset into the model outside epsilon, so it is refused.
+checkpoint folder and its content hash, or the run and the dataset it trained on. Starting from weights
+trained, at any remove, on this same text would carry it into the model outside epsilon, so a run whose
+lineage (its dataset and those of the runs it started from, by keyed content id) holds this dataset's text
+is refused. The origin of a plain folder cannot be checked; the statement says so.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -27,6 +30,13 @@ from uedp.services.config import TrainConfig
 from uedp.storage.home import DataHome
 
 INIT_RUN_FILE = "init_run.json"
+RESOLVED_CONFIG = "resolved_config.json"
+# The tag a run carries: the keyed content ids of every dataset its starting weights were trained on.
+LINEAGE_TAG = "uedp.initial_lineage"
+_RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+# How a saved model of each kind loads back (the model class a run of that kind logs).
+_LOADS_AS = {"gpt2": "gpt2", "lstm": "lstm", "llama": "causal-lm", "causal-lm": "causal-lm", "bert": "classifier",
+             "classifier": "classifier"}
 
 
 @dataclass(frozen=True)
@@ -37,10 +47,16 @@ class Start:
     folder: Path | None = None  # the checkpoint or downloaded run model the weights load from; None: a preset
     kind: str = ""  # how ``folder`` loads (the model kind it was saved as)
     public: tuple[str, ...] = field(default_factory=tuple)  # what the statement names as public
+    content_hash: str = ""  # of ``folder``'s model files, computed once (statement, LoRA's base, resume check)
+    lineage: tuple[str, ...] = ()  # keyed ids of the datasets the starting weights were trained on
 
 
 def init_folder(home: DataHome, run_id: str) -> Path:
-    """The model run ``run_id`` logged, downloaded once into the data home (``init/<run_id>``)."""
+    """The model run ``run_id`` logged, downloaded once into the data home (``init/<run_id>``), with its
+    configuration and lineage beside it."""
+    if not _RUN_ID.match(run_id):
+        raise UedpError(f"--init-from {run_id}: neither a checkpoint folder (no config.json there) nor an MLflow "
+                        "run id (32 hexadecimal characters, as `uedp train` prints it)")
     folder = home.root / "init" / run_id
     if folder.is_dir():
         return folder
@@ -51,14 +67,18 @@ def init_folder(home: DataHome, run_id: str) -> Path:
     folder.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder.parent) as tmp:  # nothing half-downloaded is ever used
         model = tracker.download("model", Path(tmp))
-        config = tracker.download("resolved_config.json", Path(tmp))
+        config = tracker.download(RESOLVED_CONFIG, Path(tmp))
         if model is None or config is None:
             raise UedpError(f"--init-from {run_id}: the run logged no model; train it with --log-model")
-        shutil.move(str(config), model / "resolved_config.json")
+        shutil.move(str(config), model / RESOLVED_CONFIG)
         tags = tracker.client.get_run(run_id).data.tags
-        (model / INIT_RUN_FILE).write_text(json.dumps({"run_id": run_id, "dataset_id": tags.get("uedp.dataset_id")}),
-                                          encoding="utf-8")
-        os.replace(model, folder)
+        lineage = [tags.get("uedp.dataset_id", ""), *filter(None, tags.get(LINEAGE_TAG, "").split(","))]
+        (model / INIT_RUN_FILE).write_text(json.dumps({"run_id": run_id, "lineage": lineage}), encoding="utf-8")
+        try:
+            os.replace(model, folder)
+        except OSError:  # another process (a torchrun rank) put it there first: the same files
+            if not folder.is_dir():
+                raise
     return folder
 
 
@@ -67,34 +87,47 @@ def resolve_start(home: DataHome, config: TrainConfig, dataset_id: str) -> Start
     (``dataset_id``: this run's dataset's keyed content id, which a run on the same text under another
     name shares)."""
     if config.init_from is None:
-        if config.model_size in SIZE_PRESETS[config.model]:
+        if config.model_size in SIZE_PRESETS[config.model] or not is_checkpoint_folder(config.model_size):
             return Start(config.tokenizer)
-        folder = Path(config.model_size)
-        public = (_checkpoint_public(folder),) if is_checkpoint_folder(folder) else ()
-        return Start(config.tokenizer, folder if public else None, config.model, public)
-    if is_checkpoint_folder(config.init_from):  # a folder someone else trained
-        folder = Path(config.init_from)
-        return Start(str(folder), folder, config.model, (_checkpoint_public(folder),))
-    folder = init_folder(home, config.init_from)
-    logged = json.loads((folder / "resolved_config.json").read_text(encoding="utf-8"))
+        return _from_folder(config, Path(config.model_size), config.model)
+    if _is_run_folder(Path(config.init_from)):  # a run's model as --init-from downloads it: checked as the run
+        return _from_run(config, Path(config.init_from), dataset_id, Path(config.init_from).name)
+    if is_checkpoint_folder(config.init_from):
+        return _from_folder(config, Path(config.init_from), config.model)
+    return _from_run(config, init_folder(home, config.init_from), dataset_id, config.init_from)
+
+
+def _is_run_folder(folder: Path) -> bool:
+    return (folder / INIT_RUN_FILE).is_file() and (folder / RESOLVED_CONFIG).is_file()
+
+
+def _from_folder(config: TrainConfig, folder: Path, kind: str) -> Start:
+    digest = content_hash(folder)
+    public = f"the initial model: checkpoint {folder.resolve()} ({digest}), and whatever it was trained on (not checked)"
+    return Start(config.tokenizer, folder, kind, (public,), digest)
+
+
+def _from_run(config: TrainConfig, folder: Path, dataset_id: str, run_id: str) -> Start:
+    logged = json.loads((folder / RESOLVED_CONFIG).read_text(encoding="utf-8"))
     init = TrainConfig.from_logged(logged["config"])
-    init_run = json.loads((folder / INIT_RUN_FILE).read_text(encoding="utf-8"))
-    if init.dataset == config.dataset or init_run.get("dataset_id") == dataset_id:
-        raise UedpError(f"--init-from {config.init_from}: that run trained on {init.dataset!r}, the text this run "
-                        f"protects ({config.dataset!r}); its model would carry that text outside epsilon. Start from "
-                        "a run on public text")
-    if task_of(init.model) != config.task:
-        raise UedpError(f"--init-from {config.init_from}: that run trained a {task_of(init.model)} model, this run a "
-                        f"{config.task} model")
+    lineage = tuple(json.loads((folder / INIT_RUN_FILE).read_text(encoding="utf-8")).get("lineage", ()))
+    if init.dataset == config.dataset or dataset_id in lineage:
+        raise UedpError(f"--init-from {run_id}: that run's weights were trained on the text this run protects "
+                        f"({config.dataset!r}; it trained on {init.dataset!r}, or started from a run that did): its "
+                        "model would carry that text outside epsilon. Start from a run on public text")
+    if config.task == "classification":
+        raise UedpError("--init-from a run starts language models; a classifier starts from a checkpoint folder "
+                        "(--model FOLDER)")
+    if _LOADS_AS[init.model] != _LOADS_AS[config.model]:
+        raise UedpError(f"--init-from {run_id}: that run trained a {init.model} model; pass --model {init.model}")
+    if init.tokenizer != config.tokenizer:
+        raise UedpError(f"--init-from {run_id}: that run's tokenizer is {init.tokenizer!r}; pass --tokenizer "
+                        f"{init.tokenizer}")
     prefix = "the initial model: "
     earlier = [p.removeprefix(prefix) for p in logged.get("privacy", {}).get("public", ()) if p.startswith(prefix)]
-    public = (f"{prefix}run {config.init_from} ({init.mechanism} on dataset {init.dataset!r}, whose text is treated "
-              f"as public{'; it started from ' + earlier[0] if earlier else ''})",)
-    return Start(str(folder), folder, init.model, public)
-
-
-def _checkpoint_public(folder: Path) -> str:
-    return f"the initial model: checkpoint {folder.resolve()} ({content_hash(folder)}) and whatever it was trained on"
+    public = (f"{prefix}run {run_id} ({init.mechanism} on dataset {init.dataset!r}, whose text is treated as public"
+              f"{'; it started from ' + earlier[0] if earlier else ''})",)
+    return Start(str(folder), folder, init.model, public, content_hash(folder), lineage)
 
 
 def start_model(config: TrainConfig, start: Start, tokenizer: Any, num_labels: int | None) -> torch.nn.Module:
@@ -106,13 +139,16 @@ def start_model(config: TrainConfig, start: Start, tokenizer: Any, num_labels: i
         model = load_saved(start.folder, start.kind)
         if (start.folder / ADAPTER_CONFIG).is_file():
             model = model.merge_and_unload()  # type: ignore[operator]  # peft: the adapted weights as plain ones
-        check_vocabulary(model, tokenizer, str(start.folder))
+        model.requires_grad_(True)  # peft loads an adapter frozen; every weight trains unless LoRA is asked
+        if hasattr(model, "get_input_embeddings"):
+            check_vocabulary(model, tokenizer, str(start.folder))
+    config_of = getattr(model, "config", None)
+    if config.task == "classification" and config_of is not None and config_of.pad_token_id is None:
+        config_of.pad_token_id = tokenizer.pad_token_id  # decoder classifiers find each row's last token by it
     if config.gradient_checkpointing:
-        if not hasattr(model, "gradient_checkpointing_enable"):
-            raise UedpError(f"gradient checkpointing is for Hugging Face transformers models, not {config.model}")
         # non-reentrant: the kind ghost clipping's hooks see (the reentrant kind is refused by it)
-        model.gradient_checkpointing_enable(  # type: ignore[operator]  # a transformers method torch's typing hides
-            gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(  # type: ignore[operator]  # a transformers method torch's typing hides
+            activation_checkpointing_kwargs={"use_reentrant": False})
     if config.lora_rank:
         from uedp.models.lora import LoraSettings, with_lora
 
@@ -130,7 +166,7 @@ def base_identity(config: TrainConfig, start: Start) -> BaseIdentity | None:
     folder = start.folder
     if folder is not None and not (folder / ADAPTER_CONFIG).is_file():
         kind = start.kind if config.init_from is not None else config.model
-        return BaseIdentity(kind, str(folder.resolve()), content_hash(folder))
+        return BaseIdentity(kind, str(folder.resolve()), start.content_hash)
     return BaseIdentity(_saved_kind(config, start), f"preset {config.model_size}" if folder is None else str(folder))
 
 

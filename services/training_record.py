@@ -18,7 +18,7 @@ from uedp.models.parallel import Ranks
 from uedp.privacy.mechanisms.base import Checkpointer, RoundReport
 from uedp.services.audit_plan import Participation, participation, releasable
 from uedp.services.config import TrainConfig
-from uedp.services.initial_model import base_identity
+from uedp.services.initial_model import LINEAGE_TAG, base_identity
 from uedp.services.tracking import RunTracker
 from uedp.services.training_run import Observer, RunOutcome
 from uedp.services.training_setup import Setup, keyed_table_id, unit_of
@@ -127,6 +127,8 @@ def _tags(home: DataHome, config: TrainConfig, s: Setup, flow_run_id: str | None
         "uedp.device": str(s.device), "uedp.config_fingerprint": config.fingerprint(),
         "uedp.randomness": config.randomness if config.is_private else "none",
     }
+    if s.start is not None and s.start.lineage:  # what --init-from of this run's model must refuse
+        tags[LINEAGE_TAG] = ",".join(s.start.lineage)
     if config.is_private and config.randomness == "seeded":
         tags["uedp.guarantee"] = "void against anyone who knows the seed (seeded randomness)"
     if flow_run_id:

@@ -126,8 +126,10 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
         # run_training makes the release before torchrun starts; a rank drawing its own would train on a
         # second release (a different one: releases are secure by default), and two releases compose.
         raise RuntimeError(f"rank {ranks.rank}: the local-DP release {release.dataset} was not made before torchrun")
+    # A checkpoint holds only what trains (LoRA's adapters): resuming on a base whose files changed is refused.
     checkpoint = Checkpointer(home.checkpoint_dir(config.dataset, config.fingerprint()), config.checkpoint_every,
-                              config.fingerprint(), writes=ranks.is_main)
+                              config.fingerprint() + (f"+{start.content_hash}" if start.content_hash else ""),
+                              writes=ranks.is_main)
     if release is None:
         check_entity_identity(home, config.dataset)
     with Catalog(home, release.dataset if release else config.dataset) as catalog:

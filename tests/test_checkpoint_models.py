@@ -134,13 +134,40 @@ def test_init_from_a_public_run_is_named_in_the_statement_and_a_run_on_the_same_
 
     copy = runner.invoke(app, ["ingest", "conll2003", str(DEMO), "--name", "demo-copy", "--home", str(demo_home)])
     assert copy.exit_code == 0, copy.output
+    refusal = "that run's weights were trained on the text this run protects"
     for dataset in ("demo", "demo-copy"):  # the same text under another name is the same text
-        on_private = runner.invoke(app, ["train", dataset, "--home", str(demo_home), "--model", str(llama),
-                                         "--mechanism", "noiseless", "--steps", "1", "--log-model"])
-        private_id = on_private.stdout.split("MLflow run: ")[1].split()[0]
+        private_id = _run_id(runner.invoke(app, ["train", dataset, "--home", str(demo_home), "--model", str(llama),
+                                                 "--mechanism", "noiseless", "--steps", "1", "--log-model"]))
         refused = runner.invoke(app, ["train", "demo", "--home", str(demo_home), "--model", str(llama), "--init-from",
                                       private_id, "--mechanism", "dpsgd", "--steps", "1"])
-        assert refused.exit_code == 2 and f"that run trained on '{dataset}', the text this run protects" in refused.output
+        assert refused.exit_code == 2 and refusal in refused.output
+        # at one remove: a run on public text that started from it carries it too
+        laundered = _run_id(runner.invoke(app, ["train", "pub", "--home", str(demo_home), "--model", str(llama),
+                                                "--init-from", private_id, "--mechanism", "noiseless", "--steps", "1",
+                                                "--log-model"]))
+        refused = runner.invoke(app, ["train", "demo", "--home", str(demo_home), "--model", str(llama), "--init-from",
+                                      laundered, "--mechanism", "dpsgd", "--steps", "1"])
+        assert refused.exit_code == 2 and refusal in refused.output
+
+    mismatched = runner.invoke(app, ["train", "demo", "--home", str(demo_home), "--model", "gpt2", "--init-from",
+                                     public_id, "--mechanism", "dpsgd", "--steps", "1"])
+    assert mismatched.exit_code == 2 and "that run trained a causal-lm model; pass --model causal-lm" in mismatched.output
+    not_a_run = runner.invoke(app, ["train", "demo", "--home", str(demo_home), "--init-from", "my-model",
+                                    "--mechanism", "dpsgd", "--steps", "1"])
+    assert not_a_run.exit_code == 2 and "neither a checkpoint folder" in not_a_run.output
+
+
+def test_starting_from_a_lora_run_fine_tunes_every_merged_weight(demo_home: Path, llama: Path) -> None:
+    lora_run = _run_id(runner.invoke(app, ["train", "pub", "--home", str(demo_home), "--model", str(llama), "--lora-rank",
+                                           "2", "--mechanism", "noiseless", "--steps", "2", "--log-model"]))
+    run_id = _train(demo_home, "--model", str(llama), "--init-from", lora_run, "--mechanism", "dpsgd", "--steps", "1")
+    params = MlflowClient(tracking_uri=f"sqlite:///{demo_home / 'mlflow.db'}").get_run(run_id).data.params
+    assert params["trainable_parameters"] == params["model_parameters"]  # peft loads adapters frozen; not here
+
+
+def _run_id(result) -> str:  # type: ignore[no-untyped-def]
+    assert result.exit_code == 0, result.output
+    return str(result.stdout.split("MLflow run: ")[1].split()[0])
 
 
 def test_a_folder_resolves_to_its_kind_and_own_tokenizer_and_a_wrong_one_is_refused(llama: Path, tmp_path: Path) -> None:

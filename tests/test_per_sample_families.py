@@ -338,3 +338,31 @@ def test_non_reentrant_activation_checkpointing_gives_the_same_clipped_sum_and_r
         model.activation_checkpointing_enable({"use_reentrant": True})
         with pytest.raises(ValueError, match="without autograd"):
             clipped()
+
+
+def test_the_exact_path_gives_each_example_the_gradient_it_has_alone_whatever_the_others_lengths() -> None:
+    """A model that is not invariant to right padding (its loss averages over every column): example 0's
+    clipped contribution must not change when a longer example joins the batch."""
+    from uedp.privacy.per_sample.exact import ExactClipping
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(20, 4), nn.Linear(4, 1))
+
+    def loss(m: nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return m(inputs["input_ids"]).mean()  # padding columns count: width-dependent
+
+    def batch(*lengths: int) -> dict[str, torch.Tensor]:
+        width = max(lengths)
+        ids = torch.zeros(len(lengths), width, dtype=torch.long)
+        mask = torch.zeros(len(lengths), width, dtype=torch.long)
+        for row, length in enumerate(lengths):
+            ids[row, :length] = torch.arange(1, length + 1)
+            mask[row, :length] = 1
+        return {"input_ids": ids, "attention_mask": mask}
+
+    clipping = ExactClipping(model)
+    alone = clipping.clipped_sum(loss, batch(3), 1, clip=1e6)
+    with_longer = clipping.clipped_sum(loss, batch(3, 9), 2, clip=1e6)
+    longer = clipping.clipped_sum(loss, batch(9), 1, clip=1e6)
+    for a, both, b in zip(alone, with_longer, longer):
+        torch.testing.assert_close(both, a + b)

@@ -58,9 +58,22 @@ class ExactClipping:
                 raise ValueError(f"per-example gradients slice every input along dimension 0: {name!r} is not a "
                                  f"tensor with {batch_size} rows")
         for row in range(batch_size):
-            example = {name: value[row:row + 1] for name, value in inputs.items()}
+            example = _alone({name: value[row:row + 1] for name, value in inputs.items()})
             grads = torch.autograd.grad(loss_fn(self.model, example), self.params, allow_unused=True)
             yield [g.detach() if g is not None else torch.zeros_like(p) for g, p in zip(grads, self.params)]
+
+
+def _alone(example: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """One example as if collated alone: the batch's right padding beyond its own last token cut off, so
+    its gradient cannot depend on how long the other examples of the batch are (a model that is not
+    exactly invariant to padding would otherwise let one added example move another's gradient)."""
+    mask = example.get("attention_mask")
+    if mask is None or mask.dim() != 2:
+        return example
+    kept = mask[0].nonzero()
+    width = int(kept[-1]) + 1 if len(kept) else mask.shape[1]
+    return {name: value[:, :width] if value.dim() >= 2 and value.shape[1] == mask.shape[1] else value
+            for name, value in example.items()}
 
 
 def _norm(grads: list[torch.Tensor]) -> torch.Tensor:
