@@ -11,6 +11,8 @@ from pathlib import Path
 from uedp.errors import UedpError
 
 CONFIG_FILE = "config.json"
+# Beside a finished run's model as ``--init-from`` downloads it: the run id and its lineage (services.initial_model).
+INIT_RUN_FILE = "init_run.json"
 # What a folder's identity covers: the weights and the files that decide how they are used, by name and at
 # the top level only. Anything else a user keeps beside them (their own data, notes) is never hashed: the
 # hash is released, and a hash of private bytes would let anyone test guesses of them.

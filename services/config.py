@@ -30,7 +30,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from uedp.detection.categories import Categories, default_categories
-from uedp.models.checkpoints import checkpoint_kind, has_tokenizer, is_checkpoint_folder
+from uedp.models.checkpoints import INIT_RUN_FILE, checkpoint_kind, has_tokenizer, is_checkpoint_folder
 from uedp.models.presets import (
     CHECKPOINT_KINDS,
     LORA_KINDS,
@@ -134,7 +134,9 @@ class RunSettings(BaseModel):
         for key in ("model_size", "init_from", "tokenizer"):
             if isinstance(data.get(key), str) and is_checkpoint_folder(data[key]):
                 data[key] = str(Path(data[key]).expanduser().resolve())
-        own = data.get("init_from") if is_checkpoint_folder(str(data.get("init_from") or "")) else None
+        init = str(data.get("init_from") or "")
+        # a plain folder's tokenizer; a run's model folder keeps the run's tokenizer setting (checked against it)
+        own = init if is_checkpoint_folder(init) and not (Path(init) / INIT_RUN_FILE).is_file() else None
         if data.get("model") in CHECKPOINT_KINDS and isinstance(data.get("model_size"), str):
             own = own or data["model_size"]
         if own is not None and data.get("tokenizer") in (None, "byte") and has_tokenizer(own):

@@ -22,14 +22,13 @@ from typing import Any
 import torch
 
 from uedp.errors import UedpError
-from uedp.models.checkpoints import content_hash, is_checkpoint_folder
+from uedp.models.checkpoints import INIT_RUN_FILE, content_hash, is_checkpoint_folder
 from uedp.models.factory import build_model, check_vocabulary
 from uedp.models.presets import SIZE_PRESETS, task_of
 from uedp.models.saving import ADAPTER_CONFIG, BaseIdentity, load_saved
 from uedp.services.config import TrainConfig
 from uedp.storage.home import DataHome
 
-INIT_RUN_FILE = "init_run.json"
 RESOLVED_CONFIG = "resolved_config.json"
 # The tag a run carries: the keyed content ids of every dataset its starting weights were trained on.
 LINEAGE_TAG = "uedp.initial_lineage"

@@ -131,6 +131,12 @@ def test_init_from_a_public_run_is_named_in_the_statement_and_a_run_on_the_same_
                     "--lora-rank", "2")
     public = MlflowClient(tracking_uri=f"sqlite:///{demo_home / 'mlflow.db'}").get_run(run_id).data.params["privacy_public"]
     assert f"the initial model: run {public_id} (noiseless on dataset 'pub'" in public
+    # the run's model folder, passed as a folder, is checked as that run (and keeps the run's tokenizer)
+    by_folder = _train(demo_home, "--model", str(llama), "--init-from", str(demo_home / "init" / public_id),
+                       "--mechanism", "dpsgd", "--steps", "1")
+    public = MlflowClient(tracking_uri=f"sqlite:///{demo_home / 'mlflow.db'}").get_run(by_folder).data.params[
+        "privacy_public"]
+    assert f"the initial model: run {public_id} (noiseless on dataset 'pub'" in public
 
     copy = runner.invoke(app, ["ingest", "conll2003", str(DEMO), "--name", "demo-copy", "--home", str(demo_home)])
     assert copy.exit_code == 0, copy.output
