@@ -1,44 +1,136 @@
 """Training throughput of every mechanism against noiseless training: tokens per second on the same
-model, data and device (the bundled demo corpus, gold entities).
+model, data and device (the bundled demo corpus, gold entities), as a cost-versus-size table.
 
 A token counts when a training forward and backward pass consumes it, whichever mechanism runs that
 pass (DP-FedAvg's local steps, DP-SGD's per-example pass, selective's two phases), counted by wrapping
 the loss function. Timing covers ``Mechanism.train`` only (data preparation and accountant
-calibration are outside), after one warm-up step.
+calibration are outside); accounting is inside the timing, as users pay for it.
 
-    python benchmarks/train_throughput.py [--models gpt2:tiny,gpt2:small,lstm:tiny] [--steps 100] [--rounds 3]
-        [--threads N] [--device auto]
+On a shared machine the load moves while a benchmark runs, so one measurement of each mechanism, one
+after another, lets the load decide the ratio. Here the mechanisms of a model are **interleaved** (A B C
+A B C ...) for ``--repeats`` rounds, and the table shows each one's **median** tokens/s, the spread
+(lowest-highest) and the ratio of medians to noiseless. Peak memory beside it: CUDA's peak allocation on a
+GPU; on CPU the peak growth of the process' resident memory during the run (sampled every 10 ms).
 
-A model is ``kind:size`` (``llama:small``; a checkpoint folder as ``causal-lm:FOLDER``), with ``+loraR`` for
-LoRA adapters of rank R (``llama:small+lora8``): only they train.
+    python benchmarks/train_throughput.py [--models gpt2:tiny,gpt2:small,llama:small+lora8] [--steps 20]
+        [--rounds 2] [--repeats 3] [--threads N] [--device auto] [--mechanisms noiseless,dpsgd,...]
 
-Step mechanisms (noiseless, deid, dpsgd, selective) run ``--steps`` steps, round mechanisms (userdp,
-uedp) ``--rounds`` rounds; accounting is inside the timing, as users pay for it. Aims (issue 16):
-dpsgd and selective at >= 0.7x noiseless on CPU, >= 0.8x on a GPU.
+A model is ``kind:size``: a preset (``gpt2:small``, ``llama:tiny``), a benchmark size built from a config
+(``gpt2:25m``, ``gpt2:100m``, ``llama:25m``, ``llama:100m``: random weights are enough for throughput), or
+a checkpoint folder (``causal-lm:FOLDER``); ``+loraR`` adds LoRA adapters of rank R (only they train).
+``dpsgd:opacus`` / ``dpsgd:exact`` pick the per-example engine. Aims (issue 35): dpsgd >= 0.8x noiseless.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
-MECHANISMS = ("noiseless", "deid", "dpsgd", "selective", "userdp", "uedp")
+MECHANISMS = ("noiseless", "dpsgd", "selective", "userdp", "uedp-bounded")
+
+# Sizes built here from a config, so a cost-versus-size table needs no download (byte vocabulary: 257 ids).
+BENCHMARK_SIZES: dict[str, dict[str, dict[str, int]]] = {
+    "gpt2": {"25m": {"n_layer": 6, "n_head": 8, "n_embd": 576, "n_positions": 256},
+             "100m": {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 256}},
+    "llama": {"25m": {"num_hidden_layers": 6, "num_attention_heads": 8, "num_key_value_heads": 4, "hidden_size": 576,
+                      "intermediate_size": 1536, "max_position_embeddings": 256},
+              "100m": {"num_hidden_layers": 12, "num_attention_heads": 12, "num_key_value_heads": 4,
+                       "hidden_size": 768, "intermediate_size": 2048, "max_position_embeddings": 256}},
+}
+
+
+@dataclass
+class Measured:
+    """Every repeat of one (model, mechanism)."""
+
+    work: str = ""
+    tokens: list[int] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+    peak_mib: list[float] = field(default_factory=list)
+
+    @property
+    def rates(self) -> list[float]:
+        return [t / s for t, s in zip(self.tokens, self.seconds)]
+
+
+class PeakMemory:
+    """Peak memory of a block: CUDA's peak allocation, or on CPU the peak growth of resident memory."""
+
+    def __init__(self, device: Any):
+        self.device = device
+        self.peak = 0
+
+    def __enter__(self) -> PeakMemory:
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return self
+        import psutil
+
+        process = psutil.Process()
+        self.start = process.memory_info().rss
+        self.running = True
+
+        def sample() -> None:
+            while self.running:
+                self.peak = max(self.peak, process.memory_info().rss - self.start)
+                time.sleep(0.01)
+
+        self.thread = threading.Thread(target=sample, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import torch
+
+        if self.device.type == "cuda":
+            self.peak = torch.cuda.max_memory_allocated(self.device)
+        else:
+            self.running = False
+            self.thread.join()
+
+    @property
+    def mib(self) -> float:
+        return self.peak / 2**20
+
+
+def build(kind: str, size: str, tokenizer: Any) -> Any:
+    """A model of a preset, a benchmark size or a folder (seeded by the caller)."""
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    from uedp.models.factory import build_model
+
+    if size in BENCHMARK_SIZES.get(kind, {}):
+        ids = {"vocab_size": len(tokenizer), "bos_token_id": tokenizer.eos_token_id,
+               "eos_token_id": tokenizer.eos_token_id}
+        if kind == "gpt2":
+            return GPT2LMHeadModel(GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                              **BENCHMARK_SIZES[kind][size], **ids))
+        return LlamaForCausalLM(LlamaConfig(attention_dropout=0.0, **BENCHMARK_SIZES[kind][size], **ids))
+    return build_model(kind, size, tokenizer)  # type: ignore[arg-type]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="gpt2:tiny,gpt2:small,lstm:tiny", help="model:size, comma-separated")
-    parser.add_argument("--steps", type=int, default=100, help="steps of the step-based mechanisms")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of userdp and uedp")
+    parser.add_argument("--models", default="gpt2:tiny,gpt2:small,llama:small,llama:small+lora8",
+                        help="kind:size[+loraR], comma-separated")
+    parser.add_argument("--steps", type=int, default=20, help="steps of the step-based mechanisms, per repeat")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of userdp and uedp-bounded, per repeat")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats of every mechanism")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: uedp's default)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--mechanisms", default=",".join(MECHANISMS),
-                        help="comma-separated; dpsgd:opacus or selective:opacus for Opacus' per-example path")
+                        help="comma-separated; dpsgd:opacus or dpsgd:exact for another per-example engine")
     parser.add_argument("--device", default="auto")
     args = parser.parse_args()
 
@@ -47,7 +139,6 @@ def main() -> None:
     from uedp.detection.pipeline import DetectorConfig
     from uedp.flows.demo import DEMO_CORPUS
     from uedp.models.device import resolve_device
-    from uedp.models.factory import build_model
     from uedp.models.lora import LoraSettings, with_lora
     from uedp.models.threads import use_threads
     from uedp.models.tokenization import load_tokenizer
@@ -65,66 +156,100 @@ def main() -> None:
     use_threads(args.threads)
     device = resolve_device(args.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
-    rows = []
+    mechanisms = args.mechanisms.split(",")
+    results: dict[tuple[str, str], Measured] = {}
+    sizes: dict[str, tuple[int, int]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         home = DataHome.from_env(Path(tmp) / "home")
         ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
         detect_entities(home, "demo", DetectorConfig(detectors=["gold"]))
         tokenizer = load_tokenizer("byte")
-        for model_name, mechanism in [(m, k) for m in args.models.split(",") for k in args.mechanisms.split(",")]:
+        for model_name in args.models.split(","):
             kind, _, sized = model_name.partition(":")
             size, _, lora = sized.partition("+lora")
-            mechanism_name, _, engine = mechanism.partition(":")  # "dpsgd:opacus": the per-example engine to use
-            rounds = "rounds" in registry.get(mechanism_name).params.model_fields
-            config = TrainConfig.for_mechanism(
-                mechanism_name, dataset="demo", model=kind, model_size=size, rounds=args.rounds if rounds else None,
-                steps=args.steps, public_steps=args.steps // 2, batch_size=args.batch_size, noise_multiplier=1.0,
-                **({"per_sample": engine} if engine else {}),
-                q_user=0.5, checkpoint_every=0, device=str(device))
-            with Catalog(home, "demo") as catalog:
-                data = prepare_data(catalog, config, tokenizer)
-            torch.manual_seed(0)
-            model = build_model(config.model, config.model_size, tokenizer).to(device)
-            if lora:
-                model = with_lora(model, LoraSettings(int(lora), 2.0 * int(lora)))
-            units = len(data.train.sequences) if config.spec.counts == "sequences" else data.train.n_users
-            engine = build_mechanism(config, Population.declared(max(units, 1)), len(data.train.sequences),
-                                     Randomness.seeded(0))
-            loss = loss_function(config)
-            tokens = [0]
+            configured_size = size if size not in BENCHMARK_SIZES.get(kind, {}) else "tiny"  # the config's own check
+            for repeat in range(args.repeats):
+                for mechanism in mechanisms:  # interleaved: A B C, A B C, ...
+                    mechanism_name, _, per_sample = mechanism.partition(":")
+                    rounds = "rounds" in registry.get(mechanism_name).params.model_fields
+                    config = TrainConfig.for_mechanism(
+                        mechanism_name, dataset="demo", model=kind, model_size=configured_size,
+                        rounds=args.rounds if rounds else None, steps=args.steps, public_steps=max(args.steps // 2, 1),
+                        batch_size=args.batch_size, noise_multiplier=1.0, q_user=0.5, holders_per_entity=2,
+                        **({"per_sample": per_sample} if per_sample else {}), checkpoint_every=0, device=str(device))
+                    with Catalog(home, "demo") as catalog:
+                        data = prepare_data(catalog, config, tokenizer)
+                    torch.manual_seed(0)
+                    model = build(kind, size, tokenizer)
+                    if lora:
+                        model = with_lora(model, LoraSettings(int(lora), 2.0 * int(lora)))
+                    model = model.to(device)
+                    sizes[model_name] = (sum(p.numel() for p in model.parameters()),
+                                         sum(p.numel() for p in model.parameters() if p.requires_grad))
+                    seconds, tokens, peak, work = run_once(config, data, model, device, build_mechanism,
+                                                           loss_function, Population, Randomness)
+                    measured = results.setdefault((model_name, mechanism), Measured(work))
+                    measured.tokens.append(tokens)
+                    measured.seconds.append(seconds)
+                    measured.peak_mib.append(peak)
+                    print(f"  {model_name} {mechanism} (repeat {repeat + 1}/{args.repeats}): {tokens} tokens in "
+                          f"{seconds:.1f} s, {tokens / seconds:.0f} tokens/s", file=sys.stderr, flush=True)
+                    del model
+    report(results, sizes, name, torch.__version__, args.repeats)
 
-            def counting(loss, tokens=tokens):  # type: ignore[no-untyped-def]
-                def counted(model_, batch):  # type: ignore[no-untyped-def]
-                    tokens[0] += int(batch["attention_mask"].sum())
-                    return loss(model_, batch)
-                return counted
 
-            if hasattr(engine, "public_loss"):  # selective's first, noiseless phase has its own objective
-                engine.public_loss = counting(engine.public_loss)
+def run_once(config: Any, data: Any, model: Any, device: Any, build_mechanism: Any, loss_function: Any,
+             population: Any, randomness: Any) -> tuple[float, int, float, str]:
+    """One timed ``train`` of a mechanism: seconds, tokens through a training pass, peak MiB, work done."""
+    import torch
 
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            statement = engine.train(model, data.train, counting(loss), device, lambda report: None).statement
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            seconds = time.perf_counter() - start
-            unit = "rounds" if "rounds" in type(config.params).model_fields else "steps"
-            if not tokens[0]:  # recurrent selective computes its own losses: expected sampled sequences x mean length
-                lengths = [len(s) for s in data.train.sequences]
-                tokens[0] = round(statement.sampling_probability * len(lengths) * statement.rounds * sum(lengths) / len(lengths))
-                mechanism += "*"
-            rows.append((model_name, mechanism, statement.rounds, unit, tokens[0], seconds, tokens[0] / seconds))
-            print(f"  {model_name} {mechanism}: {tokens[0]} tokens in {seconds:.1f} s", file=sys.stderr)
+    units = len(data.train.sequences) if config.spec.counts == "sequences" else data.train.n_users
+    engine = build_mechanism(config, population.declared(max(units, 1)), len(data.train.sequences),
+                             randomness.seeded(0))
+    loss = loss_function(config)
+    tokens = [0]
 
-    print(f"\n{'model':<20}{'mechanism':<18}{'work':>12}{'tokens':>10}{'s':>8}{'tokens/s':>11}{'vs noiseless':>14}")
-    for model_name, mechanism, work, unit, count, seconds, rate in rows:
-        base = next((r[6] for r in rows if r[0] == model_name and r[1] == "noiseless"), None)
-        ratio = f"{rate / base:.2f}x" if base else "-"
-        print(f"{model_name:<20}{mechanism:<18}{f'{work} {unit}':>12}{count:>10}{seconds:>8.1f}{rate:>11.0f}{ratio:>14}")
-    print(f"device: {name}; torch {torch.__version__}")
-    if any(r[1].endswith("*") for r in rows):
-        print("* tokens estimated as sampled sequences x mean sequence length (the mechanism computes its own loss)")
+    def counting(inner: Any) -> Any:
+        def counted(model_: Any, batch: dict[str, Any]) -> Any:
+            tokens[0] += int(batch["attention_mask"].sum())
+            return inner(model_, batch)
+        return counted
+
+    if hasattr(engine, "public_loss"):  # selective's first, noiseless phase has its own objective
+        engine.public_loss = counting(engine.public_loss)
+    with PeakMemory(device) as memory:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        statement = engine.train(model, data.train, counting(loss), device, lambda report: None).statement
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+    unit = "rounds" if "rounds" in type(config.params).model_fields else "steps"
+    return seconds, tokens[0], memory.mib, f"{statement.rounds} {unit}"
+
+
+def report(results: dict[tuple[str, str], Measured], sizes: dict[str, tuple[int, int]], device: str, torch_version: str,
+           repeats: int) -> None:
+    print(f"\nmedian of {repeats} interleaved repeats; spread = lowest-highest tokens/s; ratio of medians to noiseless")
+    print(f"{'model':<22}{'params':>9}{'trained':>9}  {'mechanism':<16}{'work':>10}{'tokens/s':>10}{'spread':>15}"
+          f"{'vs noiseless':>14}{'peak MiB':>10}")
+    for (model_name, mechanism), measured in results.items():
+        rates = measured.rates
+        median = statistics.median(rates)
+        base = results.get((model_name, "noiseless"))
+        ratio = f"{median / statistics.median(base.rates):.2f}x" if base else "-"
+        total, trained = sizes[model_name]
+        print(f"{model_name:<22}{_millions(total):>9}{_millions(trained):>9}  {mechanism:<16}{measured.work:>10}"
+              f"{median:>10.0f}{f'{min(rates):.0f}-{max(rates):.0f}':>15}{ratio:>14}"
+              f"{statistics.median(measured.peak_mib):>10.0f}")
+    print(f"device: {device}; torch {torch_version}")
+
+
+def _millions(count: int) -> str:
+    if count < 1e6:
+        return f"{count / 1e3:.1f}k"
+    return f"{count / 1e6:.2f}M" if count < 1e8 else f"{count / 1e6:.0f}M"
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@ drawn from live in :mod:`privacy.randomness`."""
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -75,19 +76,42 @@ def gaussian_noise_like(tensors: Sequence[torch.Tensor], std: float,
     From a secret stream, a large draw is split into fixed-size chunks, each filled by its own child
     stream (``Generator.spawn``: independent streams derived from this one's secret seed), on torch's
     intra-op threads. Deterministic for a seeded run: the chunks depend on the size only."""
+    return _noise_shaped([(t.shape, t.dtype, t.device) for t in tensors], std, source)
+
+
+Spec = tuple[torch.Size, torch.dtype, torch.device]  # what a noise tensor must look like
+
+
+def _noise_shaped(specs: Sequence[Spec], std: float, source: np.random.Generator | torch.Generator) -> list[torch.Tensor]:
     if std < 0:
         raise ValueError(f"noise standard deviation must be >= 0, got {std}")
-    sizes = [t.numel() for t in tensors]
+    sizes = [math.prod(shape) for shape, _, _ in specs]
     total = sum(sizes)
     if isinstance(source, torch.Generator):
         flat = torch.randn(total, generator=source, device=source.device) * std
     else:
         flat = torch.from_numpy(_parallel_standard_normal(source, total)) * std
     out, offset = [], 0
-    for tensor, size in zip(tensors, sizes):
-        out.append(flat[offset:offset + size].view(tensor.shape).to(dtype=tensor.dtype, device=tensor.device))
+    for (shape, dtype, device), size in zip(specs, sizes):
+        out.append(flat[offset:offset + size].view(shape).to(dtype=dtype, device=device))
         offset += size
     return out
+
+
+def noise_ahead(tensors: Sequence[torch.Tensor], std: float,
+                source: np.random.Generator | torch.Generator) -> Future[list[torch.Tensor]]:
+    """:func:`gaussian_noise_like`, drawn on a background thread while the caller computes what it is added
+    to. The noise of a round depends on nothing the round computes (only on its own keyed stream, which no
+    other code draws from), so drawing it first changes no value; its numpy fill releases the GIL and runs
+    beside torch's kernels (on a GPU, beside the device's work). Only shapes and dtypes are read from
+    ``tensors`` (their values may change meanwhile)."""
+    specs = [(t.shape, t.dtype, t.device) for t in tensors]
+    return _ahead_pool().submit(_noise_shaped, specs, std, source)
+
+
+@functools.lru_cache(maxsize=1)
+def _ahead_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(1, thread_name_prefix="uedp-noise-ahead")
 
 
 def _parallel_standard_normal(source: np.random.Generator, count: int) -> np.ndarray:

@@ -307,8 +307,8 @@ def _train(home, mechanism: str, broken: bool = False, monkeypatch=None, **setti
     if broken:  # the noise DP-SGD adds, scaled to almost nothing; the accountant still reports the calibrated z
         import uedp.privacy.mechanisms.dpsgd as dpsgd
 
-        real = dpsgd.gaussian_noise_like
-        monkeypatch.setattr(dpsgd, "gaussian_noise_like", lambda t, std, source: real(t, std * 1e-6, source))
+        real = dpsgd.noise_ahead
+        monkeypatch.setattr(dpsgd, "noise_ahead", lambda t, std, source: real(t, std * 1e-6, source))
     config = TrainConfig(dataset="demo", mechanism=mechanism, randomness="seeded", checkpoint_every=0,
                          threads=1, **settings)
     return run_training(home, config)

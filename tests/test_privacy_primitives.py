@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -100,3 +101,20 @@ def test_noise_drawn_in_parallel_chunks_is_one_iid_gaussian_and_replays_when_see
         assert stats.chi2.ppf(1e-6, chunk.numel()) <= chi <= stats.chi2.ppf(1 - 1e-6, chunk.numel())
     correlation = float(torch.corrcoef(torch.stack([big[:half][:100_000], big[half:][:100_000]]))[0, 1])
     assert abs(correlation) < 5 / math.sqrt(100_000)
+
+
+def test_noise_drawn_ahead_is_the_same_noise_with_the_right_standard_deviation() -> None:
+    """Drawn on a background thread while the step computes: the values are those of the round's own keyed
+    stream, whichever thread draws them (a seeded stream gives the same numbers both ways), of std sigma, and a
+    secure stream's noise is not the noise of any seeded stream (nothing logged reproduces it)."""
+    from uedp.privacy.primitives import noise_ahead
+
+    shapes = [torch.empty(700, 900), torch.empty(3, dtype=torch.float64)]
+    ahead = noise_ahead(shapes, 2.5, Randomness.seeded(5).stream("noise", 4)).result()
+    inline = gaussian_noise_like(shapes, 2.5, Randomness.seeded(5).stream("noise", 4))
+    assert all(torch.equal(a, b) and a.dtype == t.dtype and a.shape == t.shape
+               for a, b, t in zip(ahead, inline, shapes))
+    assert float(ahead[0].std()) == pytest.approx(2.5, rel=0.01)
+    secure = noise_ahead(shapes, 2.5, Randomness.secure().stream("noise", 4)).result()
+    assert not torch.equal(secure[0], ahead[0])
+    assert float(secure[0].std()) == pytest.approx(2.5, rel=0.01)

@@ -44,7 +44,7 @@ from uedp.privacy.mechanisms.params import DpSgdParams
 from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, register
 from uedp.privacy.per_sample import PerSampleClipping, per_sample_clipping
 from uedp.privacy.population import Population
-from uedp.privacy.primitives import gaussian_noise_like
+from uedp.privacy.primitives import noise_ahead
 from uedp.privacy.randomness import Randomness, RandomSource, RoundRandomness
 
 __all__ = ["DpSgd", "DpSgdParams"]
@@ -143,11 +143,13 @@ class DpSgd:
         """``(sum_i clip(g_i) + N(0, (z clip)^2 I)) / expected_batch_size``, per parameter.
 
         Under torchrun each process sums its share of the batch; the shares are added before the
-        noise, which every process draws alike from the same generator."""
+        noise, which every process draws alike from the same generator. The noise is drawn on a background
+        thread while the clipped sum is computed (:func:`privacy.primitives.noise_ahead`)."""
         sigma = self.noise_multiplier * self.params.clip
         ranks = Ranks.current()
+        pending = noise_ahead(params, sigma, noise_gen)
         summed = ranks.sum_(self.clipped_gradient_sum(clipping, params, ranks.mine(batch), loss_fn, device, pad_id))
-        noises = gaussian_noise_like(summed, sigma, noise_gen)
+        noises = pending.result()
         return [(total + noise) / self.params.batch_size for total, noise in zip(summed, noises)]
 
     def clipped_gradient_sum(self, clipping: PerSampleClipping, params: list[torch.Tensor],

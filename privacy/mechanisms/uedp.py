@@ -48,7 +48,7 @@ from uedp.privacy.mechanisms.params import UeDpParams
 from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, register
 from uedp.privacy.mechanisms.userdp import check_vectorizable, make_local_trainer
 from uedp.privacy.population import Population, anchored_users
-from uedp.privacy.primitives import assign_flat_, flatten, gaussian_noise_like
+from uedp.privacy.primitives import assign_flat_, flatten, noise_ahead
 from uedp.privacy.randomness import Randomness, RoundRandomness
 
 __all__ = ["ANCHORED_NOTE", "UeDp", "UeDpParams", "anchored", "usable_sequences"]
@@ -147,8 +147,9 @@ class UeDp:
                 groups.append([sequences[u][i] for i in used])
             streams = [rng.stream("local-batches", users[u]) for u in sampled_users]
             theta = flatten(params)
+            pending = noise_ahead([theta], sigma, rng.stream("noise"))  # drawn while the users train
             total = trainer.clipped_sum(theta, groups, [WEIGHT_CEILING] * len(groups), streams)
-            noise = gaussian_noise_like([theta], sigma, rng.stream("noise"))[0]
+            noise = pending.result()[0]
             assign_flat_(params, theta + p.server_lr * (total + noise) / self.denominator)
             return RoundOutput()
 

@@ -50,7 +50,7 @@ from uedp.privacy.mechanisms.params import UserDpParams
 from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, RunShape, register
 from uedp.privacy.mechanisms.vectorized import VectorizedLocalTrainer
 from uedp.privacy.population import Population
-from uedp.privacy.primitives import assign_flat_, flatten, gaussian_noise_like
+from uedp.privacy.primitives import assign_flat_, flatten, noise_ahead
 from uedp.privacy.randomness import Randomness, RoundRandomness
 
 __all__ = ["Selection", "UserDp", "UserDpParams", "make_local_trainer"]
@@ -128,9 +128,10 @@ class UserDp:
                 sampled = rng.poisson_sample("sample-users", user_ids, p.q_user)
                 streams = [rng.stream("local-batches", user_ids[i]) for i in sampled]
                 theta = flatten(params)
+                pending = noise_ahead([theta], sigma, rng.stream("noise"))  # drawn while the users train
                 total = trainer.clipped_sum(theta, [user_sequences[i] for i in sampled], weights[sampled].tolist(),
                                             streams)
-                noise = gaussian_noise_like([theta], sigma, rng.stream("noise"))[0]
+                noise = pending.result()[0]
                 assign_flat_(params, theta + p.server_lr * (total + noise) / denominator)
                 return RoundOutput()  # neither the local losses nor the number of sampled users is released
 
