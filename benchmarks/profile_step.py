@@ -22,7 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from train_throughput import build
+from train_throughput import build, config_size, demo_home, millions, parse  # the model sizes, defined once there
 
 
 def timed(phases: dict[str, float], name: str, function: Callable[..., Any]) -> Callable[..., Any]:
@@ -49,9 +49,6 @@ def main() -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from uedp.detection.pipeline import DetectorConfig
-    from uedp.flows.demo import DEMO_CORPUS
-    from uedp.models.lora import LoraSettings, with_lora
     from uedp.models.threads import use_threads
     from uedp.models.tokenization import load_tokenizer
     from uedp.privacy import accounting, primitives
@@ -59,12 +56,9 @@ def main() -> None:
     from uedp.privacy.population import Population
     from uedp.privacy.randomness import Randomness
     from uedp.services.config import TrainConfig
-    from uedp.services.detect import detect_entities
     from uedp.services.training_data import prepare_data
     from uedp.services.training_setup import build_mechanism, loss_function
     from uedp.storage.catalog import Catalog
-    from uedp.storage.home import DataHome
-    from uedp.storage.ingest import IngestOptions, ingest
 
     use_threads(args.threads)
     phases: dict[str, float] = collections.defaultdict(float)
@@ -79,23 +73,17 @@ def main() -> None:
                                                           getattr(accounting.RoundAccountant, method)))
     torch.optim.Adam.step = timed(phases, "optimizer (Adam)", torch.optim.Adam.step)
 
-    kind, _, sized = args.model.partition(":")
-    size, _, lora = sized.partition("+lora")
+    kind, size, _ = parse(args.model)
     device = torch.device("cpu")
     with tempfile.TemporaryDirectory() as tmp:
-        home = DataHome.from_env(Path(tmp) / "home")
-        ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
-        detect_entities(home, "demo", DetectorConfig(detectors=["gold"]))
-        tokenizer = load_tokenizer("byte")
-        config = TrainConfig.for_mechanism(args.mechanism, dataset="demo", model=kind, model_size="tiny",
+        home = demo_home(Path(tmp))
+        config = TrainConfig.for_mechanism(args.mechanism, dataset="demo", model=kind, model_size=config_size(kind, size),
                                            steps=args.steps, batch_size=args.batch_size, noise_multiplier=1.0,
                                            checkpoint_every=0, device="cpu")
+        tokenizer = load_tokenizer(config.tokenizer)
         with Catalog(home, "demo") as catalog:
             data = prepare_data(catalog, config, tokenizer)
-        torch.manual_seed(0)
-        model = build(kind, size, tokenizer)
-        if lora:
-            model = with_lora(model, LoraSettings(int(lora), 2.0 * int(lora)))
+        model = build(args.model, tokenizer)
         engine = build_mechanism(config, Population.declared(len(data.train.sequences)), len(data.train.sequences),
                                  Randomness.seeded(0))
         start = time.perf_counter()
@@ -103,7 +91,7 @@ def main() -> None:
             engine.train(model, data.train, loss_function(config), device, lambda report: None)
         total = time.perf_counter() - start
     print(f"{args.model} {args.mechanism}: {args.steps} steps in {total:.1f} s "
-          f"({sum(p.numel() for p in model.parameters() if p.requires_grad) / 1e6:.1f}M trained parameters)")
+          f"({millions(sum(p.numel() for p in model.parameters() if p.requires_grad))} trained parameters)")
     for name, seconds in sorted(phases.items(), key=lambda item: -item[1]):
         print(f"  {name:<55}{seconds:>8.2f} s {100 * seconds / total:>6.1f}%")
     print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top))

@@ -104,20 +104,51 @@ class PeakMemory:
         return self.peak / 2**20
 
 
-def build(kind: str, size: str, tokenizer: Any) -> Any:
-    """A model of a preset, a benchmark size or a folder (seeded by the caller)."""
+def parse(spec: str) -> tuple[str, str, int]:
+    """``kind:size[+loraR]`` -> (kind, size, LoRA rank or 0)."""
+    kind, _, sized = spec.partition(":")
+    size, _, lora = sized.partition("+lora")
+    return kind, size, int(lora or 0)
+
+
+def config_size(kind: str, size: str) -> str:
+    """What the run's configuration names (a benchmark size is built here, so the config sees a preset)."""
+    return "tiny" if size in BENCHMARK_SIZES.get(kind, {}) else size
+
+
+def build(spec: str, tokenizer: Any) -> Any:
+    """The model of ``kind:size[+loraR]``: a preset, a benchmark size or a folder, seeded alike every time."""
+    import torch
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
     from uedp.models.factory import build_model
+    from uedp.models.lora import LoraSettings, with_lora
 
+    kind, size, lora = parse(spec)
+    torch.manual_seed(0)
     if size in BENCHMARK_SIZES.get(kind, {}):
         ids = {"vocab_size": len(tokenizer), "bos_token_id": tokenizer.eos_token_id,
                "eos_token_id": tokenizer.eos_token_id}
-        if kind == "gpt2":
-            return GPT2LMHeadModel(GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                              **BENCHMARK_SIZES[kind][size], **ids))
-        return LlamaForCausalLM(LlamaConfig(attention_dropout=0.0, **BENCHMARK_SIZES[kind][size], **ids))
-    return build_model(kind, size, tokenizer)  # type: ignore[arg-type]
+        model = (GPT2LMHeadModel(GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                            **BENCHMARK_SIZES[kind][size], **ids)) if kind == "gpt2" else
+                 LlamaForCausalLM(LlamaConfig(attention_dropout=0.0, **BENCHMARK_SIZES[kind][size], **ids)))
+    else:
+        model = build_model(kind, size, tokenizer)  # type: ignore[arg-type]
+    return with_lora(model, LoraSettings(lora, 2.0 * lora)) if lora else model
+
+
+def demo_home(root: Path) -> Any:
+    """A data home under ``root`` with the bundled demo corpus and its gold entities."""
+    from uedp.detection.pipeline import DetectorConfig
+    from uedp.flows.demo import DEMO_CORPUS
+    from uedp.services.detect import detect_entities
+    from uedp.storage.home import DataHome
+    from uedp.storage.ingest import IngestOptions, ingest
+
+    home = DataHome.from_env(root / "home")
+    ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
+    detect_entities(home, "demo", DetectorConfig(detectors=["gold"]))
+    return home
 
 
 def main() -> None:
@@ -136,22 +167,14 @@ def main() -> None:
 
     import torch
 
-    from uedp.detection.pipeline import DetectorConfig
-    from uedp.flows.demo import DEMO_CORPUS
     from uedp.models.device import resolve_device
-    from uedp.models.lora import LoraSettings, with_lora
     from uedp.models.threads import use_threads
     from uedp.models.tokenization import load_tokenizer
-    from uedp.privacy.mechanisms import registry
     from uedp.privacy.population import Population
     from uedp.privacy.randomness import Randomness
-    from uedp.services.config import TrainConfig
-    from uedp.services.detect import detect_entities
     from uedp.services.training_data import prepare_data
     from uedp.services.training_setup import build_mechanism, loss_function
     from uedp.storage.catalog import Catalog
-    from uedp.storage.home import DataHome
-    from uedp.storage.ingest import IngestOptions, ingest
 
     use_threads(args.threads)
     device = resolve_device(args.device)
@@ -160,34 +183,21 @@ def main() -> None:
     results: dict[tuple[str, str], Measured] = {}
     sizes: dict[str, tuple[int, int]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        home = DataHome.from_env(Path(tmp) / "home")
-        ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
-        detect_entities(home, "demo", DetectorConfig(detectors=["gold"]))
-        tokenizer = load_tokenizer("byte")
+        home = demo_home(Path(tmp))
         for model_name in args.models.split(","):
-            kind, _, sized = model_name.partition(":")
-            size, _, lora = sized.partition("+lora")
-            configured_size = size if size not in BENCHMARK_SIZES.get(kind, {}) else "tiny"  # the config's own check
+            kind, size, _ = parse(model_name)
+            configs = {mechanism: configuration(mechanism, kind, config_size(kind, size), args, str(device))
+                       for mechanism in mechanisms}
+            tokenizer = load_tokenizer(next(iter(configs.values())).tokenizer)  # a folder's own, else bytes
+            with Catalog(home, "demo") as catalog:  # prepared once, outside the timing, reused by every repeat
+                prepared = {mechanism: prepare_data(catalog, config, tokenizer) for mechanism, config in configs.items()}
             for repeat in range(args.repeats):
-                for mechanism in mechanisms:  # interleaved: A B C, A B C, ...
-                    mechanism_name, _, per_sample = mechanism.partition(":")
-                    rounds = "rounds" in registry.get(mechanism_name).params.model_fields
-                    config = TrainConfig.for_mechanism(
-                        mechanism_name, dataset="demo", model=kind, model_size=configured_size,
-                        rounds=args.rounds if rounds else None, steps=args.steps, public_steps=max(args.steps // 2, 1),
-                        batch_size=args.batch_size, noise_multiplier=1.0, q_user=0.5, holders_per_entity=2,
-                        **({"per_sample": per_sample} if per_sample else {}), checkpoint_every=0, device=str(device))
-                    with Catalog(home, "demo") as catalog:
-                        data = prepare_data(catalog, config, tokenizer)
-                    torch.manual_seed(0)
-                    model = build(kind, size, tokenizer)
-                    if lora:
-                        model = with_lora(model, LoraSettings(int(lora), 2.0 * int(lora)))
-                    model = model.to(device)
+                for mechanism, config in configs.items():  # interleaved: A B C, A B C, ...
+                    model = build(model_name, tokenizer).to(device)
                     sizes[model_name] = (sum(p.numel() for p in model.parameters()),
                                          sum(p.numel() for p in model.parameters() if p.requires_grad))
-                    seconds, tokens, peak, work = run_once(config, data, model, device, build_mechanism,
-                                                           loss_function, Population, Randomness)
+                    seconds, tokens, peak, work = run_once(config, prepared[mechanism], model, device,
+                                                           build_mechanism, loss_function, Population, Randomness)
                     measured = results.setdefault((model_name, mechanism), Measured(work))
                     measured.tokens.append(tokens)
                     measured.seconds.append(seconds)
@@ -196,6 +206,19 @@ def main() -> None:
                           f"{seconds:.1f} s, {tokens / seconds:.0f} tokens/s", file=sys.stderr, flush=True)
                     del model
     report(results, sizes, name, torch.__version__, args.repeats)
+
+
+def configuration(mechanism: str, kind: str, size: str, args: argparse.Namespace, device: str) -> Any:
+    """The configuration a mechanism (``dpsgd:opacus``: with that per-example engine) is benchmarked with."""
+    from uedp.privacy.mechanisms import registry
+    from uedp.services.config import TrainConfig
+
+    name, _, per_sample = mechanism.partition(":")
+    rounds = "rounds" in registry.get(name).params.model_fields
+    return TrainConfig.for_mechanism(
+        name, dataset="demo", model=kind, model_size=size, rounds=args.rounds if rounds else None, steps=args.steps,
+        public_steps=max(args.steps // 2, 1), batch_size=args.batch_size, noise_multiplier=1.0, q_user=0.5,
+        holders_per_entity=2, **({"per_sample": per_sample} if per_sample else {}), checkpoint_every=0, device=device)
 
 
 def run_once(config: Any, data: Any, model: Any, device: Any, build_mechanism: Any, loss_function: Any,
@@ -240,13 +263,13 @@ def report(results: dict[tuple[str, str], Measured], sizes: dict[str, tuple[int,
         base = results.get((model_name, "noiseless"))
         ratio = f"{median / statistics.median(base.rates):.2f}x" if base else "-"
         total, trained = sizes[model_name]
-        print(f"{model_name:<22}{_millions(total):>9}{_millions(trained):>9}  {mechanism:<16}{measured.work:>10}"
+        print(f"{model_name:<22}{millions(total):>9}{millions(trained):>9}  {mechanism:<16}{measured.work:>10}"
               f"{median:>10.0f}{f'{min(rates):.0f}-{max(rates):.0f}':>15}{ratio:>14}"
               f"{statistics.median(measured.peak_mib):>10.0f}")
     print(f"device: {device}; torch {torch_version}")
 
 
-def _millions(count: int) -> str:
+def millions(count: int) -> str:
     if count < 1e6:
         return f"{count / 1e3:.1f}k"
     return f"{count / 1e6:.2f}M" if count < 1e8 else f"{count / 1e6:.0f}M"

@@ -18,6 +18,7 @@ import torch
 
 from uedp.errors import UedpError
 from uedp.models.checkpoints import content_hash
+from uedp.models.presets import task_of
 
 ADAPTER_CONFIG = "adapter_config.json"
 BASE_FILE = "base.json"
@@ -86,16 +87,25 @@ def load_saved(folder: Path, kind: str) -> torch.nn.Module:
         return PeftModel.from_pretrained(_load_full(base_folder, base.kind), str(folder))
 
 
+def saved_form(kind: str) -> str:
+    """How a saved model of a configuration's kind loads back: ``gpt2``, ``lstm``, ``classifier`` (any
+    sequence classifier, BERT's included) or ``causal-lm`` (any other decoder: the llama preset, a folder)."""
+    if kind in ("gpt2", "lstm"):
+        return kind
+    return "classifier" if task_of(kind) == "classification" else "causal-lm"  # type: ignore[arg-type]
+
+
 def _load_full(folder: Path, kind: str) -> torch.nn.Module:
-    if kind == "lstm":
+    form = saved_form(kind)
+    if form == "lstm":
         from uedp.models.lstm import load_lstm
 
         return load_lstm(folder)
-    if kind == "gpt2":
+    if form == "gpt2":
         from uedp.models.gpt2 import load_gpt2
 
         return load_gpt2(folder)
-    if kind in ("bert", "classifier"):
+    if form == "classifier":
         from uedp.models.classifier import load_trained_classifier
 
         return load_trained_classifier(folder)

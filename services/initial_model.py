@@ -24,8 +24,8 @@ import torch
 from uedp.errors import UedpError
 from uedp.models.checkpoints import INIT_RUN_FILE, content_hash, is_checkpoint_folder
 from uedp.models.factory import build_model, check_vocabulary
-from uedp.models.presets import SIZE_PRESETS, task_of
-from uedp.models.saving import ADAPTER_CONFIG, BaseIdentity, load_saved
+from uedp.models.presets import SIZE_PRESETS
+from uedp.models.saving import ADAPTER_CONFIG, BaseIdentity, load_saved, saved_form
 from uedp.services.config import TrainConfig
 from uedp.storage.home import DataHome
 
@@ -33,9 +33,6 @@ RESOLVED_CONFIG = "resolved_config.json"
 # The tag a run carries: the keyed content ids of every dataset its starting weights were trained on.
 LINEAGE_TAG = "uedp.initial_lineage"
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
-# How a saved model of each kind loads back (the model class a run of that kind logs).
-_LOADS_AS = {"gpt2": "gpt2", "lstm": "lstm", "llama": "causal-lm", "causal-lm": "causal-lm", "bert": "classifier",
-             "classifier": "classifier"}
 
 
 @dataclass(frozen=True)
@@ -86,8 +83,11 @@ def resolve_start(home: DataHome, config: TrainConfig, dataset_id: str) -> Start
     (``dataset_id``: this run's dataset's keyed content id, which a run on the same text under another
     name shares)."""
     if config.init_from is None:
-        if config.model_size in SIZE_PRESETS[config.model] or not is_checkpoint_folder(config.model_size):
+        if config.model_size in SIZE_PRESETS[config.model]:
             return Start(config.tokenizer)
+        if not is_checkpoint_folder(config.model_size):  # a hub name, where downloads are possible
+            return Start(config.tokenizer, public=(f"the initial model: hub checkpoint {config.model_size}, and "
+                                                   "whatever it was trained on (not checked)",))
         return _from_folder(config, Path(config.model_size), config.model)
     if _is_run_folder(Path(config.init_from)):  # a run's model as --init-from downloads it: checked as the run
         return _from_run(config, Path(config.init_from), dataset_id, Path(config.init_from).name)
@@ -117,7 +117,7 @@ def _from_run(config: TrainConfig, folder: Path, dataset_id: str, run_id: str) -
     if config.task == "classification":
         raise UedpError("--init-from a run starts language models; a classifier starts from a checkpoint folder "
                         "(--model FOLDER)")
-    if _LOADS_AS[init.model] != _LOADS_AS[config.model]:
+    if saved_form(init.model) != saved_form(config.model):
         raise UedpError(f"--init-from {run_id}: that run trained a {init.model} model; pass --model {init.model}")
     if init.tokenizer != config.tokenizer:
         raise UedpError(f"--init-from {run_id}: that run's tokenizer is {init.tokenizer!r}; pass --tokenizer "
@@ -164,15 +164,7 @@ def base_identity(config: TrainConfig, start: Start) -> BaseIdentity | None:
         return None
     folder = start.folder
     if folder is not None and not (folder / ADAPTER_CONFIG).is_file():
-        kind = start.kind if config.init_from is not None else config.model
-        return BaseIdentity(kind, str(folder.resolve()), start.content_hash)
-    return BaseIdentity(_saved_kind(config, start), f"preset {config.model_size}" if folder is None else str(folder))
-
-
-def _saved_kind(config: TrainConfig, start: Start) -> str:
-    """How a base saved beside its adapter loads back: GPT-2s as GPT-2, classifiers as classifiers, any
-    other decoder (the llama preset, a merged init model) as a causal LM."""
-    kind = start.kind or config.model
-    if kind in ("gpt2", "lstm"):
-        return kind
-    return "classifier" if task_of(config.model) == "classification" else "causal-lm"
+        return BaseIdentity(start.kind, str(folder.resolve()), start.content_hash)
+    preset = config.model_size in SIZE_PRESETS[config.model]
+    source = str(folder) if folder is not None else f"preset {config.model_size}" if preset else config.model_size
+    return BaseIdentity(saved_form(start.kind or config.model), source)  # weights saved beside the adapter

@@ -245,3 +245,21 @@ def test_a_lora_model_on_a_preset_is_saved_with_its_base_and_loads_back_to_the_s
     model.eval()
     with torch.no_grad():
         assert torch.allclose(model(input_ids=ids).logits, reloaded(input_ids=ids).logits, atol=1e-6)
+
+
+def test_a_checkpoints_released_hash_covers_its_model_files_and_nothing_kept_beside_them(llama: Path,
+                                                                                      tmp_path: Path) -> None:
+    """The hash is released (statement, base.json): a user's own files in the folder must not enter it, and any
+    change to the weights must."""
+    folder = tmp_path / "copy"
+    shutil.copytree(llama, folder)
+    before = content_hash(folder)
+    (folder / "train.txt").write_text("Imelda Okafor, ward 4\n", encoding="utf-8")
+    (folder / "notes").mkdir()
+    (folder / "notes" / "patients.json").write_text("{}", encoding="utf-8")
+    assert content_hash(folder) == before
+    weights = folder / "model.safetensors"
+    flipped = bytearray(weights.read_bytes())
+    flipped[-1] ^= 1  # one bit of the last weight
+    weights.write_bytes(bytes(flipped))
+    assert content_hash(folder) != before
