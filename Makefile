@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # workers on 2 cores ran the suite 1.55x faster (1670 s -> 1075 s, same machine, same hour).
 TEST_WORKERS ?= 2
 
-.PHONY: setup demo test lint docs wheel browser constraints clean
+.PHONY: setup demo test gpu-check lint docs wheel browser constraints clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,7 +22,16 @@ demo: $(STAMP)  ## install, then run the end-to-end demo (ingest, detect, train,
 	$(BIN)/uedp demo
 
 test: $(STAMP) browser lint  ## install, lint and type-check, then run the whole test suite (TEST_WORKERS processes)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not cuda"
+
+# The GPU's own checks, never part of `make test` or CI: the CUDA-marked tests (device-side secret noise, bf16
+# clipping, private runs on CUDA), then training throughput at real sizes, full and LoRA (benchmarks/README.md).
+GPU_MODELS ?= gpt2:25m,gpt2:100m,gpt2:100m+lora8,llama:100m,llama:100m+lora8
+gpu-check: $(STAMP)  ## on a machine with a CUDA GPU: the cuda tests, then the throughput table at real sizes
+	$(BIN)/python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'gpu-check needs a CUDA GPU (torch sees none)')"
+	$(BIN)/python -c "import torch; print('device:', torch.cuda.get_device_name(0), '| torch', torch.__version__)"
+	$(BIN)/python -m pytest -m cuda -p no:cacheprovider -q tests/test_cuda.py
+	$(BIN)/python benchmarks/train_throughput.py --device cuda --models $(GPU_MODELS) --batch-size 32 --steps 20 --rounds 2 --repeats 3
 
 lint: $(STAMP)  ## ruff, and mypy on the installed layout of the package (strict on the privacy core)
 	$(BIN)/ruff check .

@@ -3,8 +3,10 @@ model, data and device (the bundled demo corpus, gold entities), as a cost-versu
 
 A token counts when a training forward and backward pass consumes it, whichever mechanism runs that
 pass (DP-FedAvg's local steps, DP-SGD's per-example pass, selective's two phases), counted by wrapping
-the loss function. Timing covers ``Mechanism.train`` only (data preparation and accountant
-calibration are outside); accounting is inside the timing, as users pay for it.
+the loss function. Tokens/s are timed from the first round of ``Mechanism.train`` to its end: what a
+run's length scales. What ``train`` does once before its first round (the accounting plan: the budget
+stop and the epsilons a run logs; uedp-bounded's holder choice) is the ``setup s`` column. Data
+preparation and noise calibration are outside both.
 
 On a shared machine the load moves while a benchmark runs, so one measurement of each mechanism, one
 after another, lets the load decide the ratio. Here the mechanisms of a model are **interleaved** (A B C
@@ -18,24 +20,30 @@ GPU; on CPU the peak growth of the process' resident memory during the run (samp
 A model is ``kind:size``: a preset (``gpt2:small``, ``llama:tiny``), a benchmark size built from a config
 (``gpt2:25m``, ``gpt2:100m``, ``llama:25m``, ``llama:100m``: random weights are enough for throughput), or
 a checkpoint folder (``causal-lm:FOLDER``); ``+loraR`` adds LoRA adapters of rank R (only they train).
-``dpsgd:opacus`` / ``dpsgd:exact`` pick the per-example engine. Aims (issue 35): dpsgd >= 0.8x noiseless.
+``dpsgd:opacus`` / ``dpsgd:exact`` pick the per-example engine. ``fedavg`` is userdp's rounds with its
+clipping and noise switched off (a benchmark-only baseline): userdp and uedp-bounded are compared with it
+when it is measured (what their privacy costs per round), step-based mechanisms with noiseless. Aims (issue
+35): dpsgd >= 0.8x noiseless, LoRA >= 0.9x, userdp and uedp-bounded >= 0.95x noiseless FedAvg.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
-MECHANISMS = ("noiseless", "dpsgd", "selective", "userdp", "uedp-bounded")
+MECHANISMS = ("noiseless", "dpsgd", "selective", "fedavg", "userdp", "uedp-bounded")
+ROUND_BASED = ("userdp", "uedp-bounded")  # compared with fedavg when it is measured
 
 # Sizes built here from a config, so a cost-versus-size table needs no download (byte vocabulary: 257 ids).
 BENCHMARK_SIZES: dict[str, dict[str, dict[str, int]]] = {
@@ -55,6 +63,7 @@ class Measured:
     work: str = ""
     tokens: list[int] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
+    setup: list[float] = field(default_factory=list)
     peak_mib: list[float] = field(default_factory=list)
 
     @property
@@ -157,6 +166,9 @@ def main() -> None:
                         help="kind:size[+loraR], comma-separated")
     parser.add_argument("--steps", type=int, default=20, help="steps of the step-based mechanisms, per repeat")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of userdp and uedp-bounded, per repeat")
+    parser.add_argument("--q-user", type=float, default=0.5,
+                        help="users sampled per round (of the demo's 40; 0.1 keeps a 100M model's round short)")
+    parser.add_argument("--local-steps", type=int, default=5, help="local steps per sampled user")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats of every mechanism")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: uedp's default)")
     parser.add_argument("--batch-size", type=int, default=16)
@@ -196,11 +208,13 @@ def main() -> None:
                     model = build(model_name, tokenizer).to(device)
                     sizes[model_name] = (sum(p.numel() for p in model.parameters()),
                                          sum(p.numel() for p in model.parameters() if p.requires_grad))
-                    seconds, tokens, peak, work = run_once(config, prepared[mechanism], model, device,
-                                                           build_mechanism, loss_function, Population, Randomness)
+                    seconds, setup, tokens, peak, work = run_once(config, prepared[mechanism], model, device,
+                                                                  build_mechanism, loss_function, Population,
+                                                                  Randomness, fedavg=mechanism == "fedavg")
                     measured = results.setdefault((model_name, mechanism), Measured(work))
                     measured.tokens.append(tokens)
                     measured.seconds.append(seconds)
+                    measured.setup.append(setup)
                     measured.peak_mib.append(peak)
                     print(f"  {model_name} {mechanism} (repeat {repeat + 1}/{args.repeats}): {tokens} tokens in "
                           f"{seconds:.1f} s, {tokens / seconds:.0f} tokens/s", file=sys.stderr, flush=True)
@@ -214,16 +228,44 @@ def configuration(mechanism: str, kind: str, size: str, args: argparse.Namespace
     from uedp.services.config import TrainConfig
 
     name, _, per_sample = mechanism.partition(":")
+    name = "userdp" if name == "fedavg" else name  # its rounds, run without clipping and noise (run_once)
     rounds = "rounds" in registry.get(name).params.model_fields
     return TrainConfig.for_mechanism(
         name, dataset="demo", model=kind, model_size=size, rounds=args.rounds if rounds else None, steps=args.steps,
-        public_steps=max(args.steps // 2, 1), batch_size=args.batch_size, noise_multiplier=1.0, q_user=0.5,
+        public_steps=max(args.steps // 2, 1), batch_size=args.batch_size, noise_multiplier=1.0, q_user=args.q_user,
+        local_steps=args.local_steps,
         holders_per_entity=2, **({"per_sample": per_sample} if per_sample else {}), checkpoint_every=0, device=device)
 
 
+@contextlib.contextmanager
+def without_privacy(active: bool) -> Iterator[None]:
+    """userdp's rounds as noiseless FedAvg: every delta kept whole (clip factor 1) and no noise drawn."""
+    if not active:
+        yield
+        return
+    from concurrent.futures import Future
+
+    import torch
+
+    from uedp.privacy.mechanisms import fedavg, userdp
+
+    def zeros(tensors: Any, std: float, source: Any) -> Future[list[Any]]:
+        done: Future[list[Any]] = Future()
+        done.set_result([torch.zeros_like(t) for t in tensors])
+        return done
+
+    real_noise, real_clip = userdp.noise_ahead, fedavg.clip_factor
+    userdp.noise_ahead, fedavg.clip_factor = zeros, lambda vector, bound: 1.0
+    try:
+        yield
+    finally:
+        userdp.noise_ahead, fedavg.clip_factor = real_noise, real_clip
+
+
 def run_once(config: Any, data: Any, model: Any, device: Any, build_mechanism: Any, loss_function: Any,
-             population: Any, randomness: Any) -> tuple[float, int, float, str]:
-    """One timed ``train`` of a mechanism: seconds, tokens through a training pass, peak MiB, work done."""
+             population: Any, randomness: Any, fedavg: bool = False) -> tuple[float, float, int, float, str]:
+    """One timed ``train`` of a mechanism: seconds from its first round, seconds before it, tokens through
+    a training pass, peak MiB, work done; with ``fedavg``, userdp's rounds without clipping and noise."""
     import torch
 
     units = len(data.train.sequences) if config.spec.counts == "sequences" else data.train.n_users
@@ -240,33 +282,109 @@ def run_once(config: Any, data: Any, model: Any, device: Any, build_mechanism: A
 
     if hasattr(engine, "public_loss"):  # selective's first, noiseless phase has its own objective
         engine.public_loss = counting(engine.public_loss)
-    with PeakMemory(device) as memory:
+    before_rounds: list[float] = []  # seconds before the first round of each round loop
+    with PeakMemory(device) as memory, without_privacy(fedavg), timing_setup(before_rounds, device):
         if device.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
+        before_rounds.append(start)  # the first entry: when train starts (replaced by what precedes a loop)
         statement = engine.train(model, data.train, counting(loss), device, lambda report: None).statement
         if device.type == "cuda":
             torch.cuda.synchronize()
-        seconds = time.perf_counter() - start
+        end = time.perf_counter()
+    setup = sum(before_rounds[1:])
     unit = "rounds" if "rounds" in type(config.params).model_fields else "steps"
-    return seconds, tokens[0], memory.mib, f"{statement.rounds} {unit}"
+    return end - start - setup, setup, tokens[0], memory.mib, f"{statement.rounds} {unit}"
+
+
+@contextlib.contextmanager
+def timing_setup(before_rounds: list[float], device: Any) -> Iterator[None]:
+    """Append, per round loop, the seconds from the previous mark (``train``'s start, or the end of the last
+    loop) to its first round: what ``train`` does once (holder choice, the accounting plan) before rounds."""
+    import torch
+
+    from uedp.privacy.mechanisms import loop
+
+    real = loop.RoundLoop.run
+    mark = [0.0]
+
+    def now() -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def run(self: Any, body: Any, on_round: Any, checkpoint: Any) -> Any:
+        entered = [now() if mark[0] else before_rounds[0]]
+        started = [False]
+
+        def timed_body(round_index: int, rng: Any) -> Any:
+            if not started[0]:
+                started[0] = True
+                before_rounds.append(now() - entered[0])
+            return body(round_index, rng)
+        try:
+            return real(self, timed_body, on_round, checkpoint)
+        finally:
+            mark[0] = 1.0
+
+    loop.RoundLoop.run = run  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        loop.RoundLoop.run = real  # type: ignore[method-assign]
+
+
+def ratio_to_base(results: dict[tuple[str, str], Measured], model_name: str, mechanism: str) -> float | None:
+    """Median tokens/s over its base's: noiseless, or fedavg for the round-based mechanisms when measured."""
+    base = results.get((model_name, "noiseless"))
+    if mechanism in ROUND_BASED and (model_name, "fedavg") in results:
+        base = results[(model_name, "fedavg")]
+    if base is None:
+        return None
+    return statistics.median(results[(model_name, mechanism)].rates) / statistics.median(base.rates)
 
 
 def report(results: dict[tuple[str, str], Measured], sizes: dict[str, tuple[int, int]], device: str, torch_version: str,
            repeats: int) -> None:
-    print(f"\nmedian of {repeats} interleaved repeats; spread = lowest-highest tokens/s; ratio of medians to noiseless")
+    print(f"\nmedian of {repeats} interleaved repeats; spread = lowest-highest tokens/s; ratio of medians to the base: "
+          "noiseless, or fedavg (userdp's rounds without clipping and noise) for userdp and uedp-bounded when measured")
     print(f"{'model':<22}{'params':>9}{'trained':>9}  {'mechanism':<16}{'work':>10}{'tokens/s':>10}{'spread':>15}"
-          f"{'vs noiseless':>14}{'peak MiB':>10}")
+          f"{'vs base':>14}{'peak MiB':>10}{'setup s':>9}")
     for (model_name, mechanism), measured in results.items():
         rates = measured.rates
-        median = statistics.median(rates)
-        base = results.get((model_name, "noiseless"))
-        ratio = f"{median / statistics.median(base.rates):.2f}x" if base else "-"
+        ratio = ratio_to_base(results, model_name, mechanism)
         total, trained = sizes[model_name]
         print(f"{model_name:<22}{millions(total):>9}{millions(trained):>9}  {mechanism:<16}{measured.work:>10}"
-              f"{median:>10.0f}{f'{min(rates):.0f}-{max(rates):.0f}':>15}{ratio:>14}"
-              f"{statistics.median(measured.peak_mib):>10.0f}")
+              f"{statistics.median(rates):>10.0f}{f'{min(rates):.0f}-{max(rates):.0f}':>15}"
+              f"{'-' if ratio is None else f'{ratio:.2f}x':>14}{statistics.median(measured.peak_mib):>10.0f}"
+              f"{statistics.median(measured.setup):>9.2f}")
+    cost_versus_size(results, sizes)
     print(f"device: {device}; torch {torch_version}")
+
+
+def cost_versus_size(results: dict[tuple[str, str], Measured], sizes: dict[str, tuple[int, int]]) -> None:
+    """The same ratios as a markdown table, one column per model (the README's speed table)."""
+    models = list(dict.fromkeys(model for model, _ in results))
+    mechanisms = list(dict.fromkeys(mechanism for _, mechanism in results))
+    if len(models) < 2:
+        return
+    print("\ncost versus size (ratio to the base; first row: the base's median tokens/s)\n")
+    print("| mechanism | " + " | ".join(f"{m} ({millions(sizes[m][0])}, {millions(sizes[m][1])} trained)"
+                                         for m in models) + " |")
+    print("|---|" + "---:|" * len(models))
+    if "noiseless" in mechanisms:
+        print("| noiseless (tokens/s) | " + " | ".join(
+            f"{statistics.median(results[(m, 'noiseless')].rates):,.0f}" if (m, "noiseless") in results else "-"
+            for m in models) + " |")
+    for mechanism in mechanisms:
+        if mechanism == "noiseless":
+            continue
+        cells = []
+        for model in models:
+            ratio = ratio_to_base(results, model, mechanism) if (model, mechanism) in results else None
+            cells.append("-" if ratio is None else f"{ratio:.2f}x")
+        label = f"{mechanism} (vs fedavg)" if mechanism in ROUND_BASED and "fedavg" in mechanisms else mechanism
+        print(f"| {label} | " + " | ".join(cells) + " |")
 
 
 def millions(count: int) -> str:

@@ -59,13 +59,13 @@ def broken_noise(active: bool) -> Iterator[None]:
     """DP-SGD's Gaussian noise scaled by 1e-6, the accountant untouched: a mechanism that lies."""
     import uedp.privacy.mechanisms.dpsgd as dpsgd
 
-    real = dpsgd.gaussian_noise_like
+    real = dpsgd.noise_ahead
     if active:
-        dpsgd.gaussian_noise_like = lambda t, std, source: real(t, std * 1e-6, source)
+        dpsgd.noise_ahead = lambda t, std, source: real(t, std * 1e-6, source)
     try:
         yield
     finally:
-        dpsgd.gaussian_noise_like = real
+        dpsgd.noise_ahead = real
 
 
 def main() -> None:

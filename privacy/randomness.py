@@ -9,7 +9,8 @@ Every stream is derived from the root by a keyed hash (BLAKE2b with the root as 
 its purpose, the round and, for per-unit choices, the unit's stable identifier. A stream is a numpy
 ``PCG64DXSM`` generator seeded with the full 256-bit digest (128 bits of state), never a torch CPU
 generator: those keep only the low 32 bits of a seed, so anyone could try every seed and subtract
-the noise. So
+the noise. On a CUDA device the noise is drawn there, by torch's Philox generator keyed per chunk
+with 126 bits drawn from the round's stream (:func:`privacy.primitives.device_noise_keys`). So
 
 * streams are independent per (round, unit): adding a user, an entity or a sentence changes no
   other unit's sampling coin, batch order or truncation priority (a shared sequential stream would

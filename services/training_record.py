@@ -36,7 +36,9 @@ class RunRecorder(Observer):
         self.tracker, self.reopened = _open_tracker(home, config, _tags(home, config, s, flow_run_id, parent_run_id),
                                                    s.checkpoint)
         # Rounds between the last checkpoint and a crash run again after a resume; MLflow has their points.
-        self.logged_until = self.tracker.last_step("epsilon") if self.reopened else -1
+        # epsilon at the schedule's shown rounds (the same on every run); train_loss every round of a noiseless one
+        self.logged_until = (max(self.tracker.last_step("epsilon"), self.tracker.last_step("train_loss"))
+                             if self.reopened else -1)
 
     @property
     def run_id(self) -> str:
@@ -57,8 +59,11 @@ class RunRecorder(Observer):
         self.tracker.log_metrics({f"{config.utility_metric}_valid": initial_valid()}, step=0)
 
     def on_round(self, report: RoundReport) -> None:
+        """The round's figures; epsilon only at the rounds whose exact figure the schedule shows, so the
+        MLflow curve holds exact points only (none above the run's final epsilon)."""
         if report.round > self.logged_until:
-            self.tracker.log_metrics({"epsilon": report.epsilon, "train_loss": report.loss}
+            self.tracker.log_metrics({"train_loss": report.loss}
+                                     | ({"epsilon": report.epsilon} if report.epsilon is not None else {})
                                      | ({"participants": report.participants} if report.participants is not None
                                         else {}), step=report.round)
 

@@ -33,7 +33,9 @@ class RunOutcome:
     test: float
     baselines: dict[str, float] = field(default_factory=dict)  # classification: majority-class, uniform errors
     resumed_from: int = 0  # the round a resumed run restarted after (0: it started fresh)
-    curve: tuple[tuple[int, float], ...] = ()  # (round, epsilon) for every round with a finite epsilon
+    # (round, epsilon) at every round reported with a finite epsilon: the run's shown rounds, each figure
+    # exact, none above the final one (privacy.accounting.EpsilonSchedule)
+    curve: tuple[tuple[int, float], ...] = ()
 
 
 class Observer:
@@ -59,14 +61,19 @@ class ProgressObserver(Observer):
     def __init__(self, config: TrainConfig, enabled: bool, say: Callable[[str], Any] | None):
         # Federated mechanisms count rounds, the others optimizer steps: the bar says which.
         unit = "rounds" if "rounds" in type(config.params).model_fields else "steps"
+        self.word = unit.removesuffix("s")
         self.bar = progress_bar(config.total_steps, f"train {config.run_name()}", unit, enabled=enabled, say=say)
 
     def resumed(self, after_round: int) -> None:
         self.bar.update(after_round)
 
     def on_round(self, report: RoundReport) -> None:
-        if math.isfinite(report.epsilon):
-            self.bar.set_postfix(epsilon=f"{report.epsilon:.3g}")
+        """Epsilon is shown as the last exact figure with the round it is for (the schedule computes it at
+        some rounds only: between them the bar keeps the last one, labelled, rather than a guess)."""
+        if report.epsilon is None:
+            pass  # between shown rounds: the bar keeps the last exact figure, labelled with its round
+        elif math.isfinite(report.epsilon):
+            self.bar.set_postfix(epsilon=f"{report.epsilon:.3g} after {self.word} {report.round}")
         elif math.isfinite(report.loss):
             self.bar.set_postfix(loss=f"{report.loss:.3f}")
         self.bar.update(1)
@@ -91,7 +98,7 @@ def run(config: TrainConfig, s: Setup, observers: Sequence[Observer] = ()) -> Ru
             for observer in observers:
                 observer.resumed(resumed_from)
         first = False
-        if math.isfinite(report.epsilon):
+        if report.epsilon is not None and math.isfinite(report.epsilon):
             curve.append((report.round, report.epsilon))
         for observer in observers:
             observer.on_round(report)

@@ -48,3 +48,18 @@ def shared_conll() -> Path:
     if not (SHARED_CONLL / "eng.train").is_file():
         pytest.skip(f"the CoNLL-2003 files are not at {SHARED_CONLL} (see the README: they sit beside the checkout)")
     return SHARED_CONLL
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``cuda`` tests skip, saying why, where torch sees no GPU (`make test` deselects them; `make gpu-check`
+    runs them on a machine with one)."""
+    if not any(item.get_closest_marker("cuda") for item in items):
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU: run `make gpu-check` on a machine with one")
+    for item in items:
+        if item.get_closest_marker("cuda"):
+            item.add_marker(skip)

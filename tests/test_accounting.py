@@ -1,25 +1,39 @@
-"""Accounting comes from dp_accounting, agrees with it, matches published values and calibrates."""
+"""Accounting comes from dp_accounting, agrees with it, matches published values and calibrates; a run's
+epsilon schedule is planned before its first round, exact at every shown round and at the budget stop."""
 
 from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
 
 import dp_accounting
 import pytest
 from dp_accounting import pld, rdp
 
+from uedp.privacy import accounting
 from uedp.privacy.accounting import (
+    FIRST_SHOWN,
+    SHOWN_ROUNDS,
     RoundAccountant,
     calibrate_noise_multiplier,
     check_delta,
     epsilon_after,
     poisson_gaussian_round,
+    shown_rounds,
 )
+from uedp.privacy.mechanisms.base import RoundReport
+from uedp.privacy.mechanisms.checkpoint import Checkpointer
+from uedp.privacy.mechanisms.loop import NoLedger, RoundLoop, RoundOutput, WorstCaseLedger
+from uedp.privacy.randomness import Randomness, RoundRandomness
 
 
 def test_round_accountant_equals_dp_accounting_directly() -> None:
     event = poisson_gaussian_round(0.1, 1.1)
     accountant = RoundAccountant(event, 1e-5, "rdp")
+    accountant.plan(20)
     for _ in range(20):
-        accountant.step()
+        accountant.spend()
     direct = rdp.RdpAccountant()
     direct.compose(dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.GaussianDpEvent(1.1)), 20)
     assert accountant.epsilon == pytest.approx(direct.get_epsilon(1e-5), rel=1e-12)
@@ -29,17 +43,17 @@ def test_round_accountant_equals_dp_accounting_directly() -> None:
     assert epsilon_after(event, 20, 1e-5, "pld") == pytest.approx(pld_direct.get_epsilon(1e-5), rel=1e-9)
 
 
-def test_peek_does_not_spend_and_step_reports_the_peeked_value() -> None:
+def test_spend_hands_on_the_planned_figure_of_a_shown_round() -> None:
     accountant = RoundAccountant(poisson_gaussian_round(0.2, 1.0), 1e-5, "rdp")
-    ahead = accountant.peek()
+    schedule = accountant.plan(3)
     assert accountant.rounds == 0 and accountant.epsilon == 0.0
-    assert accountant.step() == ahead == epsilon_after(poisson_gaussian_round(0.2, 1.0), 1, 1e-5, "rdp")
-    assert accountant.peek() == pytest.approx(epsilon_after(poisson_gaussian_round(0.2, 1.0), 2, 1e-5, "rdp"))
+    assert accountant.spend() == schedule.shown[1] == epsilon_after(poisson_gaussian_round(0.2, 1.0), 1, 1e-5, "rdp")
+    assert accountant.rounds == 1 and accountant.epsilon == schedule.shown[1]
 
 
 def test_epsilon_grows_with_rounds() -> None:
     accountant = RoundAccountant(poisson_gaussian_round(0.2, 1.0), 1e-5, "rdp")
-    values = [accountant.step() for _ in range(5)]
+    values = list(accountant.plan(5).shown.values())
     assert values == sorted(values) and values[0] > 0
 
 
@@ -80,14 +94,15 @@ def test_a_dp_count_is_composed_once_before_the_rounds_as_dp_accounting_composes
     direct = pld.PLDAccountant() if kind == "pld" else rdp.RdpAccountant()
     direct.compose(count)
     assert accountant.epsilon == pytest.approx(direct.get_epsilon(1e-5), rel=1e-3)  # spent before round 1
+    accountant.plan(30)
     for _ in range(30):
-        accountant.step()
+        accountant.spend()
     direct.compose(event, 30)
     assert accountant.epsilon == pytest.approx(direct.get_epsilon(1e-5), rel=1e-3)
     assert accountant.epsilon > epsilon_after(event, 30, 1e-5, kind)
     restored = RoundAccountant(event, 1e-5, kind, initial=count)
     restored.load_state_dict(accountant.state_dict())
-    assert restored.peek() == pytest.approx(accountant.peek(), rel=1e-9)
+    assert restored.rounds == 30 and restored.epsilon == pytest.approx(accountant.epsilon, rel=1e-9)
     with pytest.raises(ValueError, match="another mechanism"):
         RoundAccountant(event, 1e-5, kind).load_state_dict(accountant.state_dict())  # without the count
 
@@ -102,24 +117,188 @@ def test_calibration_counts_the_dp_count_and_refuses_a_target_it_alone_spends() 
                                    initial=dp_accounting.GaussianDpEvent(5.0))
 
 
-def test_pld_reports_are_exact_at_block_ends_and_close_upper_bounds_inside_blocks() -> None:
-    event = poisson_gaussian_round(0.05, 1.0)
-    accountant = RoundAccountant(event, 1e-5, "pld")
-    reports = [accountant.step() for _ in range(40)]
-    for rounds in (1, 7, 9, 10, 13, 16, 21, 40):
-        exact = epsilon_after(event, rounds, 1e-5, "pld")
-        assert exact * (1 - 1e-6) <= reports[rounds - 1] <= exact * 1.15, rounds  # never below the true figure
-    for block_end in (1, 2, 8, 10, 16, 20, 40):  # k = 1 up to round 8, then the largest power of two <= rounds / 4
-        assert reports[block_end - 1] == pytest.approx(epsilon_after(event, block_end, 1e-5, "pld"), rel=1e-6)
-    assert reports[8] == reports[9] and reports[8] > epsilon_after(event, 9, 1e-5, "pld")  # round 9 reports round 10's
-    assert accountant.epsilon == pytest.approx(epsilon_after(event, 40, 1e-5, "pld"), rel=1e-6)
+# --- the schedule: planned before round 1, every shown figure exact, the budget stop exact ---------------
+
+SHOWN_EVENT = poisson_gaussian_round(0.1, 2.0)
+COUNT = dp_accounting.GaussianDpEvent(10.0)  # a DP count of the units, released once before round 1
 
 
-def test_the_budget_stop_is_exact_inside_a_block() -> None:
-    event = poisson_gaussian_round(0.05, 1.0)
-    at_22, at_23 = (epsilon_after(event, t, 1e-5, "pld") for t in (22, 23))
-    accountant = RoundAccountant(event, 1e-5, "pld")
-    while not accountant.would_exceed((at_22 + at_23) / 2):
-        accountant.step()
-    assert accountant.rounds == 22  # not 20, the start of the block whose end exceeds the budget
-    assert accountant.epsilon == pytest.approx(at_22, rel=1e-6)
+def _exact(rounds: int, kind: str = "pld", with_count: bool = False) -> float:
+    """dp_accounting's own figure, composed from scratch."""
+    return epsilon_after(SHOWN_EVENT, rounds, 1e-5, kind, initial=COUNT if with_count else None)  # type: ignore[arg-type]
+
+
+def _accountant(kind: str = "pld", with_count: bool = False) -> RoundAccountant:
+    return RoundAccountant(SHOWN_EVENT, 1e-5, kind, initial=COUNT if with_count else None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("rounds", [0, 1, SHOWN_ROUNDS, SHOWN_ROUNDS + 1, 133, 1000, 10_007])
+def test_a_short_run_shows_every_round_and_a_long_one_a_bounded_number_always_its_last(rounds: int) -> None:
+    shown = shown_rounds(rounds)
+    assert shown == sorted(set(shown)) and len(shown) <= SHOWN_ROUNDS and all(1 <= r <= rounds for r in shown)
+    if rounds <= SHOWN_ROUNDS:
+        assert shown == list(range(1, rounds + 1))
+    else:
+        assert shown[:FIRST_SHOWN] == list(range(1, FIRST_SHOWN + 1)) and shown[-1] == rounds
+        assert len(shown) == SHOWN_ROUNDS
+        gaps = {b - a for a, b in itertools.pairwise(shown[FIRST_SHOWN - 1:])}
+        assert max(gaps) - min(gaps) <= 1  # evenly spaced, to the round
+
+
+@pytest.mark.parametrize("with_count", [False, True])
+@pytest.mark.parametrize("kind", ["pld", "rdp"])
+def test_every_shown_epsilon_is_dp_accountings_for_its_round(kind: str, with_count: bool) -> None:
+    rounds = 133  # the gaps between shown rounds take two lengths (129 rounds after the first 4, in 16 gaps)
+    schedule = _accountant(kind, with_count).plan(rounds)
+    assert list(schedule.shown) == shown_rounds(rounds) and schedule.last == rounds and not schedule.stopped_by_budget
+    shown = list(schedule.shown)
+    # rdp is cheap: every figure; pld: the first rounds, every ninth one and the last two
+    checked = shown if kind == "rdp" else sorted({*shown[:3], *shown[8::9], *shown[-2:]})
+    for rounds_run in checked:
+        assert schedule.shown[rounds_run] == pytest.approx(_exact(rounds_run, kind, with_count), rel=1e-7), rounds_run
+    figures = list(schedule.shown.values())
+    assert figures == sorted(figures) and figures[-1] == max(figures)
+
+
+def _assert_exact_stop(last: int, budget: float, kind: str, with_count: bool) -> None:
+    """The stop of a run under ``budget`` is exact: epsilon(last) <= budget < epsilon(last + 1)."""
+    assert _exact(last, kind, with_count) <= budget, f"{last} rounds already exceed the budget"
+    assert _exact(last + 1, kind, with_count) > budget, f"round {last + 1} would still have been within the budget"
+
+
+@pytest.mark.parametrize(("kind", "with_count", "stop"), [
+    ("pld", False, 78),  # between two shown rounds (77 and 80)
+    ("pld", True, 78),
+    ("pld", False, 77),  # on a shown round
+    ("rdp", False, 78),
+    ("rdp", True, 5),  # among the first rounds, all shown
+    ("rdp", False, 0),  # not even round 1 fits
+])
+def test_the_budget_stop_is_the_last_round_within_the_budget(kind: str, with_count: bool, stop: int) -> None:
+    rounds = 200
+    budget = (_exact(stop, kind, with_count) + _exact(stop + 1, kind, with_count)) / 2
+    if stop == 0:
+        budget = _exact(1, kind, with_count) / 2
+    schedule = _accountant(kind, with_count).plan(rounds, budget)
+    assert schedule.last == stop and schedule.stopped_by_budget
+    _assert_exact_stop(schedule.last, budget, kind, with_count)
+    for off_by_one in (schedule.last - 1, schedule.last + 1):  # the check catches a stop one round off
+        if off_by_one >= 0:
+            with pytest.raises(AssertionError):
+                _assert_exact_stop(off_by_one, budget, kind, with_count)
+    assert list(schedule.shown) == [r for r in shown_rounds(rounds) if r < stop] + ([stop] if stop else [])
+    if stop:
+        assert schedule.shown[stop] == pytest.approx(_exact(stop, kind, with_count), rel=1e-7)
+        assert max(schedule.shown.values()) == schedule.shown[stop] <= budget
+
+
+def test_a_budget_the_whole_run_stays_within_stops_nothing() -> None:
+    schedule = _accountant("rdp").plan(100, _exact(100, "rdp") * 1.0001)
+    assert schedule.last == 100 and not schedule.stopped_by_budget and 100 in schedule.shown
+
+
+def _count_accounting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count every call into dp_accounting's epsilon and composition (and the project's epsilon_after)."""
+    from dp_accounting.pld.privacy_loss_distribution import PrivacyLossDistribution
+
+    calls = [0]
+
+    def counting(owner: object, name: str) -> None:
+        original = getattr(owner, name)
+
+        def wrapper(*args: object, **kwargs: object) -> object:
+            calls[0] += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, wrapper)
+
+    for owner, name in [(PrivacyLossDistribution, "compose"), (PrivacyLossDistribution, "self_compose"),
+                        (PrivacyLossDistribution, "get_epsilon_for_delta"), (pld.PLDAccountant, "get_epsilon"),
+                        (rdp.RdpAccountant, "get_epsilon"), (accounting, "epsilon_after")]:
+        counting(owner, name)
+    return calls
+
+
+@pytest.mark.parametrize("kind", ["pld", "rdp"])
+def test_the_loop_runs_to_the_planned_stop_and_does_no_accounting_between_rounds(
+        kind: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    rounds, stop = 203, 150
+    budget = (_exact(stop, kind) + _exact(stop + 1, kind)) / 2
+    ledger = _accountant(kind)
+    calls = _count_accounting(monkeypatch)
+    during: list[int] = []  # the number of accounting calls, seen from inside the loop
+    reports: list[RoundReport] = []
+
+    def body(round_index: int, _: RoundRandomness) -> RoundOutput:
+        during.append(calls[0])
+        return RoundOutput()
+
+    def on_round(report: RoundReport) -> None:
+        reports.append(report)
+        during.append(calls[0])
+
+    loop = RoundLoop("accounting-test", rounds, ledger, Randomness.seeded(0), 1e-5, budget, state={})
+    outcome = loop.run(body, on_round, Checkpointer(tmp_path, every=10, fingerprint="test"))  # saves: no accounting
+    assert calls[0] > 0  # the counter sees accounting: the plan's, before round 1
+    assert len(during) == 2 * stop and len(set(during)) == 1  # none from the first round to the last report
+    assert outcome.rounds == len(reports) == stop and [r.round for r in reports] == list(range(1, stop + 1))
+    assert outcome.stopped.startswith(f"stopped before round {stop + 1}: epsilon would exceed the budget")
+    shown = [(r.round, r.epsilon) for r in reports if r.epsilon is not None]
+    assert [r for r, _ in shown] == [r for r in shown_rounds(rounds) if r < stop] + [stop]
+    curve = [epsilon for _, epsilon in shown]
+    assert curve == sorted(curve) and max(curve) == curve[-1] == ledger.epsilon <= budget  # the final figure
+    assert ledger.epsilon == pytest.approx(_exact(stop, kind), rel=1e-7)
+
+
+def test_a_run_interrupted_between_shown_rounds_reports_the_exact_epsilon_of_the_rounds_it_ran() -> None:
+    accountant = _accountant("pld")
+    schedule = accountant.plan(200)
+    for _ in range(30):
+        assert accountant.spend() == schedule.shown.get(accountant.rounds)
+    assert 30 not in schedule.shown  # 29 and 32 are
+    assert accountant.epsilon == pytest.approx(_exact(30), rel=1e-9)
+    assert all(figure <= accountant.epsilon for r, figure in schedule.shown.items() if r <= 30)
+
+
+def test_a_resumed_accountant_plans_the_same_schedule_and_ends_at_the_same_epsilon() -> None:
+    budget = (_exact(120, with_count=True) + _exact(121, with_count=True)) / 2
+    uninterrupted = _accountant("pld", with_count=True)
+    schedule = uninterrupted.plan(200, budget)
+    for _ in range(schedule.last):
+        uninterrupted.spend()
+    crashed = _accountant("pld", with_count=True)
+    crashed.plan(200, budget)
+    for _ in range(37):
+        crashed.spend()
+    resumed = _accountant("pld", with_count=True)
+    resumed.load_state_dict(crashed.state_dict())
+    assert resumed.rounds == 37 and resumed.plan(200, budget) == schedule and schedule.last == 120
+    figures = [resumed.spend() for _ in range(resumed.rounds, schedule.last)]
+    assert figures[-1] == resumed.epsilon == uninterrupted.epsilon == schedule.shown[120] and resumed.rounds == 120
+
+
+def test_a_worst_case_ledger_stops_at_the_first_case_over_the_budget_and_shows_the_larger_figure() -> None:
+    cases = {"E": SHOWN_EVENT, "S": poisson_gaussian_round(0.02, 1.0)}  # S is the worse one up to about round 30
+
+    def worst(rounds: int) -> float:
+        return max(epsilon_after(event, rounds, 1e-5, "rdp") for event in cases.values())
+
+    ledger = WorstCaseLedger({case: RoundAccountant(event, 1e-5, "rdp") for case, event in cases.items()})
+    budget = (worst(90) + worst(91)) / 2
+    schedule = ledger.plan(150, budget)
+    assert schedule.last == 90 and list(schedule.shown) == [r for r in shown_rounds(150) if r < 90] + [90]
+    for rounds_run, figure in schedule.shown.items():
+        assert figure == pytest.approx(worst(rounds_run), rel=1e-12)
+    for case, accountant in ledger.cases.items():
+        assert accountant.schedule is not None and list(accountant.schedule.shown) == list(schedule.shown)
+        assert accountant.schedule.shown[1] == pytest.approx(epsilon_after(cases[case], 1, 1e-5, "rdp"), rel=1e-12)
+    figures = [ledger.spend() for _ in range(schedule.last)]
+    assert [r for r, f in enumerate(figures, 1) if f is not None] == list(schedule.shown)
+    assert ledger.epsilon == schedule.shown[90] == max(a.epsilon for a in ledger.cases.values())
+
+
+def test_a_ledger_without_a_guarantee_has_infinite_epsilon_and_plans_nothing() -> None:
+    ledger = NoLedger()
+    schedule = ledger.plan(100, None)
+    assert schedule.last == 100 and not schedule.shown and ledger.spend() == math.inf == ledger.epsilon
+    assert NoLedger().plan(100, 5.0).last == 0  # infinite epsilon exceeds any budget

@@ -85,7 +85,7 @@ def _run(name: str, checkpoint: Checkpointer | None = None, crash_at: int | None
 
 @pytest.mark.parametrize("name", list(MECHANISMS))
 def test_resumed_run_equals_uninterrupted_run(name: str, tmp_path: Path) -> None:
-    weights, statement, _ = _run(name)
+    weights, statement, uninterrupted = _run(name)
     checkpoint = Checkpointer(tmp_path, every=2, fingerprint="config-a")
     crash_at = 5 if name != "selective" else 3 + 5  # selective counts its 3 public steps first
     with pytest.raises(Crash):
@@ -95,6 +95,8 @@ def test_resumed_run_equals_uninterrupted_run(name: str, tmp_path: Path) -> None
     assert reports[0].round == crash_at  # the checkpoint of round 4 resumed at round 5, not from scratch
     assert torch.equal(resumed_weights, weights)
     assert resumed.epsilon == statement.epsilon and resumed.rounds == statement.rounds
+    # the schedule is planned again from the configuration: the resumed rounds report the same figures
+    assert [r.epsilon for r in reports] == [r.epsilon for r in uninterrupted if r.round >= crash_at]
     if name != "noiseless":
         assert 0 < resumed.epsilon < float("inf")
 
@@ -108,10 +110,13 @@ def test_a_checkpoint_of_another_configuration_is_refused(tmp_path: Path) -> Non
 
 def test_accountant_state_cannot_continue_another_mechanism() -> None:
     first = RoundAccountant(poisson_gaussian_round(0.5, 1.0), 1e-5)
-    first.step()
+    first.plan(3)
+    first.spend()
+    assert set(first.state_dict()) == {"rounds", "event", "initial", "delta", "kind", "adjacency"}  # no figure
     other = RoundAccountant(poisson_gaussian_round(0.5, 2.0), 1e-5)
     with pytest.raises(ValueError, match="cannot continue"):
         other.load_state_dict(first.state_dict())
     same = RoundAccountant(poisson_gaussian_round(0.5, 1.0), 1e-5)
     same.load_state_dict(first.state_dict())
-    assert same.rounds == 1 and same.step() == pytest.approx(epsilon_after(poisson_gaussian_round(0.5, 1.0), 2, 1e-5))
+    assert same.plan(3) == first.schedule  # the schedule is planned again, from the configuration alone
+    assert same.rounds == 1 and same.spend() == pytest.approx(epsilon_after(poisson_gaussian_round(0.5, 1.0), 2, 1e-5))

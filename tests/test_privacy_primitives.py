@@ -118,3 +118,61 @@ def test_noise_drawn_ahead_is_the_same_noise_with_the_right_standard_deviation()
     secure = noise_ahead(shapes, 2.5, Randomness.secure().stream("noise", 4)).result()
     assert not torch.equal(secure[0], ahead[0])
     assert float(secure[0].std()) == pytest.approx(2.5, rel=0.01)
+
+
+def test_device_noise_keys_are_126_secret_bits_per_chunk_from_the_rounds_stream() -> None:
+    """The keys a CUDA device's Philox generator is seeded with (privacy.primitives.device_noise_keys): one
+    per chunk of DEVICE_NOISE_VALUES, each a full 64-bit key and a 64-bit starting counter (a multiple of 4),
+    a function of the round's secret stream only (a seeded run replays them, a secure one does not), distinct
+    across chunks and rounds, and never shown by repr. The draw itself is tested on a GPU (tests/test_cuda.py)."""
+    from uedp.privacy.primitives import DEVICE_NOISE_VALUES, device_noise_keys
+
+    count = 3 * DEVICE_NOISE_VALUES + 1
+    keys = device_noise_keys(Randomness.seeded(5).stream("noise", 4), count)
+    assert len(keys) == 4 and len(device_noise_keys(Randomness.seeded(5).stream("noise", 4), 10)) == 1
+    assert keys == device_noise_keys(Randomness.seeded(5).stream("noise", 4), count)
+    assert all(0 <= k.seed < 1 << 64 and 0 <= k.offset < 1 << 64 and k.offset % 4 == 0 for k in keys)
+    assert len({k.seed for k in keys}) == 4
+    assert max(k.seed for k in keys).bit_length() > 56 and max(k.offset for k in keys).bit_length() > 56
+    other_round = device_noise_keys(Randomness.seeded(5).stream("noise", 5), count)
+    secure = device_noise_keys(Randomness.secure().stream("noise", 4), count)
+    assert not {k.seed for k in keys} & ({k.seed for k in other_round} | {k.seed for k in secure})
+    assert str(keys[0].seed) not in repr(keys) and "secret" in repr(keys[0])
+
+
+def test_noise_for_cpu_tensors_never_takes_the_device_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CPU tensors get the numpy-drawn secret noise (a CPU torch generator keeps 32 bits of a seed)."""
+    from uedp.privacy import primitives
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("the device path was taken for CPU tensors")
+
+    monkeypatch.setattr(primitives, "_device_standard_normal", refuse)
+    noise = primitives.noise_ahead([torch.empty(300, 40)], 1.0, Randomness.secure().stream("noise", 1)).result()
+    assert noise[0].device.type == "cpu" and float(noise[0].std()) == pytest.approx(1.0, rel=0.05)
+    assert primitives.gaussian_noise((50,), 1.0, Randomness.secure().stream("noise", 1), device="cpu").shape == (50,)
+
+
+def test_cpu_noise_is_drawn_on_a_background_thread_only_beside_free_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drawing beside torch's threads on cores they already fill slows every operation of the round (its
+    threads wait for the preempted one): the draw overlaps only where a CPU is left free, else it runs first.
+    Same values either way."""
+    import threading
+
+    from uedp.privacy import primitives
+
+    where: list[str] = []
+    real = primitives._noise_shaped
+
+    def recorded(*args: object) -> list[torch.Tensor]:
+        where.append(threading.current_thread().name)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(primitives, "_noise_shaped", recorded)
+    shapes = [torch.empty(300, 40)]
+    draws = []
+    for spare in (0, 1):
+        monkeypatch.setattr(primitives, "available_cpus", lambda spare=spare: torch.get_num_threads() + spare)
+        draws.append(primitives.noise_ahead(shapes, 1.0, Randomness.seeded(2).stream("noise", 1)).result()[0])
+    assert where[0] == threading.current_thread().name and where[1].startswith("uedp-noise-ahead")
+    assert torch.equal(draws[0], draws[1])

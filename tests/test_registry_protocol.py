@@ -23,7 +23,7 @@ from pydantic import Field
 from uedp.detection.pipeline import DetectorConfig
 from uedp.flows.demo import DEMO_CORPUS
 from uedp.models.batching import collate
-from uedp.privacy.accounting import RoundAccountant
+from uedp.privacy.accounting import RoundAccountant, shown_rounds
 from uedp.privacy.mechanisms import registry
 from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, TrainData, Trained
 from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, private_statement
@@ -37,7 +37,7 @@ from uedp.services.report import markdown, summarise
 from uedp.services.training import train_configuration
 from uedp.storage.ingest import IngestOptions, ingest
 
-from support import REPO
+from support import REPO, write
 
 TOY = "toy-full-batch"
 TOY_UNIT = "one training sequence (toy: full-batch noisy clipped gradients)"
@@ -51,6 +51,7 @@ class ToyParams(MechanismParams):
     lr: float = Field(0.05, gt=0)
     public_size: int = Field(100, ge=1)  # the denominator, declared: the exact count would leak
     delta: float = Field(1e-5, gt=0, lt=1)
+    max_epsilon: float | None = Field(None, gt=0)  # stop before a step that would exceed it
 
     @property
     def steps_run(self) -> int:
@@ -87,7 +88,8 @@ class ToyFullBatch:
                     q.sub_(p.lr * (t + n) / p.public_size)
             return RoundOutput()
 
-        loop = RoundLoop(self.name, p.steps, accountant, self.randomness, p.delta, state={"model": model})
+        loop = RoundLoop(self.name, p.steps, accountant, self.randomness, p.delta, p.max_epsilon, "step",
+                         state={"model": model})
         model.train()
         outcome = loop.run(one_step, on_round, checkpoint)
         return Trained(private_statement(
@@ -123,6 +125,39 @@ def test_a_mechanism_registered_by_a_fixture_trains_end_to_end_from_the_registry
     assert float(run.data.metrics["final_epsilon"]) == pytest.approx(result.epsilon)
     report = markdown(summarise([(result, None)]), "toy")
     assert f"- {TOY}: {TOY_UNIT}" in report  # the report's unit legend comes from the run, not a table
+
+
+def test_the_logged_epsilon_curve_holds_exact_figures_only_none_above_the_final_one(home, toy: MechanismSpec,
+                                                                                   tmp_path: Path) -> None:
+    """A run longer than the shown rounds, stopped by its budget between two of them: MLflow's epsilon
+    metric is logged at the shown rounds and the stop only, each dp_accounting's own figure."""
+    blocks = DEMO_CORPUS.read_text(encoding="utf-8").split("\n\n")  # a few sentences: 76 full-batch steps
+    files = [write(tmp_path / "train.conll", "\n\n".join(blocks[:8]) + "\n\n"),
+             write(tmp_path / "valid.conll", "\n\n".join(blocks[:1] + blocks[8:10]) + "\n\n")]
+    ingest(home, "small", files, IngestOptions(format="conll2003"))
+    detect_entities(home, "small", DetectorConfig(detectors=["gold"]))
+
+    def exact(steps: int) -> float:
+        return float(dp_accounting.pld.PLDAccountant().compose(dp_accounting.GaussianDpEvent(8.0), steps)
+                     .get_epsilon(1e-5))
+
+    stop = 76
+    assert stop not in shown_rounds(90)
+    config = TrainConfig(dataset="small", mechanism=TOY, steps=90, noise_multiplier=8.0, lr=1e-4,
+                         max_epsilon=(exact(stop) + exact(stop + 1)) / 2, randomness="seeded", max_len=16,
+                         checkpoint_every=0)
+    result = train_configuration(home, config, progress=False)
+    assert result.rounds == stop
+    run = MlflowClient(tracking_uri=home.mlflow_tracking_uri).get_run(result.run_id)
+    history = sorted((m.step, m.value) for m in MlflowClient(tracking_uri=home.mlflow_tracking_uri)
+                     .get_metric_history(result.run_id, "epsilon"))
+    assert [step for step, _ in history] == [r for r in shown_rounds(90) if r < stop] + [stop]
+    for step, value in history:
+        assert value == pytest.approx(exact(step), rel=1e-6), step
+    final = float(run.data.metrics["final_epsilon"])
+    assert max(value for _, value in history) == history[-1][1] == pytest.approx(final, rel=1e-12)
+    assert final == pytest.approx(result.epsilon) and final <= config.params.max_epsilon  # type: ignore[attr-defined]
+    assert f"stopped before step {stop + 1}: epsilon would exceed the budget" in result.notes
 
 
 def test_the_fixture_mechanism_is_named_nowhere_in_the_project() -> None:

@@ -36,3 +36,16 @@ def test_use_threads_sets_torch_and_refuses_zero(monkeypatch: pytest.MonkeyPatch
     assert use_threads(2) == 2 and torch.get_num_threads() == 2
     with pytest.raises(ValueError, match="at least 1"):
         use_threads(0)
+
+
+def test_training_threads_flush_denormal_floats() -> None:
+    """Noisy weights push activations below float32's normal range, where the CPU slows tenfold or more:
+    training's thread setup makes such numbers compute as 0 (the test process' own threads see it)."""
+    try:
+        supported = torch.set_flush_denormal(False)  # False: this CPU has no denormals-are-zero mode
+        tiny = torch.tensor([1e-39], dtype=torch.float64).float()
+        assert float(tiny * 1.0) > 0  # a denormal float32, computed as one
+        use_threads(1)
+        assert float(tiny * 1.0) == (0.0 if supported else float(tiny))
+    finally:
+        torch.set_flush_denormal(True)

@@ -248,9 +248,10 @@ def test_the_group_round_equals_dp_accountings_replace_one_releases_composed_dir
     assert epsilon_after(group_replace_round(q, z, group), rounds, delta, "pld", "replace") == pytest.approx(
         expected, rel=1e-6)
     ledger = RoundAccountant(group_replace_round(q, z, group), delta, "pld", "replace")
+    schedule = ledger.plan(rounds)
     for _ in range(rounds):
-        ledger.step()
-    assert ledger.epsilon == pytest.approx(expected, rel=1e-6)
+        ledger.spend()
+    assert ledger.epsilon == schedule.shown[rounds] == pytest.approx(expected, rel=1e-6)
 
 
 def _exact_group_delta(epsilon: float, q: float, z: float, group: int) -> float:

@@ -90,12 +90,20 @@ def test_target_epsilon_is_met_by_the_calibrated_noise() -> None:
     assert statement.noise_multiplier > 0.3
 
 
-def test_training_stops_before_a_round_would_exceed_the_budget() -> None:
-    budget = epsilon_after(poisson_gaussian_round(0.5, 1.0), 2, 1e-5, "rdp") + 1e-6
-    params = UserDpParams(rounds=10, q_user=0.5, noise_multiplier=1.0, local_steps=1, accountant="rdp", max_epsilon=budget)
+@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+def test_training_stops_before_a_round_would_exceed_the_budget(accountant: str) -> None:
+    def exact(rounds: int) -> float:
+        return epsilon_after(poisson_gaussian_round(0.5, 1.0), rounds, 1e-5, accountant)  # type: ignore[arg-type]
+
+    budget = exact(2) + 1e-6
+    assert exact(3) > budget  # round 3 would exceed it: the stop is exact, not a block's end
+    params = UserDpParams(rounds=10, q_user=0.5, noise_multiplier=1.0, local_steps=1, accountant=accountant,
+                          max_epsilon=budget)
     _, reports, statement = _train(params)
     assert len(reports) == 2 and statement.rounds == 2 and statement.epsilon <= budget
-    assert "stopped before round 3" in statement.notes
+    assert [r.epsilon for r in reports] == pytest.approx([exact(1), exact(2)], rel=1e-7)
+    assert statement.epsilon == reports[-1].epsilon  # the curve ends at the final figure
+    assert "stopped before round 3: epsilon would exceed the budget" in statement.notes
 
 
 def test_seeded_runs_replay_and_secure_runs_differ() -> None:

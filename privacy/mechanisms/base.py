@@ -53,7 +53,10 @@ class TrainData:
 class RoundReport:
     round: int  # 1-based
     loss: float  # NaN for private mechanisms: a function of private data the guarantee does not cover
-    epsilon: float
+    # The exact epsilon after this round when the run's schedule shows it (privacy.accounting.EpsilonSchedule:
+    # every round of a short run, a bounded number of a longer one, fewer when a budget stops it, always the
+    # last); None between shown rounds, where no figure is computed. inf for a mechanism without a guarantee.
+    epsilon: float | None
     delta: float
     # Examples this step used; None for private mechanisms: how many units were sampled depends on the
     # private data (the participants series alone would raise epsilon) and is not handed out.

@@ -21,6 +21,7 @@ import torch
 from uedp.models.batching import collate
 from uedp.models.device import autocast
 from uedp.models.parallel import Ranks
+from uedp.models.training import adam
 from uedp.privacy.accounting import (
     Adjacency,
     RoundAccountant,
@@ -88,7 +89,7 @@ class DpSgd:
         with dropout_switched_off(model) as dropout:  # layers' own draws would be shared by all examples
             clipping = self.per_sample_clipping(model)
             params: list[torch.Tensor] = [q_ for q_ in model.parameters() if q_.requires_grad]
-            optimizer = torch.optim.Adam(params, lr=p.lr)
+            optimizer = adam(params, p.lr)
 
             def one_step(step: int, rng: RoundRandomness) -> RoundOutput:
                 batch = [examples[i] for i in rng.poisson_sample("sample-examples", example_ids, q)]
@@ -150,7 +151,9 @@ class DpSgd:
         pending = noise_ahead(params, sigma, noise_gen)
         summed = ranks.sum_(self.clipped_gradient_sum(clipping, params, ranks.mine(batch), loss_fn, device, pad_id))
         noises = pending.result()
-        return [(total + noise) / self.params.batch_size for total, noise in zip(summed, noises)]
+        # In place: the sums are this step's own tensors, and at 100M parameters every extra model-sized
+        # temporary costs as much as drawing part of the noise.
+        return [total.add_(noise).div_(self.params.batch_size) for total, noise in zip(summed, noises)]
 
     def clipped_gradient_sum(self, clipping: PerSampleClipping, params: list[torch.Tensor],
                              batch: list[torch.Tensor], loss_fn: LossFn, device: torch.device,
@@ -164,11 +167,17 @@ class DpSgd:
                 return loss_fn(model, batch_inputs)
 
         # Added in at least float32, so that micro-batches of a bf16 model round no more than one batch.
-        total = [torch.zeros_like(param, dtype=torch.promote_types(param.dtype, torch.float32)) for param in params]
+        total: list[torch.Tensor] | None = None
         for micro_batch in _micro_batches(batch, self.params.max_physical_batch):
             inputs = {k: v.to(device) for k, v in collate(micro_batch, pad_id).items()}
-            for summed, part in zip(total, clipping.clipped_sum(loss, inputs, len(micro_batch), self.params.clip)):
-                summed.add_(part)
+            parts = clipping.clipped_sum(loss, inputs, len(micro_batch), self.params.clip)
+            if total is None:
+                total = [part.to(torch.promote_types(part.dtype, torch.float32)) for part in parts]
+            else:
+                for summed, part in zip(total, parts):
+                    summed.add_(part)
+        if total is None:  # an empty batch (Poisson sampling drew no sequence): the noise alone
+            return [torch.zeros_like(param) for param in params]
         return [summed.to(param.dtype) for summed, param in zip(total, params)]
 
 

@@ -25,7 +25,7 @@ from uedp.models.batching import Example, batches
 from uedp.models.parallel import Ranks
 from uedp.models.training import LossFn, optimizer_step
 from uedp.privacy.mechanisms.base import TrainData
-from uedp.privacy.primitives import assign_flat_, clip_l2, flatten
+from uedp.privacy.primitives import assign_flat_, clip_factor, flatten
 from uedp.privacy.randomness import RandomSource
 
 # Any user's weight is at most 1, so max(w) * clip bounds one user's contribution even for a user who
@@ -70,7 +70,8 @@ class LocalTrainer:
         total = torch.zeros_like(theta)
         for sequences, weight, stream in zip(users, weights, streams):
             if sequences:
-                total += weight * clip_l2(self.local_delta(theta, sequences, stream), self.clip)
+                delta = self.local_delta(theta, sequences, stream)
+                total.add_(delta, alpha=weight * clip_factor(delta, self.clip))  # clipped as it is added
         return total
 
     def local_delta(self, theta: torch.Tensor, sequences: Sequence[Example], stream: RandomSource) -> torch.Tensor:
@@ -79,7 +80,7 @@ class LocalTrainer:
         optimizer = torch.optim.SGD(self.params, lr=self.local_lr)
         for batch in itertools.islice(self._cycle(sequences, stream), self.local_steps):
             optimizer_step(self.worker, optimizer, batch, self.loss_fn, self.device)
-        return flatten(self.params) - theta
+        return flatten(self.params).sub_(theta)
 
     def _cycle(self, sequences: Sequence[Example], stream: RandomSource) -> Iterator[dict[str, torch.Tensor]]:
         while True:

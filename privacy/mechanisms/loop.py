@@ -9,10 +9,13 @@ The loop owns what must be done the same way everywhere, so a defect here is fix
 * **no shared draws**: a private round during which a layer drew from torch's global generator (which
   all units share) is refused (:mod:`privacy.layer_randomness`); only a loop without a guarantee
   (``shared_draws_allowed``) lets layers draw there;
-* **the budget stop**: before a round, the ledger says (exactly) whether epsilon after it would exceed
-  ``max_epsilon``; such a round does not run (nothing is released for it);
-* **reports**: after each round, epsilon (exact, or a close upper bound: see ``RoundAccountant``) and (for mechanisms without a guarantee only) loss and batch
-  size go to ``on_round``.
+* **accounting off the hot path**: before the first round the ledger plans the run
+  (:class:`~uedp.privacy.accounting.EpsilonSchedule`): the last round a ``max_epsilon`` budget allows
+  (exactly: epsilon after it is within the budget, after the next it would not be) and the exact
+  epsilon of the rounds it shows. Rounds past the stop do not run (nothing is released for them);
+  inside the loop the ledger only counts rounds;
+* **reports**: after each round, the exact epsilon when the schedule shows that round (None between
+  shown rounds) and, for mechanisms without a guarantee only, loss and batch size go to ``on_round``.
 
 A mechanism supplies only what differs: the round body (who is sampled, each unit's contribution, the
 noise) and its ledger (the round's ``DpEvent``, composed by dp_accounting).
@@ -26,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from uedp.privacy.accounting import RoundAccountant
+from uedp.privacy.accounting import EpsilonSchedule, RoundAccountant, plan_epsilons
 from uedp.privacy.layer_randomness import DROPOUT_NOTE, no_global_draws
 from uedp.privacy.mechanisms.base import OnRound, PrivacyStatement, RoundReport
 from uedp.privacy.mechanisms.checkpoint import Checkpointer, Restorable
@@ -35,18 +38,25 @@ from uedp.privacy.randomness import Randomness, RoundRandomness
 
 
 class Ledger(Protocol):
-    """What the loop needs of an accountant: epsilon now, whether one more round would exceed a budget,
-    the epsilon to report for a round it spends, and a checkpointable state."""
+    """What the loop needs of an accountant. All accounting is done by ``plan``, before the first round;
+    during training the loop only counts rounds with ``spend``, so no privacy loss distribution is
+    composed between steps."""
 
     @property
-    def epsilon(self) -> float: ...
+    def epsilon(self) -> float:
+        """Exact epsilon after the rounds spent: what the statement reports."""
+        ...
 
     @property
     def rounds(self) -> int: ...
 
-    def would_exceed(self, budget: float) -> bool: ...
+    def plan(self, rounds: int, budget: float | None) -> EpsilonSchedule:
+        """The schedule of a run of ``rounds`` rounds under ``budget`` (None: no budget)."""
+        ...
 
-    def step(self) -> float: ...
+    def spend(self) -> float | None:
+        """One round ran: its exact epsilon when the schedule shows it, else None."""
+        ...
 
     def state_dict(self) -> dict[str, Any]: ...
 
@@ -55,15 +65,16 @@ class Ledger(Protocol):
 
 @dataclass
 class NoLedger:
-    """The ledger of a mechanism without a guarantee: epsilon is infinite from the start."""
+    """The ledger of a mechanism without a guarantee: epsilon is infinite from the start, so a budget
+    (if one were given) stops it before its first round."""
 
     rounds: int = 0
     epsilon: float = math.inf
 
-    def would_exceed(self, budget: float) -> bool:
-        return True
+    def plan(self, rounds: int, budget: float | None) -> EpsilonSchedule:
+        return EpsilonSchedule(rounds, rounds if budget is None else 0)
 
-    def step(self) -> float:
+    def spend(self) -> float:
         self.rounds += 1
         return math.inf
 
@@ -77,7 +88,8 @@ class NoLedger:
 @dataclass
 class WorstCaseLedger:
     """Several accountants for one run whose epsilon is the largest of them (uedp: the case where the
-    changed entity is detected, and the case where it is an extended entity)."""
+    changed entity is detected, and the case where it is an extended entity). Planned together: the run
+    stops at the first round at which any case would exceed the budget, and shows the largest figure."""
 
     cases: dict[str, RoundAccountant]
 
@@ -89,11 +101,13 @@ class WorstCaseLedger:
     def rounds(self) -> int:
         return min(a.rounds for a in self.cases.values())
 
-    def would_exceed(self, budget: float) -> bool:
-        return any(a.would_exceed(budget) for a in self.cases.values())
+    def plan(self, rounds: int, budget: float | None) -> EpsilonSchedule:
+        return plan_epsilons(list(self.cases.values()), rounds, budget)
 
-    def step(self) -> float:
-        return max(a.step() for a in self.cases.values())
+    def spend(self) -> float | None:
+        figures = [a.spend() for a in self.cases.values()]  # the cases show the same rounds
+        shown = [f for f in figures if f is not None]
+        return max(shown) if len(shown) == len(figures) else None
 
     def state_dict(self) -> dict[str, Any]:
         return {case: a.state_dict() for case, a in self.cases.items()}
@@ -139,18 +153,19 @@ class RoundLoop:
     def run(self, body: RoundBody, on_round: OnRound, checkpoint: Checkpointer) -> LoopOutcome:
         objects: dict[str, Restorable] = {**self.state, "ledger": self.ledger}
         done = int((checkpoint.restore(self.scope, objects) or {"round": 0})["round"])
-        last, stopped = done, ""
-        for round_index in range(done + 1, self.rounds + 1):
-            if self.max_epsilon is not None and self.ledger.would_exceed(self.max_epsilon):
-                stopped = (f"stopped before {self.word} {round_index}: epsilon would exceed the budget "
-                           f"{self.max_epsilon:g}")
-                break
+        schedule = self.ledger.plan(self.rounds, self.max_epsilon)  # all the accounting, before round 1
+        last = done
+        for round_index in range(done + 1, schedule.last + 1):
             with (contextlib.nullcontext() if self.shared_draws_allowed else no_global_draws(self.scope, round_index)):
                 output = body(round_index, RoundRandomness(self.randomness, round_index))
-            epsilon = self.ledger.step()
+            epsilon = self.ledger.spend()
             on_round(RoundReport(round_index, output.loss, epsilon, self.delta, output.participants))
             checkpoint.maybe_save(self.scope, round_index, objects)
             last = round_index
+        stopped = ""
+        if schedule.stopped_by_budget:
+            stopped = (f"stopped before {self.word} {max(schedule.last, done) + 1}: epsilon would exceed the budget "
+                       f"{self.max_epsilon:g}")
         return LoopOutcome(last, stopped)
 
 

@@ -8,7 +8,7 @@ import torch
 
 from uedp.models.batching import ShuffledBatches, collate
 from uedp.models.parallel import Ranks
-from uedp.models.training import data_parallel_step, optimizer_step
+from uedp.models.training import adam, data_parallel_step, optimizer_step
 from uedp.privacy.mechanisms.base import (
     NO_CHECKPOINT,
     Checkpointer,
@@ -38,7 +38,7 @@ class Noiseless:
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
               on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT, scope: str = "noiseless") -> Trained:
         p = self.params
-        optimizer = torch.optim.AdamW(model.parameters(), lr=p.lr, weight_decay=0.0)
+        optimizer = adam([q for q in model.parameters() if q.requires_grad], p.lr, decoupled=True)
         sequences = data.sequences
         sampler = ShuffledBatches(len(sequences), p.batch_size, torch.Generator().manual_seed(self.seed))
         ranks = Ranks.current()  # under torchrun, each process takes a share of every batch

@@ -150,7 +150,8 @@ class UeDp:
             pending = noise_ahead([theta], sigma, rng.stream("noise"))  # drawn while the users train
             total = trainer.clipped_sum(theta, groups, [WEIGHT_CEILING] * len(groups), streams)
             noise = pending.result()[0]
-            assign_flat_(params, theta + p.server_lr * (total + noise) / self.denominator)
+            # theta + lr (total + noise) / denominator, in place: no model-sized temporaries
+            assign_flat_(params, total.add_(noise).mul_(p.server_lr / self.denominator).add_(theta))
             return RoundOutput()
 
         with dropout_switched_off(model) as dropout:  # layers' own draws would be shared by all users

@@ -132,7 +132,8 @@ class UserDp:
                 total = trainer.clipped_sum(theta, [user_sequences[i] for i in sampled], weights[sampled].tolist(),
                                             streams)
                 noise = pending.result()[0]
-                assign_flat_(params, theta + p.server_lr * (total + noise) / denominator)
+                # theta + lr (total + noise) / denominator, in place: no model-sized temporaries
+                assign_flat_(params, total.add_(noise).mul_(p.server_lr / denominator).add_(theta))
                 return RoundOutput()  # neither the local losses nor the number of sampled users is released
 
             loop = RoundLoop(self.name, p.rounds, accountant, self.randomness, p.delta, p.max_epsilon,

@@ -23,7 +23,7 @@ from torch.func import functional_call, grad, vmap
 
 from uedp.models.batching import IGNORE, Example
 from uedp.privacy.mechanisms.fedavg import LocalTrainer
-from uedp.privacy.primitives import clip_l2
+from uedp.privacy.primitives import clip_factor
 from uedp.privacy.randomness import RandomSource
 
 
@@ -49,7 +49,7 @@ class VectorizedLocalTrainer(LocalTrainer):
             group = active[start:start + self.group_size]
             deltas = self._group_deltas(theta, [sequences for sequences, _, _ in group], [s for _, _, s in group])
             for delta, (_, weight, _) in zip(deltas, group):
-                total += weight * clip_l2(delta, self.clip)
+                total.add_(delta, alpha=weight * clip_factor(delta, self.clip))
         return total
 
     def _group_deltas(self, theta: torch.Tensor, users: Sequence[Sequence[Example]],

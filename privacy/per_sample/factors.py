@@ -74,7 +74,8 @@ class Outer:
         """``<G_i, H_i>`` per example, from Gram matrices (nothing of size m x n is formed), in float64:
         the sum has terms of both signs (and a shared parameter's cross terms are negative at times), so
         float32 cancellation could understate a norm, and clipping would then clip too little."""
-        a, b = self.to_double(), other.to_double()
+        a = self.to_double()
+        b = a if other is self else other.to_double()  # a norm's own pair: one float64 copy, not two
         right = torch.bmm(a.right, b.right.transpose(1, 2))
         return (a.left_gram(b) * right).sum(dim=(1, 2))
 

@@ -1,0 +1,126 @@
+"""bf16 autocast, as DP-SGD's forward pass runs on CUDA (models.device.autocast), checked on the CPU's own bf16
+autocast: per-example norms, clipping and the noise stay in float32 or better, so the sensitivity the accountant
+assumes holds whatever precision the layers compute in. The same checks on a GPU: tests/test_cuda.py."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+from uedp.models.batching import collate, encode
+from uedp.models.metrics import per_sequence_lm_loss
+from uedp.privacy.mechanisms import dpsgd as dpsgd_module
+from uedp.privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
+from uedp.privacy.per_sample import per_sample_clipping
+from uedp.privacy.per_sample.exact import ExactClipping
+from uedp.privacy.population import Population
+from uedp.privacy.randomness import Randomness
+
+from support import TOKENIZER
+
+CPU = torch.device("cpu")
+TEXTS = [f"writer {i} noted that the ferry to harbour {i % 3} left at {7 + i} with {i} parcels aboard" for i in range(6)]
+
+
+@contextlib.contextmanager
+def cpu_bf16() -> Iterator[None]:
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        yield
+
+
+def _model(family: str) -> torch.nn.Module:
+    ids = {"vocab_size": len(TOKENIZER), "bos_token_id": TOKENIZER.eos_token_id, "eos_token_id": TOKENIZER.eos_token_id}
+    torch.manual_seed(0)
+    if family == "gpt2":
+        config = GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=128, resid_pdrop=0.0, embd_pdrop=0.0,
+                            attn_pdrop=0.0, pad_token_id=TOKENIZER.eos_token_id, **ids)
+        return GPT2LMHeadModel(config)
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, max_position_embeddings=128, **ids)
+    return LlamaForCausalLM(config)
+
+
+def _batch(texts: list[str]) -> dict[str, torch.Tensor]:
+    return collate(encode(TOKENIZER, texts, 64), TOKENIZER.pad_token_id)
+
+
+def _bf16_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    with cpu_bf16():
+        return per_sequence_lm_loss(model, batch)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_bf16_forward_gives_float64_norms_near_the_float32_ones_and_float32_clipped_sums(family: str) -> None:
+    """The layers really ran in bf16 (norms differ from float32 ones), yet the norms are float64 and within a
+    few percent of the exact float32 per-example norms, and the clipped sum is float32 like the weights."""
+    model = _model(family)
+    batch = _batch(TEXTS)
+    with cpu_bf16():
+        assert model(input_ids=batch["input_ids"]).logits.dtype == torch.bfloat16  # autocast is really on
+    exact = ExactClipping(model).per_example_norms(per_sequence_lm_loss, batch, len(TEXTS))
+    ghost = per_sample_clipping(model, "ghost")
+    try:
+        norms = ghost.per_example_norms(_bf16_loss, batch, len(TEXTS))  # type: ignore[attr-defined]
+        sums = ghost.clipped_sum(_bf16_loss, batch, len(TEXTS), clip=1e-3)
+    finally:
+        ghost.close()
+    assert norms.dtype == torch.float64
+    assert not torch.allclose(norms, exact.to(norms.dtype), rtol=1e-6, atol=0)  # bf16 did change something
+    assert torch.allclose(norms, exact.to(norms.dtype), rtol=0.05, atol=0)
+    assert all(s.dtype == torch.float32 and bool(torch.isfinite(s).all()) for s in sums)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_under_bf16_adding_one_example_moves_dpsgds_clipped_sum_by_at_most_clip(
+        family: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DP-SGD's own path (DpSgd.clipped_gradient_sum) with its autocast switched to CPU bf16: every example is
+    clipped (clip far below the norms), D' = D + one example moves the sum by at most clip (up to float32
+    rounding), and a single example's contribution has norm clip."""
+    monkeypatch.setattr(dpsgd_module, "autocast", lambda device: cpu_bf16())
+    clip = 1e-3
+    mechanism = DpSgd(DpSgdParams(steps=1, batch_size=len(TEXTS), clip=clip, noise_multiplier=1.0),
+                      Population.declared(len(TEXTS)), Randomness.secure())
+    model = _model(family)
+    params = [p for p in model.parameters() if p.requires_grad]
+    clipping = per_sample_clipping(model, "ghost")
+    try:
+        flat = []
+        for texts in (TEXTS[1:], TEXTS, TEXTS[:1]):
+            sums = mechanism.clipped_gradient_sum(clipping, params, encode(TOKENIZER, texts, 64),
+                                                  per_sequence_lm_loss, CPU, TOKENIZER.pad_token_id)
+            assert all(s.dtype == torch.float32 for s in sums)
+            flat.append(torch.cat([s.flatten() for s in sums]).double())
+    finally:
+        clipping.close()
+    moved = float(torch.linalg.vector_norm(flat[1] - flat[0]))
+    assert 0.5 * clip < moved <= clip * (1 + 1e-3)
+    assert float(torch.linalg.vector_norm(flat[2])) == pytest.approx(clip, rel=1e-4)
+
+
+def test_under_bf16_dpsgds_noise_is_float32_with_standard_deviation_z_clip(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The noisy gradient of a bf16-forward step: (clipped sum + N(0, (z C)^2)) / B in float32; the noise part,
+    recovered by subtracting the clipped sum, has standard deviation z C (not a bf16-rounded one)."""
+    monkeypatch.setattr(dpsgd_module, "autocast", lambda device: cpu_bf16())
+    z, clip, batch_size = 2.0, 1e-3, len(TEXTS)
+    mechanism = DpSgd(DpSgdParams(steps=1, batch_size=batch_size, clip=clip, noise_multiplier=z),
+                      Population.declared(batch_size), Randomness.secure())
+    model = _model("gpt2")
+    params = [p for p in model.parameters() if p.requires_grad]
+    examples = encode(TOKENIZER, TEXTS, 64)
+    clipping = per_sample_clipping(model, "ghost")
+    try:
+        summed = mechanism.clipped_gradient_sum(clipping, params, examples, per_sequence_lm_loss, CPU,
+                                                TOKENIZER.pad_token_id)
+        noisy = mechanism.noisy_gradient(clipping, params, examples, per_sequence_lm_loss, CPU,
+                                         TOKENIZER.pad_token_id, Randomness.secure().stream("noise", 1))
+    finally:
+        clipping.close()
+    assert all(g.dtype == torch.float32 for g in noisy)
+    noise = torch.cat([(g * batch_size - s).flatten() for g, s in zip(noisy, summed)]).double()
+    assert float(noise.std()) == pytest.approx(z * clip, rel=0.02)
+    # float32 noise takes ~2^24 distinct magnitudes; bf16-rounded noise would take a few hundred
+    assert torch.unique(noise[:20_000].float()).numel() > 19_000
