@@ -25,13 +25,14 @@ test: $(STAMP) browser lint  ## install, lint and type-check, then run the whole
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not cuda"
 
 # The GPU's own checks, never part of `make test` or CI: the CUDA-marked tests (device-side secret noise, bf16
-# clipping, private runs on CUDA), then training throughput at real sizes, full and LoRA (benchmarks/README.md).
+# clipping, private runs on CUDA), then training throughput at real sizes, full and LoRA, with the settings of
+# the README's CPU table (docs/guide.md, "Speed and threads").
 GPU_MODELS ?= gpt2:25m,gpt2:100m,gpt2:100m+lora8,llama:100m,llama:100m+lora8
 gpu-check: $(STAMP)  ## on a machine with a CUDA GPU: the cuda tests, then the throughput table at real sizes
 	$(BIN)/python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'gpu-check needs a CUDA GPU (torch sees none)')"
 	$(BIN)/python -c "import torch; print('device:', torch.cuda.get_device_name(0), '| torch', torch.__version__)"
 	$(BIN)/python -m pytest -m cuda -p no:cacheprovider -q tests/test_cuda.py
-	$(BIN)/python benchmarks/train_throughput.py --device cuda --models $(GPU_MODELS) --batch-size 32 --steps 20 --rounds 2 --repeats 3
+	$(BIN)/python benchmarks/train_throughput.py --device cuda --models $(GPU_MODELS) --batch-size 32 --steps 20 --rounds 2 --q-user 0.1 --local-steps 2 --repeats 3
 
 lint: $(STAMP)  ## ruff, and mypy on the installed layout of the package (strict on the privacy core)
 	$(BIN)/ruff check .

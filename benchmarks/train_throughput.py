@@ -247,19 +247,22 @@ def without_privacy(active: bool) -> Iterator[None]:
 
     import torch
 
-    from uedp.privacy.mechanisms import fedavg, userdp
+    from uedp.privacy.mechanisms import fedavg, userdp, vectorized
 
     def zeros(tensors: Any, std: float, source: Any) -> Future[list[Any]]:
         done: Future[list[Any]] = Future()
         done.set_result([torch.zeros_like(t) for t in tensors])
         return done
 
+    def whole(vector: Any, bound: float) -> float:
+        return 1.0
+
     real_noise, real_clip = userdp.noise_ahead, fedavg.clip_factor
-    userdp.noise_ahead, fedavg.clip_factor = zeros, lambda vector, bound: 1.0
+    userdp.noise_ahead, fedavg.clip_factor, vectorized.clip_factor = zeros, whole, whole
     try:
         yield
     finally:
-        userdp.noise_ahead, fedavg.clip_factor = real_noise, real_clip
+        userdp.noise_ahead, fedavg.clip_factor, vectorized.clip_factor = real_noise, real_clip, real_clip
 
 
 def run_once(config: Any, data: Any, model: Any, device: Any, build_mechanism: Any, loss_function: Any,

@@ -47,9 +47,9 @@ def clip_factor(vector: torch.Tensor, bound: float) -> float:
 
     As a number, so a caller can scale while it adds (``total.add_(delta, alpha=weight * factor)``)
     instead of writing a clipped copy of a vector the size of the model."""
-    if bound <= 0:
+    if not bound > 0:  # NaN too
         raise ValueError(f"clipping bound must be positive, got {bound}")
-    norm = float(torch.linalg.vector_norm(vector))
+    norm = float(torch.linalg.vector_norm(vector, dtype=torch.float64))  # a bf16 norm could understate it
     if not math.isfinite(norm):
         return 0.0
     return min(1.0, bound / (norm + 1e-12))
@@ -173,7 +173,7 @@ class DeviceKey:
 def device_noise_keys(source: np.random.Generator, count: int) -> list[DeviceKey]:
     """The keys of ``count`` values of device noise, one per chunk of :data:`DEVICE_NOISE_VALUES`, drawn
     from ``source``, the round's secret stream (seeded from the run's 256-bit root by a keyed hash of
-    (purpose, round): PRIVACY.md, rule 5). Same stream, same keys: a seeded run replays on the device."""
+    (purpose, round): PRIVACY.md, rule 1). Same stream, same keys: a seeded run replays on the device."""
     chunks = max(1, -(-count // DEVICE_NOISE_VALUES))
     words = source.integers(0, 1 << 64, size=(chunks, 2), dtype=np.uint64)
     return [DeviceKey(int(seed), int(offset) & ~3) for seed, offset in words.tolist()]
@@ -181,14 +181,18 @@ def device_noise_keys(source: np.random.Generator, count: int) -> list[DeviceKey
 
 def _device_standard_normal(source: np.random.Generator, count: int, device: torch.device) -> torch.Tensor:
     """``count`` standard normals drawn on ``device`` by torch's Philox4x32-10 generator, chunk i keyed by
-    :func:`device_noise_keys`: only the keys (16 bytes a chunk) come from the CPU."""
-    out = torch.empty(count, dtype=torch.float32, device=device)
+    :func:`device_noise_keys`: only the keys (16 bytes a chunk) come from the CPU.
+
+    Drawn in float64, then rounded to float32: CUDA's float32 normals come from 32-bit uniforms by
+    Box-Muller and never exceed about 6.8 sigma, a cut tail the Gaussian mechanism's accounting does not
+    charge for; float64 draws (53-bit uniforms) reach about 8.6 sigma, past the CPU sampler's reach."""
+    out = torch.empty(count, dtype=torch.float64, device=device)
     generator = torch.Generator(device=device)
     for index, key in enumerate(device_noise_keys(source, count)):
         generator.manual_seed(key.seed)
         generator.set_offset(key.offset)
         out[index * DEVICE_NOISE_VALUES:(index + 1) * DEVICE_NOISE_VALUES].normal_(generator=generator)
-    return out
+    return out.float()
 
 
 def _parallel_standard_normal(source: np.random.Generator, count: int) -> np.ndarray:

@@ -71,7 +71,9 @@ class LocalTrainer:
         for sequences, weight, stream in zip(users, weights, streams):
             if sequences:
                 delta = self.local_delta(theta, sequences, stream)
-                total.add_(delta, alpha=weight * clip_factor(delta, self.clip))  # clipped as it is added
+                factor = clip_factor(delta, self.clip)
+                if factor:  # 0 for a diverged (non-finite) delta, which adds nothing: 0 * NaN would be NaN
+                    total.add_(delta, alpha=weight * factor)  # clipped as it is added
         return total
 
     def local_delta(self, theta: torch.Tensor, sequences: Sequence[Example], stream: RandomSource) -> torch.Tensor:

@@ -137,7 +137,7 @@ class SelectiveRecurrent(DpSgd):
         for row, mask in enumerate(masks):
             is_private[row, : len(mask)] = mask.to(device)
         state_noise = gaussian_noise((*ids.shape, 2 * model.config.hidden_size), z * p.hidden_clip, noise_gen,
-                                     torch.float32).to(device)
+                                     torch.float32, device)  # on a GPU, drawn there
 
         def release(h: torch.Tensor, c: torch.Tensor, rows: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor]:
             joint = torch.cat([h, c], dim=1).detach()  # nothing downstream differentiates into a private token

@@ -49,7 +49,9 @@ class VectorizedLocalTrainer(LocalTrainer):
             group = active[start:start + self.group_size]
             deltas = self._group_deltas(theta, [sequences for sequences, _, _ in group], [s for _, _, s in group])
             for delta, (_, weight, _) in zip(deltas, group):
-                total.add_(delta, alpha=weight * clip_factor(delta, self.clip))
+                factor = clip_factor(delta, self.clip)
+                if factor:  # 0 for a diverged (non-finite) delta, which adds nothing: 0 * NaN would be NaN
+                    total.add_(delta, alpha=weight * factor)
         return total
 
     def _group_deltas(self, theta: torch.Tensor, users: Sequence[Sequence[Example]],
