@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -32,6 +31,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from page_files import write_command_file
 
 CATEGORIES = "PERSON,LOC,ORG,MISC"
 
@@ -222,19 +223,13 @@ def main() -> None:
         sweep = ["sweep", "conll", "--mechanisms", "noiseless,deid,userdp,uedp,uedp-bounded", "--categories", CATEGORIES,
                  "--epsilons", args.epsilons, "--seeds", args.seeds, "--grid", f"holders_per_entity={args.k}",
                  "--model", "gpt2", "--model-size", "tiny", "--rounds", str(args.rounds), "--q-user", str(args.q_user),
-                 "--steps", str(args.noiseless_steps), "--threads", str(args.threads), "--checkpoint-every", "0"]
+                 "--steps", str(args.noiseless_steps), "--batch-size", "16", "--threads", str(args.threads), "--checkpoint-every", "0"]
         uedp(*sweep, home=home, threads=args.threads)
         args.out.mkdir(parents=True, exist_ok=True)
         results_page(sweep_runs(home), args.out)
         (args.out / "holders.md").write_text(holder_table(home, ks, 0.5, 0.5), encoding="utf-8")
-        elapsed = time.perf_counter() - started
-        (args.out / "command.txt").write_text(
-            "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]) + "\n"
-            f"sweep: uedp {' '.join(sweep)}\n"
-            f"machine: {platform.machine()}, {os.cpu_count()} CPUs ({args.threads} torch thread(s)), "
-            f"{platform.system()} {platform.release()}, Python {platform.python_version()}\n"
-            f"total wall time: {elapsed / 60:.1f} min\n", encoding="utf-8")
-        print(f"wrote {args.out} in {elapsed / 60:.1f} min")
+        write_command_file(args.out, (time.perf_counter() - started) / 60, f"{args.threads} torch thread(s)",
+                           f"sweep: uedp {' '.join(sweep)}")
     finally:
         if args.home is None:
             shutil.rmtree(home, ignore_errors=True)

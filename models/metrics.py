@@ -14,10 +14,16 @@ import torch.nn.functional as F
 from uedp.models.batching import IGNORE, Example, batches
 
 
+def next_token_targets(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The tokens a causal LM is scored on: every label but each row's first (nothing predicts it);
+    padding is ``IGNORE``."""
+    return batch["labels"][:, 1:]
+
+
 def causal_lm_nll(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
     """Summed next-token negative log-likelihood of a batch, and the number of predicted tokens."""
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    targets = batch["labels"][:, 1:]
+    targets = next_token_targets(batch)
     nll = F.cross_entropy(
         logits[:, :-1].reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=IGNORE, reduction="sum"
     )
@@ -40,7 +46,7 @@ def per_sequence_lm_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor])
     rows, width = batch["input_ids"].shape
     positions = torch.arange(width, device=batch["input_ids"].device).expand(rows, width)
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=positions).logits
-    targets = batch["labels"][:, 1:]
+    targets = next_token_targets(batch)
     nll = F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), targets, ignore_index=IGNORE, reduction="none").sum(1)
     return (nll / (targets != IGNORE).sum(1).clamp(min=1)).mean()
 
@@ -120,7 +126,7 @@ def sequence_nll(model: torch.nn.Module, sequences: Sequence[torch.Tensor], pad_
     for batch in batches(sequences, batch_size, pad_id):
         batch = {k: v.to(device) for k, v in batch.items()}
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        targets = batch["labels"][:, 1:]
+        targets = next_token_targets(batch)
         nll = F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), targets, ignore_index=IGNORE, reduction="none")
         out.append(torch.stack([nll.sum(1).double(), (targets != IGNORE).sum(1).double()], dim=1).cpu())
     model.train(was_training)
@@ -135,3 +141,54 @@ def baseline_errors(labels: Sequence[int], n_classes: int) -> dict[str, float]:
         raise ValueError("baseline errors need labels and at least one class")
     counts = torch.bincount(torch.as_tensor(list(labels)), minlength=n_classes)
     return {"majority": 1.0 - float(counts.max()) / len(labels), "uniform": 1.0 - 1.0 / n_classes}
+
+
+def output_vocabulary_size(model: torch.nn.Module) -> int:
+    """How many tokens ``model`` predicts among: its output layer's width (a Hugging Face model's or a LoRA
+    wrapper's output embeddings), else its configuration's ``vocab_size`` (the LSTM). The model's, not the
+    tokenizer's: a checkpoint may predict over more ids than its tokenizer makes, and its perplexity is
+    spread over all of them."""
+    get_output = getattr(model, "get_output_embeddings", None)
+    size = getattr(get_output() if callable(get_output) else None, "out_features", None)
+    if isinstance(size, int):
+        return size
+    size = getattr(getattr(model, "config", None), "vocab_size", None)
+    if not isinstance(size, int):
+        raise ValueError(f"{type(model).__name__} names no output vocabulary size")
+    return size
+
+
+def uniform_perplexity(vocab_size: int) -> float:
+    """The perplexity of guessing every next token uniformly over the vocabulary: exactly its size, on any
+    split. A language model at or above it has learnt nothing; it depends on no data at all."""
+    if vocab_size < 1:
+        raise ValueError("a vocabulary has at least one token")
+    return float(vocab_size)
+
+
+def unigram_perplexity(fit_sequences: Sequence[torch.Tensor], eval_sequences: Sequence[torch.Tensor],
+                       vocab_size: int, pad_id: int) -> float:
+    """The token-weighted perplexity on ``eval_sequences`` of a unigram model (each token's frequency in
+    ``fit_sequences``, context ignored) with add-one smoothing over the ``vocab_size`` tokens.
+
+    A model above it has not even learnt which tokens are common. Both splits count the targets that
+    :func:`perplexity` scores (every token but each sequence's first; padding never), so the figures are
+    comparable. Smoothing gives an unseen token a finite cost, and float64 log-probabilities keep the sum
+    over a large split exact enough to compare with the model's."""
+    counts = torch.bincount(_targets_of(fit_sequences, pad_id), minlength=vocab_size).double()
+    targets = _targets_of(eval_sequences, pad_id)
+    if targets.numel() == 0:
+        raise ValueError("perplexity of an empty split")
+    if len(counts) > vocab_size or int(targets.max()) >= vocab_size:
+        raise ValueError(f"a token id is outside the vocabulary of {vocab_size}")
+    log_probabilities = torch.log1p(counts) - math.log(float(counts.sum()) + vocab_size)
+    return math.exp(-float(log_probabilities[targets].sum()) / targets.numel())
+
+
+def _targets_of(sequences: Sequence[torch.Tensor], pad_id: int) -> torch.Tensor:
+    """Every scored target of ``sequences``, flat, from the padded batches :func:`perplexity` scores."""
+    flat = []
+    for batch in batches(sequences, 256, pad_id):
+        targets = next_token_targets(batch)
+        flat.append(targets[targets != IGNORE])
+    return torch.cat(flat) if flat else torch.zeros(0, dtype=torch.long)

@@ -97,6 +97,28 @@ def group_replace_round(sampling_probability: float, noise_multiplier: float, gr
     return single if group_size == 1 else dp_accounting.SelfComposedDpEvent(single, group_size)
 
 
+def delta_noise_multiplier(noise_multiplier: float, bit_noise_multiplier: float) -> float:
+    """The update's noise multiplier ``z_Delta`` when a round also releases a Gaussian count of the same
+    sampled units with noise multiplier ``bit_noise_multiplier`` (its noise std over its sensitivity),
+    chosen so that the two together are accounted as one Gaussian of ``noise_multiplier`` z:
+    ``z_Delta = (z^-2 - z_b^-2)^(-1/2)`` (adaptive clipping: Andrew et al. 2021, Theorem 1).
+
+    Why it is exact: divide each query by its noise std. One unit then adds the vector
+    ``(x / (z_Delta C), b / sigma_b)`` (its clipped delta, its count term) to a sum that carries
+    ``N(0, I)``; its norm is at most ``(z_Delta^-2 + z_b^-2)^(1/2) = 1 / z`` and one sampling coin decides
+    both parts. The Gaussian's privacy loss sees the contributions only through that bound (the same
+    argument that lets a many-dimensional clipped delta be accounted as one Gaussian), so a round is the
+    event a fixed clip with noise z gives: adaptive clipping spends nothing beyond z. dp_accounting's RDP accountant applies the same reduction
+    to ``PoissonSampled(q, Composed([Gaussian(z_Delta), Gaussian(z_b)]))``; its PLD accountant does not
+    take that event, so the equality is checked numerically (tests/test_adaptive_clipping.py)."""
+    if not (noise_multiplier > 0 and math.isfinite(bit_noise_multiplier)):
+        raise ValueError(f"noise multipliers must be positive and finite, got {noise_multiplier}, {bit_noise_multiplier}")
+    if not bit_noise_multiplier > noise_multiplier:
+        raise ValueError(f"the count's noise multiplier {bit_noise_multiplier:.4g} must exceed the round's noise "
+                         f"multiplier {noise_multiplier:.4g}: the count alone would spend more than the whole round")
+    return float((noise_multiplier ** -2 - bit_noise_multiplier ** -2) ** -0.5)
+
+
 def with_initial(event: dp_accounting.DpEvent, initial: dp_accounting.DpEvent | None) -> dp_accounting.DpEvent:
     """``event`` preceded by a one-time release (a DP count of the units), composed, when there is one."""
     return event if initial is None else dp_accounting.ComposedDpEvent([initial, event])

@@ -25,6 +25,7 @@ from uedp.errors import UedpError
 from uedp.services.config import TrainConfig
 from uedp.services.tracking import RunTracker
 from uedp.services.training import TrainResult
+from uedp.services.training_record import logged_baselines
 from uedp.storage.home import DataHome
 
 
@@ -53,7 +54,7 @@ class ReportRow:
     # The one-run audit's lower bound of each seed's run (runs with audit canaries), None where not audited.
     # Each is a bound at 95% on its own; their mean is not one, so they are shown side by side.
     audit_bounds: tuple[float | None, ...] = ()
-    baselines: dict[str, float] = field(default_factory=dict)  # classification: majority-class, uniform test error
+    baselines: dict[str, float] = field(default_factory=dict)  # what learning nothing scores on the test split
     unit: str = ""  # the privacy unit its epsilon is for, in the mechanism's own words
 
     @property
@@ -120,9 +121,7 @@ def markdown(rows: list[ReportRow], title: str) -> str:
         lines += [f"- {mechanism}: {unit}" for mechanism, unit in units]
     baselines = next((r.baselines for r in rows if r.baselines), None)
     if baselines:
-        lines += ["", f"Baselines on the test split: always answering its majority class gives error "
-                  f"{baselines['majority']:.4g}; a uniform guess gives {baselines['uniform']:.4g}. A model at or "
-                  "above these has learnt nothing."]
+        lines += ["", _baselines_sentence(baselines, metric)]
     if any(r.audited for r in rows):
         lines += ["", "Audit bound: the one-run audit's lower bound on epsilon at 95% confidence (Steinke, Nasr and "
                   "Jagielski 2023) from the canaries planted at each mechanism's unit (`audit_canaries`), one per "
@@ -147,6 +146,26 @@ def markdown(rows: list[ReportRow], title: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+# What each baseline is, in the report's sentence and in the plot's legend, in the order both list them.
+_BASELINE_WORDS = {"majority": "always answering its majority class", "uniform": "a uniform guess",
+                   "unigram": "a unigram model (token frequencies) fitted on the validation split"}
+_BASELINE_LEGEND = {"majority": "majority-class baseline", "uniform": "uniform guess baseline",
+                    "unigram": "unigram of the validation split"}
+
+
+def _in_order(baselines: dict[str, float]) -> list[tuple[str, float]]:
+    return [(name, baselines[name]) for name in _BASELINE_WORDS if name in baselines]
+
+
+def _baselines_sentence(baselines: dict[str, float], metric: str) -> str:
+    """A figure means something only beside what a model that learnt nothing scores. Above a language
+    model's unigram baseline a model has not even learnt which tokens are common."""
+    scores = [f"{_BASELINE_WORDS[name]} gives {metric + ' ' if index == 0 else ''}{value:.4g}"
+              for index, (name, value) in enumerate(_in_order(baselines))]
+    learnt = "nothing" if metric == "error" else "nothing beyond token frequencies"
+    return f"Baselines on the test split: {'; '.join(scores)}. A model at or above these has learnt {learnt}."
+
+
 def plot(rows: list[ReportRow], path: Path, title: str) -> list[Path]:
     """One PNG per category set: test utility against epsilon, a line per private mechanism; the
     mechanisms without a guarantee (noiseless, deid) as horizontal reference lines."""
@@ -163,15 +182,15 @@ def plot(rows: list[ReportRow], path: Path, title: str) -> list[Path]:
         for index, r in enumerate(r for r in subset if not math.isfinite(r.epsilon) and math.isfinite(r.test)):
             ax.axhline(r.test, linestyle="--", color=f"C{(index + 5) % 10}", label=f"{r.mechanism} (no guarantee)")
         baselines = next((r.baselines for r in subset if r.baselines), {})
-        for name, value in baselines.items():
-            ax.axhline(value, linestyle=":", color="0.35" if name == "majority" else "0.6",
-                       label=f"{name}-class baseline" if name == "majority" else f"{name} guess baseline")
+        for name, value in _in_order(baselines):
+            ax.axhline(value, linestyle=":", color="0.6" if name == "uniform" else "0.35", label=_BASELINE_LEGEND[name])
         metric = subset[0].metric
         # Log scales only across more than a decade: a narrower log axis has no major tick to label, and
         # its minor labels (5.86x10^0, 5.87x10^0, ...) run into each other.
         if _spans_a_decade([r.epsilon for r in finite]):
             ax.set_xscale("log")
-        if metric == "perplexity" and _spans_a_decade([r.test for r in subset if math.isfinite(r.test)]):
+        if metric == "perplexity" and _spans_a_decade([r.test for r in subset if math.isfinite(r.test)]
+                                                      + list(baselines.values())):
             ax.set_yscale("log")
         ax.set(xlabel="epsilon (accounted, per mechanism's unit)", ylabel=f"test {metric}")
         # Long category lists wrap instead of running off the figure.
@@ -273,8 +292,7 @@ def outcome_of_run(tracker: RunTracker) -> tuple[TrainResult, float | None] | No
         public=tuple(privacy.get("public", ())), label=config.label, unit=run.data.params.get("privacy_unit", ""),
         audit_epsilon=metrics.get("audit_one_run_epsilon_lower_bound"),
         detector_recall=run.data.params.get("privacy_detector_recall", ""),
-        baselines={name: metrics[f"error_test_{name}_baseline"] for name in ("majority", "uniform")
-                   if f"error_test_{name}_baseline" in metrics})
+        baselines=logged_baselines(metric, metrics))
     return result, (config.params.budget if config.spec.private else None)
 
 

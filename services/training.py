@@ -8,6 +8,7 @@ configuration: weights, generators and accountant come back, and the same MLflow
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +60,12 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
     Progress goes to the terminal (``progress``), or as lines to ``report_to`` (a Prefect flow run's log)."""
     s = set_up(home, config, Ranks.current())
     recorder = RunRecorder(home, config, s, flow_run_id, parent_run_id)
+    if s.noise_to_signal is not None:  # before training: a configuration that cannot learn is said up front
+        say = report_to or _to_stderr
+        say(f"{config.run_name()}: {s.noise_to_signal.line()}")
+        if (warning := s.noise_to_signal.warning()) is not None:
+            say(f"warning: {warning}")
+        recorder.tracker.log_params({"noise_to_signal": f"{s.noise_to_signal.ratio:.6g}"})
     try:
         outcome = run(config, s, observers=(recorder, ProgressObserver(config, progress, report_to)))
         record = recorder.record(outcome)
@@ -70,6 +77,10 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         keep_for_run(home, config, recorder.run_id, s.audit, record)
     return result_of(config, recorder.run_id, outcome, unit_of(config, s),
                      s.recall.describe() if s.recall is not None else "")
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def result_of(config: TrainConfig, run_id: str, outcome: RunOutcome, unit: str, recall: str = "") -> TrainResult:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 
 from uedp.models.parallel import Ranks
@@ -25,6 +25,20 @@ from uedp.services.training_setup import Setup, keyed_table_id, unit_of
 from uedp.storage.home import DataHome
 
 RUN_FILE = "mlflow_run.json"
+
+
+def baseline_metric(metric: str, name: str) -> str:
+    """A baseline's MLflow name, beside the run's own ``{metric}_test``: ``error_test_majority_baseline``,
+    ``perplexity_test_unigram_baseline``."""
+    return f"{metric}_test_{name}_baseline"
+
+
+def logged_baselines(metric: str, metrics: Mapping[str, float]) -> dict[str, float]:
+    """The baselines a run logged for its ``metric``, by name: whichever it has (a run of an older uedp
+    may have none)."""
+    prefix, suffix = f"{metric}_test_", "_baseline"
+    return {key.removeprefix(prefix).removesuffix(suffix): value for key, value in sorted(metrics.items())
+            if key.startswith(prefix) and key.endswith(suffix)}
 
 
 class RunRecorder(Observer):
@@ -73,8 +87,8 @@ class RunRecorder(Observer):
         if s.release is not None:
             tracker.log_metrics(statement.extra)  # kept-token share, attack success: comparable across runs
         tracker.log_metrics({f"{metric}_valid": outcome.valid}, step=statement.rounds)
-        if outcome.baselines:  # computed from the test split's labels, like the test error itself
-            tracker.log_metrics({f"error_test_{name}_baseline": value for name, value in outcome.baselines.items()})
+        # Scored on the test split like the test figure itself (a unigram's counts: the validation split's).
+        tracker.log_metrics({baseline_metric(metric, name): value for name, value in outcome.baselines.items()})
         tracker.log_metrics({metric: outcome.test, f"{metric}_test": outcome.test, "final_epsilon": statement.epsilon}
                             | ({"detector_recall": s.recall.value} if s.recall and s.recall.value is not None else {}))
         tracker.log_params({"noise_multiplier_used": statement.noise_multiplier, "accountant_used": statement.accountant,

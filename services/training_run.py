@@ -13,11 +13,19 @@ from typing import Any
 import torch
 
 from uedp.models.batching import Example
-from uedp.models.metrics import baseline_errors, classification_error, perplexity
+from uedp.models.metrics import (
+    baseline_errors,
+    classification_error,
+    output_vocabulary_size,
+    perplexity,
+    uniform_perplexity,
+    unigram_perplexity,
+)
 from uedp.privacy.mechanisms.base import PrivacyStatement, RoundReport, SamplesUnits
 from uedp.privacy.sanitization.release import trained_on_release
 from uedp.progress import progress as progress_bar
 from uedp.services.config import TrainConfig
+from uedp.services.training_data import PreparedData
 from uedp.services.training_setup import Setup, loss_function
 
 
@@ -31,7 +39,8 @@ class RunOutcome:
     metric: str  # "perplexity" or "error" (classification), lower is better for both
     valid: float
     test: float
-    baselines: dict[str, float] = field(default_factory=dict)  # classification: majority-class, uniform errors
+    # what a model that learnt nothing scores on the test split (baselines_on), by name
+    baselines: dict[str, float] = field(default_factory=dict)
     resumed_from: int = 0  # the round a resumed run restarted after (0: it started fresh)
     # (round, epsilon) at every round reported with a finite epsilon: the run's shown rounds, each figure
     # exact, none above the final one (privacy.accounting.EpsilonSchedule)
@@ -118,7 +127,7 @@ def run(config: TrainConfig, s: Setup, observers: Sequence[Observer] = ()) -> Ru
         statement, trained.sampling, config.utility_metric,
         valid=evaluate(s.model, s.data.valid, config, pad_id, s.device),
         test=evaluate(s.model, s.data.test, config, pad_id, s.device),
-        baselines=baselines_on(s.data.test, s.data.classes), resumed_from=resumed_from, curve=tuple(curve))
+        baselines=baselines_on(s.data, s.model, pad_id), resumed_from=resumed_from, curve=tuple(curve))
 
 
 def evaluate(model: torch.nn.Module, examples: Sequence[Example], config: TrainConfig, pad_id: int,
@@ -128,10 +137,27 @@ def evaluate(model: torch.nn.Module, examples: Sequence[Example], config: TrainC
         return math.nan
     if config.task == "classification":
         return classification_error(model, examples, pad_id, device)
-    return perplexity(model, [e for e in examples if isinstance(e, torch.Tensor)], pad_id, device)
+    return perplexity(model, _sequences(examples), pad_id, device)
 
 
-def baselines_on(examples: Sequence[Example], classes: list[str] | None) -> dict[str, float]:
-    """Classification: the majority-class and uniform-guess test errors (empty for language models)."""
-    labels = [int(e[1]) for e in examples if isinstance(e, tuple)]
-    return baseline_errors(labels, len(classes)) if classes and labels else {}
+def baselines_on(data: PreparedData, model: torch.nn.Module, pad_id: int) -> dict[str, float]:
+    """What a model that learnt nothing scores on the test split, by name (empty without a test split).
+
+    Classification: always answering the majority class, and a uniform guess among the classes. Language
+    models: a uniform guess over ``model``'s output vocabulary, and a unigram model fitted on the
+    validation split (held-out users, never the train split: the baseline rests on no text the model
+    trained on), left out when that split is empty."""
+    if data.classes is not None:
+        labels = [int(e[1]) for e in data.test if isinstance(e, tuple)]
+        return baseline_errors(labels, len(data.classes)) if data.classes and labels else {}
+    test, valid = _sequences(data.test), _sequences(data.valid)
+    if not test:
+        return {}
+    vocab_size = output_vocabulary_size(model)
+    return ({"uniform": uniform_perplexity(vocab_size)}
+            | ({"unigram": unigram_perplexity(valid, test, vocab_size, pad_id)} if valid else {}))
+
+
+def _sequences(examples: Sequence[Example]) -> list[torch.Tensor]:
+    """A language model's examples (token-id tensors) of a split."""
+    return [e for e in examples if isinstance(e, torch.Tensor)]

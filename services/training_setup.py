@@ -5,6 +5,7 @@ caveats its epsilon carries), built the same way in every torchrun process. Noth
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ from uedp.privacy.mechanisms.base import Checkpointer, LossFn, Mechanism
 from uedp.privacy.mechanisms.registry import BuildContext
 from uedp.privacy.population import Population, exact_count
 from uedp.privacy.randomness import Randomness
+from uedp.privacy.signal import NoiseToSignal
 from uedp.services.audit_plan import absent_units, plan_for
 from uedp.services.config import SanitizeConfig, TrainConfig
 from uedp.services.coverage import DetectorRecall, detector_recall
@@ -39,13 +41,14 @@ def loss_function(config: TrainConfig) -> LossFn:
 
 
 def build_mechanism(config: TrainConfig, population: Population | None, n_examples: int,
-                    randomness: Randomness | None = None) -> Mechanism:
+                    randomness: Randomness | None = None,
+                    entities: Mapping[str, Sequence[frozenset[str]]] | None = None) -> Mechanism:
     """The mechanism a configuration names, from the registry. ``population`` is the public or DP count of
     the mechanism's units (sequences, users, writers), which sets sampling rates, denominators and uedp's
     bound on sampled users; ``n_examples`` is used only where neighbours have the same count (selective)."""
     randomness = randomness or Randomness.for_mode(config.randomness, config.seed)
     public_loss = classification_loss if config.task == "classification" else causal_lm_loss
-    context = BuildContext(config.shape, randomness, population, n_examples, public_loss)
+    context = BuildContext(config.shape, randomness, population, n_examples, public_loss, entities)
     try:
         return config.spec.build(config.params, context)
     except ValueError as exc:
@@ -105,6 +108,9 @@ class Setup:
     audit: AuditPlan | None = None  # the one-run audit's canaries and their secret coins
     recall: DetectorRecall | None = None  # entity-level mechanisms: the detectors' recall their epsilon rests on
     start: Start | None = None  # where the weights came from (the statement names it public; LoRA's base)
+    # The averaged update's noise beside its signal (private mechanisms that average an update): said
+    # before training, logged, and warned about past the measured threshold.
+    noise_to_signal: NoiseToSignal | None = None
 
 
 def unit_of(config: TrainConfig, s: Setup) -> str:
@@ -148,8 +154,22 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
     population = unit_population(config, exact_units, randomness, checkpoint,
                                  keyed_table_id(home, config.dataset, "sentences"),
                                  ceiling=exact_units + (absent_units(audit, config.spec.counts) if audit else 0))
-    mechanism = build_mechanism(config, population, len(data.train.sequences), randomness)
-    return Setup(device, tokenizer, data, model, mechanism, checkpoint, release, caveats, audit, recall, start)
+    mechanism = build_mechanism(config, population, len(data.train.sequences), randomness, data.train.entities)
+    return Setup(device, tokenizer, data, model, mechanism, checkpoint, release, caveats, audit, recall, start,
+                 noise_to_signal_of(mechanism, population, data.train.n_users))
+
+
+def noise_to_signal_of(mechanism: Mechanism, population: Population | None, users: int) -> NoiseToSignal | None:
+    """The built mechanism's noise-to-signal, from its public or DP count of units; a mechanism without a
+    count of its own (uedp-bounded) counts the training users, public under its substitution adjacency."""
+    of = getattr(mechanism, "noise_to_signal", None)
+    if of is None:
+        return None
+    try:
+        signal: NoiseToSignal = of(population.value if population is not None else float(users))
+    except ValueError as exc:  # a setting refused once the count is known (adaptive clipping's room)
+        raise UedpError(f"{getattr(mechanism, 'name', 'mechanism')}: {exc}") from None
+    return signal
 
 
 EVALUATION_CAVEAT = ("validation and test metrics are computed without noise on held-out users' text, which the "

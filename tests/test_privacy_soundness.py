@@ -175,7 +175,7 @@ def test_an_mlflow_run_read_back_holds_no_exact_count_of_private_data(home, demo
         assert "public under replace-one" in run.data.params["privacy_public"]
         assert "attribution graph" in run.data.params["privacy_public"]
         graph_figures = ("population_used", "sensitive_sentences", "sensitive_sentences_kept", "sentences_without_entity",
-                         "group_size", "holders_per_entity")  # the last two: 1 + k and k, set by the user
+                         "group_size", "holders_per_entity")  # the last two: 1 + k and k, given or chosen by auto from the public graph
         allowed |= {f"{prefix}{name}" for name in graph_figures for prefix in ("privacy_", "artifact:extra.")}
     for key, value in released.items():
         if key in allowed:

@@ -287,9 +287,9 @@ def test_uedp_trains_only_the_writers_it_counts(monkeypatch: pytest.MonkeyPatch)
     trained: list[int] = []
     original = LocalTrainer.local_clipped_sum
 
-    def recorded(self, theta, users, weights, streams):  # type: ignore[no-untyped-def]
+    def recorded(self, theta, users, weights, streams, clip):  # type: ignore[no-untyped-def]
         trained.append(len(users))
-        return original(self, theta, users, weights, streams)
+        return original(self, theta, users, weights, streams, clip)
 
     monkeypatch.setattr(LocalTrainer, "local_clipped_sum", recorded)
     params = UeDpParams(rounds=1, q_user=1.0, q_entity=1.0, q_extended=1.0, noise_multiplier=1.0, local_steps=1,

@@ -485,6 +485,10 @@ def epsilon(
     typer.echo(lines[0] + counted)
     for line in lines[1:]:
         typer.echo(line)
+    if plan.noise_to_signal is not None:
+        typer.echo(plan.noise_to_signal.line())
+        if (unlikely := plan.noise_to_signal.warning()) is not None:
+            typer.echo(f"warning: {unlikely}", err=True)
     if warning:
         typer.echo(f"warning: {warning}", err=True)
 
@@ -545,7 +549,9 @@ def train(
     typer.echo(f"{config.run_name()}: {guarantee}; test {result.utility_metric} {result.utility_test:.4g} "
                f"after {result.rounds} rounds")
     if result.baselines:
-        typer.echo(_baselines_line(result.baselines))
+        typer.echo(_baselines_line(result.baselines, result.utility_metric))
+    if (warning := _baseline_warning(config.run_name(), result)) is not None:
+        typer.echo(f"warning: {warning}", err=True)
     if result.detector_recall and math.isfinite(result.epsilon):
         typer.echo(f"this epsilon covers the detected entities: {result.detector_recall}")
     if result.notes:
@@ -837,7 +843,10 @@ def _print_summary(runs: list[Any], title: str = "uedp demo results") -> None:
         )
     Console(width=160).print(table)
     if baselines := next((r.baselines for r in runs if r.baselines), None):
-        typer.echo(_baselines_line(baselines))
+        typer.echo(_baselines_line(baselines, metric))
+    for r in runs:
+        if (warning := _baseline_warning(f"{r.shown_as} (categories {','.join(r.categories) or 'any'})", r)) is not None:
+            typer.echo(f"warning: {warning}", err=True)
     for label, unit in dict.fromkeys((r.shown_as, r.unit) for r in runs if r.unit and math.isfinite(r.epsilon)):
         typer.echo(f"unit ({label}): {unit}")
     for r in runs:
@@ -863,9 +872,30 @@ def _print_guarantee(result: Any) -> None:
     typer.echo(f"what this epsilon means: {PRIVACY_DOC}")
 
 
-def _baselines_line(baselines: dict[str, float]) -> str:
-    return (f"baselines on the test split: majority class error {baselines['majority']:.4g}, uniform guess error "
-            f"{baselines['uniform']:.4g}")
+# Each baseline as the lines below name it, in the order they list it.
+_BASELINE_NAMES = {"majority": "majority class", "uniform": "uniform guess",
+                   "unigram": "unigram (fitted on the validation split)"}
+
+
+def _baselines_line(baselines: dict[str, float], metric: str) -> str:
+    """A test figure means something only beside what a model that learnt nothing scores."""
+    figures = ", ".join(f"{_BASELINE_NAMES[name]} {metric} {baselines[name]:.4g}"
+                        for name in _BASELINE_NAMES if name in baselines)
+    learnt = "" if metric == "error" else "; a model at or above these has learnt nothing beyond token frequencies"
+    return f"baselines on the test split: {figures}{learnt}"
+
+
+def _baseline_warning(name: str, result: Any) -> str | None:
+    """The warning for a run whose test figure is no better than a uniform guess (it learnt nothing) or,
+    for a language model, worse than a unigram (it has not even learnt which tokens are common)."""
+    metric, test, baselines = result.utility_metric, result.utility_test, result.baselines
+    if "uniform" in baselines and test >= baselines["uniform"]:
+        return (f"{name} is no better than a uniform guess (test {metric} {test:.4g} >= {baselines['uniform']:.4g}): "
+                "it has learnt nothing")
+    if "unigram" in baselines and test > baselines["unigram"]:
+        return (f"{name} is worse than a unigram model fitted on the validation split (test {metric} {test:.4g} > "
+                f"{baselines['unigram']:.4g}): it has not even learnt which tokens are common")
+    return None
 
 
 def main() -> None:

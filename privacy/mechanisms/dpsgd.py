@@ -47,6 +47,7 @@ from uedp.privacy.per_sample import PerSampleClipping, per_sample_clipping
 from uedp.privacy.population import Population
 from uedp.privacy.primitives import noise_ahead
 from uedp.privacy.randomness import Randomness, RandomSource, RoundRandomness
+from uedp.privacy.signal import NoiseToSignal
 
 __all__ = ["DpSgd", "DpSgdParams"]
 
@@ -113,6 +114,13 @@ class DpSgd:
             sampling_probability=q, randomness=self.randomness, population=self.population,
             extra={"noise_std": z * p.clip, "sensitivity": p.clip, **self.statement_extra()},
             caveats=self.statement_caveats(), dropout_switched_off=dropout), sampling=self)
+
+    def noise_to_signal(self, units: float) -> NoiseToSignal:
+        """Noise ``z clip`` beside the expected batch's clipped gradients (``q`` times its own count of
+        sequences, public or DP; ``units`` is for mechanisms without one)."""
+        p = self.params
+        return NoiseToSignal(self.name, self.noise_multiplier * p.clip, p.clip,
+                             self.sample_rate * self.population.value, "adam", fixed_noise=p.target_epsilon is None)
 
     def rounds_with(self, units: HostUnits, rounds: range) -> int:
         """Steps of ``rounds`` whose Poisson batch takes one of ``units.sequences`` (audit canaries)."""
@@ -197,7 +205,8 @@ def _plan(params: DpSgdParams, population: Population) -> EpsilonPlan:
     epsilon = epsilon_after(mechanism.round_event(z), params.steps, params.delta, params.accountant,
                             initial=population.event())
     return EpsilonPlan(epsilon, z, (f"dpsgd: epsilon = {epsilon:.4g} at delta = {params.delta:g} after {params.steps} "
-                                    f"steps, z = {z:.4g}, q = {q:.4g} ({params.accountant}; unit: one sequence)",))
+                                    f"steps, z = {z:.4g}, q = {q:.4g} ({params.accountant}; unit: one sequence)",),
+                       mechanism.noise_to_signal(population.value))
 
 
 register(MechanismSpec(

@@ -15,7 +15,10 @@ The loop owns what must be done the same way everywhere, so a defect here is fix
   epsilon of the rounds it shows. Rounds past the stop do not run (nothing is released for them);
   inside the loop the ledger only counts rounds;
 * **reports**: after each round, the exact epsilon when the schedule shows that round (None between
-  shown rounds) and, for mechanisms without a guarantee only, loss and batch size go to ``on_round``.
+  shown rounds) and, for mechanisms without a guarantee only, loss and batch size go to ``on_round``;
+* **divergence**: a run whose weights, update or (non-private) loss stop being finite or grow far past
+  their start is stopped (:mod:`privacy.mechanisms.divergence`), and its statement says after which round:
+  the rounds it did not run spend no budget.
 
 A mechanism supplies only what differs: the round body (who is sampled, each unit's contribution, the
 noise) and its ledger (the round's ``DpEvent``, composed by dp_accounting).
@@ -33,8 +36,11 @@ from uedp.privacy.accounting import EpsilonSchedule, RoundAccountant, plan_epsil
 from uedp.privacy.layer_randomness import DROPOUT_NOTE, no_global_draws
 from uedp.privacy.mechanisms.base import OnRound, PrivacyStatement, RoundReport
 from uedp.privacy.mechanisms.checkpoint import Checkpointer, Restorable
+from uedp.privacy.mechanisms.divergence import DivergenceWatch, weight_norm
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness, RoundRandomness
+
+DIVERGED = "the run diverged"  # in a divergence stop's note (selective reads its noiseless phase's)
 
 
 class Ledger(Protocol):
@@ -119,11 +125,14 @@ class WorstCaseLedger:
 
 @dataclass(frozen=True)
 class RoundOutput:
-    """What one round hands back for its report. Private mechanisms leave both unset: the loss and the
-    number of sampled units are functions of private data the guarantee does not cover."""
+    """What one round hands back for its report. Private mechanisms leave the loss and the number of
+    sampled units unset: both are functions of private data the guarantee does not cover. They may give
+    ``update_norm``, the norm of the noised update the round applied (post-processing of what the
+    accounting treats as released), which the divergence watch reads."""
 
-    loss: float = math.nan
+    loss: float | None = None
     participants: int | None = None
+    update_norm: float | None = None
 
 
 RoundBody = Callable[[int, RoundRandomness], RoundOutput]
@@ -133,6 +142,9 @@ RoundBody = Callable[[int, RoundRandomness], RoundOutput]
 class LoopOutcome:
     rounds: int  # rounds done in all, counting rounds restored from a checkpoint
     stopped: str = ""  # why the loop ended early, or ""
+    # The epsilon the statement must report when it is not the ledger's for the rounds run: a run stopped
+    # for divergence at a round chosen from what it released reports the planned run's (below).
+    epsilon: float | None = None
 
 
 @dataclass
@@ -152,21 +164,53 @@ class RoundLoop:
 
     def run(self, body: RoundBody, on_round: OnRound, checkpoint: Checkpointer) -> LoopOutcome:
         objects: dict[str, Restorable] = {**self.state, "ledger": self.ledger}
-        done = int((checkpoint.restore(self.scope, objects) or {"round": 0})["round"])
+        restored = checkpoint.restore(self.scope, objects) or {"round": 0}
+        done = int(restored["round"])
+        watch = DivergenceWatch(self.word)
+        if restored.get("divergence"):
+            watch.load_state_dict(restored["divergence"])
+        weights = self._trainable()
+        watch.start(weight_norm(weights))
         schedule = self.ledger.plan(self.rounds, self.max_epsilon)  # all the accounting, before round 1
-        last = done
+        last, diverged = done, None
         for round_index in range(done + 1, schedule.last + 1):
             with (contextlib.nullcontext() if self.shared_draws_allowed else no_global_draws(self.scope, round_index)):
                 output = body(round_index, RoundRandomness(self.randomness, round_index))
             epsilon = self.ledger.spend()
-            on_round(RoundReport(round_index, output.loss, epsilon, self.delta, output.participants))
-            checkpoint.maybe_save(self.scope, round_index, objects)
+            loss = math.nan if output.loss is None else output.loss
+            on_round(RoundReport(round_index, loss, epsilon, self.delta, output.participants))
             last = round_index
+            diverged = watch.check(round_index, weights=weight_norm(weights), loss=output.loss,
+                                   update=output.update_norm)
+            if diverged:
+                break
+            checkpoint.maybe_save(self.scope, round_index, objects, divergence=watch.state_dict())
+        if diverged:
+            return self._diverged(last, schedule, diverged)
         stopped = ""
         if schedule.stopped_by_budget:
             stopped = (f"stopped before {self.word} {max(schedule.last, done) + 1}: epsilon would exceed the budget "
                        f"{self.max_epsilon:g}")
         return LoopOutcome(last, stopped)
+
+    def _diverged(self, last: int, schedule: EpsilonSchedule, why: str) -> LoopOutcome:
+        """The outcome of a divergence stop. The round it stopped at was chosen by reading the released
+        iterates, so the epsilon of the rounds run is not a guarantee (an epsilon chosen by the outcome
+        needs an odometer's accounting); the planned run's is: stopping is post-processing of its transcript."""
+        said = f"stopped after {self.word} {last} of {schedule.last}: {DIVERGED} ({why})"
+        if isinstance(self.ledger, NoLedger):
+            return LoopOutcome(last, said)
+        planned = schedule.shown.get(schedule.last)
+        said += (f"; the epsilon stated is the planned {schedule.last} {self.word}s' (a stop decided from released "
+                 "figures does not lower it), and the model is the one after the last round run; `uedp epsilon` "
+                 "shows a configuration's noise-to-signal before it trains")
+        return LoopOutcome(last, said, planned)
+
+    def _trainable(self) -> list[Any]:
+        """The weights the rounds change (of the state's ``model``), for the divergence watch."""
+        model = self.state.get("model")
+        parameters = getattr(model, "parameters", None)
+        return [p for p in parameters() if p.requires_grad] if callable(parameters) else []
 
 
 def private_statement(mechanism: str, unit: str, ledger: Ledger, outcome: LoopOutcome, *, delta: float,
@@ -179,7 +223,8 @@ def private_statement(mechanism: str, unit: str, ledger: Ledger, outcome: LoopOu
     other runs that count the same units) and what the run changed to keep it (dropout switched off)."""
     said = (outcome.stopped, *(notes), DROPOUT_NOTE.format(count=dropout_switched_off) if dropout_switched_off else "")
     return PrivacyStatement(
-        mechanism=mechanism, unit=unit, epsilon=ledger.epsilon, delta=delta, accountant=accountant,
+        mechanism=mechanism, unit=unit, epsilon=ledger.epsilon if outcome.epsilon is None else outcome.epsilon,
+        delta=delta, accountant=accountant,
         noise_multiplier=noise_multiplier, sampling_probability=sampling_probability, rounds=outcome.rounds,
         notes="; ".join(filter(None, said)),
         extra={**extra, **({"population_used": population.value} if population is not None else {})},

@@ -56,7 +56,7 @@ class Noiseless:
                          shared_draws_allowed=True)  # no guarantee: dropout draws as in any training
         model.train()
         outcome = loop.run(one_step, on_round, checkpoint)
-        return Trained(PrivacyStatement(mechanism=self.name, unit=self.unit, rounds=outcome.rounds))
+        return Trained(PrivacyStatement(mechanism=self.name, unit=self.unit, rounds=outcome.rounds, notes=outcome.stopped))
 
 
 def _build(params: NoiselessParams, context: BuildContext) -> Noiseless:

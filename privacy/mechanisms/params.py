@@ -7,7 +7,7 @@ checks it)."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -48,7 +48,7 @@ class NoiselessParams(MechanismParams):
     mechanism: Literal["noiseless", "deid"] = "noiseless"
     steps: int = Field(300, ge=1, description="optimizer steps of step-based training (noiseless, deid, dpsgd, "
                                               "selective, local DP); userdp/uedp count rounds instead")
-    batch_size: int = Field(16, ge=1, description="batch size; dpsgd: expected Poisson batch size")
+    batch_size: int = Field(32, ge=1, description="batch size; dpsgd: expected Poisson batch size")
     lr: float = Field(1e-3, gt=0, description="learning rate (Adam) of step-based training")
 
     @property
@@ -89,7 +89,7 @@ class PrivateParams(MechanismParams):
 class DpSgdParams(PrivateParams):
     mechanism: Literal["dpsgd"] = "dpsgd"
     steps: int = Field(300, ge=1, description="optimizer steps")
-    batch_size: int = Field(16, ge=1, validation_alias=AliasChoices("batch_size", "expected_batch_size"),
+    batch_size: int = Field(32, ge=1, validation_alias=AliasChoices("batch_size", "expected_batch_size"),
                             description="batch size; dpsgd: expected Poisson batch size")
     lr: float = Field(1e-3, gt=0, description="learning rate (Adam) of step-based training")
     per_sample: Literal["ghost", "exact", "opacus"] = Field(
@@ -133,6 +133,15 @@ class UserDpParams(PrivateParams):
     server_lr: float = Field(1.0, gt=0, description="server learning rate applied to the averaged noised update")
     weight_cap: float = Field(1.0, gt=0, description="userdp: w_u = min(n_u / weight_cap, 1); uedp weighs every user 1")
     vectorize_users: bool = Field(False, description="train a round's users at once (torch.func.vmap; GPT-2 only)")
+    adaptive_clip: bool = Field(False, description="userdp, uedp-bounded: clip to a DP estimate of the target_quantile "
+                                "of the users' update norms (Andrew et al. 2021); clip is the starting value")
+    target_quantile: float = Field(0.5, gt=0, lt=1, description="adaptive_clip: the quantile gamma of the users' update "
+                                   "norms the clip tracks")
+    clip_lr: float = Field(0.2, gt=0, description="adaptive_clip: the clip's learning rate eta, each round "
+                           "C <- C exp(-eta (share of users within C - gamma))")
+    quantile_noise: float | None = Field(None, gt=0, description="adaptive_clip: noise std sigma_b of the count of "
+                                         "users within the clip (default: expected sampled users / 20, q_user N / 20); "
+                                         "must exceed z / 2")
 
     @property
     def steps_run(self) -> int:
@@ -155,6 +164,13 @@ class UeDpParams(UserDpParams):
         return self.mechanism == "uedp-naive"
 
     @model_validator(mode="after")
+    def _fixed_clip(self) -> UeDpParams:
+        if self.adaptive_clip:
+            raise ValueError("uedp does not adapt its clip (adaptive_clip is implemented for userdp and uedp-bounded): "
+                             "give it a fixed clip")
+        return self
+
+    @model_validator(mode="after")
     def _weight_one(self) -> UeDpParams:
         if self.weight_cap != 1.0:
             raise ValueError("uedp weighs every user 1: a weight counting a user's sentences changes when an entity "
@@ -166,8 +182,10 @@ class UeDpBoundedParams(UserDpParams):
     """userdp's parameters plus the bound on holders per entity (multi-attribution DP)."""
 
     mechanism: Literal["uedp-bounded"] = "uedp-bounded"  # type: ignore[assignment]
-    holders_per_entity: int = Field(4, ge=0, description="uedp-bounded: k, the most users per entity whose sentences "
-                                    "with it are kept; noise grows with 1 + k")
+    holders_per_entity: Annotated[int, Field(ge=0)] | Literal["auto"] = Field(
+        "auto", description="uedp-bounded: k, the most users per entity whose sentences with it are kept; noise grows "
+                            "with 1 + k. auto (with a target epsilon): the largest k whose noise-to-signal stays where "
+                            "measured runs learn, from the attribution graph (the data kept) and the planner (the noise)")
     holder_choice: HolderChoice = Field("best", description="uedp-bounded: how holders are chosen from the attribution "
                                         "graph: best (of gain and top-count, each improved by local search, and the "
                                         "baseline), gain, top-count, ascending-degree (the baseline greedy)")

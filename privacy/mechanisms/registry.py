@@ -12,7 +12,7 @@ must do is :meth:`Mechanism.train`, which returns everything a caller needs afte
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Union
 
@@ -23,6 +23,7 @@ from uedp.privacy.mechanisms.base import LossFn, Mechanism
 from uedp.privacy.mechanisms.params import MechanismParams
 from uedp.privacy.population import CountedUnits, Population
 from uedp.privacy.randomness import Randomness
+from uedp.privacy.signal import NoiseToSignal
 
 Guarantee = Literal["none", "central", "local"]
 # What the training text is: the corpus, the corpus with detected spans redacted, or a local-DP release.
@@ -62,6 +63,9 @@ class BuildContext:
     population: Population | None = None  # the public or DP count of its units, when it counts them
     n_examples: int = 0  # training sequences, where neighbours have the same number (selective)
     public_loss: LossFn | None = None  # the ordinary objective, for a noiseless phase
+    # Per training user, per sentence, its detected entities' keys: the attribution graph a mechanism may
+    # choose from before training (uedp-bounded's auto k); None before the data is read.
+    entities: Mapping[str, Sequence[frozenset[str]]] | None = None
 
     def counted(self) -> Population:
         """The count of units of a mechanism that counts them (``spec.counts``); building one without is a bug."""
@@ -77,6 +81,7 @@ class EpsilonPlan:
     epsilon: float
     noise_multiplier: float
     lines: tuple[str, ...] = ()
+    noise_to_signal: NoiseToSignal | None = None  # whether it can learn (printed, and warned past the threshold)
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,11 @@ For the LSTM, ``selective`` is the recurrent Selective-DPSGD of
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
+from uedp.errors import UedpError
 from uedp.models.metrics import causal_lm_loss
 from uedp.privacy.mechanisms.base import (
     NO_CHECKPOINT,
@@ -34,11 +37,13 @@ from uedp.privacy.mechanisms.base import (
     Trained,
 )
 from uedp.privacy.mechanisms.dpsgd import DpSgd
+from uedp.privacy.mechanisms.loop import DIVERGED
 from uedp.privacy.mechanisms.noiseless import Noiseless
 from uedp.privacy.mechanisms.params import NoiselessParams, SelectiveParams
 from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, MechanismSpec, RunShape, register
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
+from uedp.privacy.signal import NoiseToSignal
 
 # What the selective epsilon does not cover (PRIVACY.md): shown next to it everywhere.
 MISSED_TOKENS_CAVEAT = ("only tokens the detector found are protected as tokens: a missed name reaches the noiseless "
@@ -74,10 +79,13 @@ class SelectiveTwoPhase:
         offset = self.params.public_steps
         if self.public is not None and checkpoint.saved_scope() != "selective-private":  # a checkpoint of phase 2: phase 1 is done
             public = TrainData(data.redacted, data.pad_id)
-            self.public.train(
+            first = self.public.train(
                 model, public, self.public_loss, device,
                 lambda r: on_round(RoundReport(r.round, r.loss, 0.0, self.params.delta)),
-                checkpoint, scope="selective-public")
+                checkpoint, scope="selective-public").statement.notes
+            if DIVERGED in first:  # phase 2 would spend its budget on a diverged start
+                raise UedpError(f"selective: the noiseless phase on the redacted text diverged, so the private phase "
+                                f"did not run and nothing private was trained ({first}); lower --lr")
         second = self.dpsgd.train(
             model, data, loss_fn, device,
             lambda r: on_round(RoundReport(offset + r.round, r.loss, r.epsilon, r.delta)),
@@ -90,6 +98,9 @@ class SelectiveTwoPhase:
             randomness=second.randomness, public=second.public, caveats=(*second.caveats, MISSED_TOKENS_CAVEAT),
         ), sampling=self)
 
+    def noise_to_signal(self, units: float) -> NoiseToSignal:
+        """Phase 2's (DP-SGD on the sequences, whose count is public by the adjacency)."""
+        return replace(self.dpsgd.noise_to_signal(units), mechanism=self.name)
 
     def rounds_with(self, units: HostUnits, rounds: range) -> int:
         """Phase 2's steps among ``rounds`` (numbered after phase 1's) that sample ``units.sequences``."""

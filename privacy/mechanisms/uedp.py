@@ -50,6 +50,7 @@ from uedp.privacy.mechanisms.userdp import check_vectorizable, make_local_traine
 from uedp.privacy.population import Population, anchored_users
 from uedp.privacy.primitives import assign_flat_, flatten, noise_ahead
 from uedp.privacy.randomness import Randomness, RoundRandomness
+from uedp.privacy.signal import NoiseToSignal
 
 __all__ = ["ANCHORED_NOTE", "UeDp", "UeDpParams", "anchored", "usable_sequences"]
 
@@ -151,8 +152,10 @@ class UeDp:
             total = trainer.clipped_sum(theta, groups, [WEIGHT_CEILING] * len(groups), streams)
             noise = pending.result()[0]
             # theta + lr (total + noise) / denominator, in place: no model-sized temporaries
-            assign_flat_(params, total.add_(noise).mul_(p.server_lr / self.denominator).add_(theta))
-            return RoundOutput()
+            update = total.add_(noise).mul_(p.server_lr / self.denominator)
+            update_norm = float(update.norm())  # of the noised update: public, watched for divergence
+            assign_flat_(params, update.add_(theta))
+            return RoundOutput(update_norm=update_norm)
 
         with dropout_switched_off(model) as dropout:  # layers' own draws would be shared by all users
             trainer = make_local_trainer(p, model, loss_fn, device, data.pad_id)
@@ -168,6 +171,14 @@ class UeDp:
                    "delta_truncation": self.accounting.delta_trunc, "delta_count_bound": self.accounting.delta_bound,
                    **{f"epsilon_case_{case}": a.epsilon for case, a in ledger.cases.items() if outcome.rounds}},
             dropout_switched_off=dropout, notes=(ANCHORED_NOTE,)), sampling=self)
+
+    def noise_to_signal(self, units: float) -> NoiseToSignal:
+        """Noise ``z (2M + 1) clip`` beside at most ``q_user N`` sampled users' clipped deltas: the
+        (2M + 1)-fold sensitivity is what makes uedp's averaged update mostly noise."""
+        p = self.params
+        return NoiseToSignal(self.name, self.noise_multiplier * self.sensitivity, p.clip, p.q_user * units,
+                             "server-sgd", ("uedp-bounded, whose noise does not grow with M",),
+                             fixed_noise=p.target_epsilon is None)
 
     def rounds_with(self, units: HostUnits, rounds: range) -> int:
         """Rounds of ``rounds`` that sample the canary's entity and one of its host users (before the
@@ -195,7 +206,7 @@ def _plan(params: UeDpParams, population: Population) -> EpsilonPlan:
         f"charged to delta times 1 + e^epsilon), "
         f"sensitivity (2M+1) * clip = {plan.sensitivity_factor} * clip",
         f"  for comparison, userdp with the same q_user and z: epsilon = {same:.4g} (protects users only)",
-    ))
+    ), mechanism.noise_to_signal(population.value))
 
 
 for _name, _summary, _missed in (

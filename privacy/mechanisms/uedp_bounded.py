@@ -15,24 +15,37 @@ Sensitivity: changing (u', e') changes u''s contribution and those of e''s at mo
 other user's data and randomness (batch order from its own stream, over a kept count the graph fixes)
 staying the same: at most ``1 + k`` clipped contributions, each moving from one vector of norm <= clip
 to another. Accounting: :func:`privacy.accounting.group_replace_round` (conservative; PLD only).
+
+Adaptive clipping (as userdp, :mod:`privacy.mechanisms.userdp`): each sampled user also adds ``b_u - 1/2``
+to a count noised with std ``sigma_b``. Divide the update by its noise ``z_Delta C_t`` and the count by
+``sigma_b``: a user then adds ``(x_u / (z_Delta C_t), (b_u - 1/2) / sigma_b)`` under ``N(0, I)``, a vector
+of norm at most ``(z_Delta^-2 + (2 sigma_b)^-2)^(1/2) = 1 / z`` (``b_u - 1/2`` lies within 1/2 of 0,
+as ``x_u`` lies within C_t of 0). That is the bound group_replace_round takes for each of the ``1 + k``
+changed users (one vector of norm <= 1 in units of z replaced by another, its own coin), so its split
+into ``1 + k`` shares of the joint noise holds unchanged and the round event at z covers both releases.
+A changed user's bit may flip (0 to 1), moving its term by 1: twice the 1/2 accounted, as its delta moves
+by up to twice C_t; dp_accounting's REPLACE_ONE counts that factor 2 itself. So the count's sensitivity
+is 1/2 here too, not 1 (1 would hold for bits that are not centred).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import dp_accounting
 
 from uedp.privacy.accounting import MIN_NOISE_MULTIPLIER, epsilon_after, group_replace_round, poisson_gaussian_round
 from uedp.privacy.attribution import AttributionGraph, HolderChoiceResult, choose_holders
+from uedp.privacy.mechanisms.auto_holders import FIXED_NOISE_K, AutoHolders, choose_k, fixed_noise_choice
 from uedp.privacy.mechanisms.base import HostUnits, SamplesUnits, TrainData
 from uedp.privacy.mechanisms.params import UeDpBoundedParams
 from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, register
 from uedp.privacy.mechanisms.userdp import Selection, UserDp, check_vectorizable
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
+from uedp.privacy.signal import NoiseToSignal
 
 __all__ = ["KeptHolders", "UeDpBounded", "UeDpBoundedParams", "bounded_training_data"]
 
@@ -96,8 +109,17 @@ class UeDpBounded(UserDp):
             "with the entity (substitution adjacency; the attribution graph public)")
     adjacency = "replace"
 
-    def __init__(self, params: UeDpBoundedParams, randomness: Randomness | None = None):
-        self.group_size = 1 + params.holders_per_entity
+    def __init__(self, params: UeDpBoundedParams, randomness: Randomness | None = None,
+                 chosen: AutoHolders | None = None):
+        if params.holders_per_entity == "auto":
+            if params.target_epsilon is not None:
+                raise ValueError("holders_per_entity auto with a target epsilon is chosen from the training data's "
+                                 "attribution graph first (resolve_auto)")
+            params, chosen = with_k(params, FIXED_NOISE_K), fixed_noise_choice()  # a fixed z: no trade to make
+        assert isinstance(params.holders_per_entity, int)
+        self.k: int = params.holders_per_entity
+        self.chosen = chosen  # how auto chose k, said in the statement (None: k was given)
+        self.group_size = 1 + self.k
         self.noise_floor = MIN_NOISE_MULTIPLIER * math.sqrt(self.group_size)  # per-release noise >= the floor
         super().__init__(params, None, randomness)
         self.params: UeDpBoundedParams = params
@@ -105,25 +127,73 @@ class UeDpBounded(UserDp):
     def round_event(self, noise_multiplier: float) -> dp_accounting.DpEvent:
         return group_replace_round(self.params.q_user, noise_multiplier, self.group_size)
 
+    def noise_to_signal(self, units: float) -> NoiseToSignal:
+        """userdp's, with the z a group of 1 + k needs, and a smaller k as one more way down."""
+        smaller = ("a smaller --holders-per-entity (k), or auto",) if self.k else ()
+        return replace(super().noise_to_signal(units), mechanism=f"uedp-bounded (k = {self.k})", extra_fixes=smaller)
+
     def select(self, data: TrainData) -> Selection:
         """Each entity's at most k holders, from the graph alone; the sentences they do not hold left out."""
         if data.entities is None:
             raise ValueError(f"{self.name} needs the sentences' entity sets (TrainData.entities)")
         graph = AttributionGraph.from_entity_sets(data.entities)
-        kept = KeptHolders(graph, choose_holders(graph, self.params.holders_per_entity, self.params.holder_choice),
+        kept = KeptHolders(graph, choose_holders(graph, self.k, self.params.holder_choice),
                            data.entities, users=self)
         return Selection(bounded_training_data(data, graph, kept.choice), sampling=kept,
-                         extra={"holders_per_entity": float(self.params.holders_per_entity),
+                         extra={"holders_per_entity": float(self.k),
                                 "group_size": float(self.group_size), **kept.extra()},
-                         public=(kept.public(self.params.holders_per_entity),))
+                         public=(kept.public(self.k)
+                                 + (f"; {self.chosen.reason}" if self.chosen is not None else ""),))
+
+
+def with_k(params: UeDpBoundedParams, k: int) -> UeDpBoundedParams:
+    return params.model_copy(update={"holders_per_entity": k})
+
+
+def resolve_auto(params: UeDpBoundedParams, entities: Mapping[str, Sequence[frozenset[str]]],
+                 randomness: Randomness | None = None) -> UeDpBounded:
+    """``holders_per_entity auto``: k from the training data's attribution graph and the planner
+    (:mod:`privacy.mechanisms.auto_holders`), both public under the substitution adjacency."""
+    if params.target_epsilon is None:
+        return UeDpBounded(params, randomness)  # a fixed z: every k gets the same noise (fixed_noise_choice)
+    graph = AttributionGraph.from_entity_sets(entities)
+    users = float(len(graph.users))
+    built: dict[int, UeDpBounded] = {}  # each candidate calibrates its z once
+    chosen = choose_k(graph, _signal_of(params, users, built, randomness), params.holder_choice)
+    mechanism = built[chosen.k]
+    mechanism.chosen = chosen
+    return mechanism
+
+
+def _signal_of(params: UeDpBoundedParams, users: float, built: dict[int, UeDpBounded],
+               randomness: Randomness | None = None) -> Callable[[int], NoiseToSignal]:
+    def signal_for(k: int) -> NoiseToSignal:
+        built[k] = UeDpBounded(with_k(params, k), randomness)
+        return built[k].noise_to_signal(users)
+    return signal_for
 
 
 def _build(params: UeDpBoundedParams, context: BuildContext) -> UeDpBounded:
+    if params.holders_per_entity == "auto":
+        if context.entities is None:
+            raise ValueError("holders_per_entity auto needs the training data's attribution graph")
+        return resolve_auto(params, context.entities, context.randomness)
     return UeDpBounded(params, context.randomness)
 
 
 def _plan(params: UeDpBoundedParams, population: Population) -> EpsilonPlan:
-    mechanism = UeDpBounded(params)
+    auto, mechanism = "", None
+    if params.holders_per_entity == "auto" and params.target_epsilon is not None:
+        built: dict[int, UeDpBounded] = {}
+        chosen = choose_k(None, _signal_of(params, population.value, built))
+        shown = ", ".join(f"k = {c.k}: {c.signal.ratio:.3g}" for c in chosen.candidates)
+        auto = (f"  holders_per_entity auto: noise-to-signal {shown}; training takes k = {chosen.k} at most (a "
+                "smaller one if it already keeps every sentence with an entity: the graph decides)")
+        mechanism = built[chosen.k]
+    mechanism = mechanism or UeDpBounded(params)
+    params = mechanism.params
+    if mechanism.chosen is not None and not auto:
+        auto = f"  holders_per_entity auto: {mechanism.chosen.reason}"
     z, epsilon = mechanism.noise_multiplier, mechanism.epsilon()
     same_z = epsilon_after(poisson_gaussian_round(params.q_user, z), params.rounds, params.delta, "pld",
                            initial=population.event())
@@ -135,7 +205,9 @@ def _plan(params: UeDpBoundedParams, population: Population) -> EpsilonPlan:
         f"{mechanism.group_size} replace-one releases at z / sqrt({mechanism.group_size}) each (conservative)",
         f"  for comparison, userdp with the same q_user and z: epsilon = {same_z:.4g} (add/remove one user; "
         "protects users only)",
-    ))
+        *mechanism.adaptive_clip_lines(population),
+        *([auto] if auto else []),
+    ), mechanism.noise_to_signal(population.value))
 
 
 register(MechanismSpec(

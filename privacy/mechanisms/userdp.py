@@ -13,8 +13,22 @@ weight ceiling 1 is used as ``max(w)``, not the largest weight in this dataset, 
 may be the one that reaches it. Accounting: the DP count (if any), then ``rounds``-fold
 ``PoissonSampled(q_user, Gaussian(z))``.
 
+Adaptive clipping (``adaptive_clip``; Andrew, Thakkar, McMahan, Ramaswamy, NeurIPS 2021): round t clips
+to ``C_t`` (``clip`` is ``C_1``) and adds noise ``z_Delta * C_t``; each sampled user also reports whether
+its unclipped delta had norm <= ``C_t`` (a user with nothing to train on: a zero delta, yes; a non-finite
+delta: no), and the server releases the count of those, centred and noised (std ``quantile_noise``), to
+move the clip toward the ``target_quantile`` of the norms (:class:`privacy.mechanisms.fedavg.AdaptiveClip`).
+Sensitivity of the count: each sampled user adds ``b_u - 1/2``, within 1/2 of the 0 an absent user adds:
+1/2 under add/remove (one user more or less), and 1/2 in dp_accounting's REPLACE_ONE terms too (uedp-bounded:
+a changed user's term flips by at most 1, twice 1/2, as a clipped delta moves by up to twice the clip it is
+accounted at). Both queries see the same sampled users, so a round is one Gaussian of noise multiplier z
+with ``z^-2 = z_Delta^-2 + (quantile_noise / (1/2))^-2`` (:func:`privacy.accounting.delta_noise_multiplier`):
+the z a run is given or calibrates is that z, its round event unchanged, and adaptive clipping costs no
+epsilon beyond it. The clips are functions of released noisy counts: public, and named in the statement.
+
 Randomness: sampling, noise and every user's batch order come from the run's
-:class:`privacy.randomness.Randomness` (secret OS randomness unless the run is seeded).
+:class:`privacy.randomness.Randomness` (secret OS randomness unless the run is seeded); the count's noise
+from its own stream of the round (``clip-noise``).
 """
 
 from __future__ import annotations
@@ -29,6 +43,7 @@ from uedp.privacy.accounting import (
     Adjacency,
     RoundAccountant,
     check_delta,
+    delta_noise_multiplier,
     epsilon_after,
     poisson_gaussian_round,
     resolve_noise_multiplier,
@@ -44,7 +59,7 @@ from uedp.privacy.mechanisms.base import (
     TrainData,
     Trained,
 )
-from uedp.privacy.mechanisms.fedavg import WEIGHT_CEILING, LocalTrainer, user_weights
+from uedp.privacy.mechanisms.fedavg import COUNT_SENSITIVITY, WEIGHT_CEILING, AdaptiveClip, LocalTrainer, user_weights
 from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, private_statement
 from uedp.privacy.mechanisms.params import UserDpParams
 from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, RunShape, register
@@ -52,6 +67,7 @@ from uedp.privacy.mechanisms.vectorized import VectorizedLocalTrainer
 from uedp.privacy.population import Population
 from uedp.privacy.primitives import assign_flat_, flatten, noise_ahead
 from uedp.privacy.randomness import Randomness, RoundRandomness
+from uedp.privacy.signal import NoiseToSignal
 
 __all__ = ["Selection", "UserDp", "UserDpParams", "make_local_trainer"]
 
@@ -106,6 +122,34 @@ class UserDp:
         """``q_user * N``: the expected number of sampled users, fixed before training."""
         return self.params.q_user * population.value
 
+    def noise_split(self, population: Population) -> tuple[float, float | None]:
+        """``(z_Delta, sigma_b)``: the update's noise multiplier and the std of the clip count's noise, for
+        ``population`` users (the public or DP count). A fixed clip: ``(z, None)``. Adaptive clipping: the
+        two share z (:func:`privacy.accounting.delta_noise_multiplier`); refused, before anything is
+        trained, when the count's noise alone would not leave room for the update's."""
+        p, z = self.params, self.noise_multiplier
+        if not p.adaptive_clip:
+            return z, None
+        count_noise = p.quantile_noise if p.quantile_noise is not None else p.q_user * population.value / 20
+        if not count_noise / COUNT_SENSITIVITY > z:
+            raise ValueError(
+                f"{self.name} with adaptive_clip: quantile_noise {count_noise:.4g} over the count's sensitivity 1/2 "
+                f"must exceed the noise multiplier z = {z:.4g} (the two releases together are one Gaussian of "
+                "multiplier z): give a larger quantile_noise (its default, q_user * N / 20, grows with q_user and "
+                "the users), a smaller noise_multiplier or a larger target_epsilon, or no adaptive_clip")
+        return delta_noise_multiplier(z, count_noise / COUNT_SENSITIVITY), count_noise
+
+    def adaptive_clip_lines(self, population: Population) -> tuple[str, ...]:
+        """What ``uedp epsilon`` adds about adaptive clipping (nothing with a fixed clip)."""
+        p = self.params
+        z_delta, count_noise = self.noise_split(population)
+        if count_noise is None:
+            return ()
+        return (f"  adaptive clipping: the clip (from {p.clip:g}) follows a DP estimate of the {p.target_quantile:g} "
+                f"quantile of the users' update norms (clip_lr {p.clip_lr:g}); the update's noise multiplier "
+                f"z_Delta = {z_delta:.4g} and the count's noise std sigma_b = {count_noise:.4g} (sensitivity 1/2) "
+                f"are together z = {self.noise_multiplier:.4g}, the z accounted",)
+
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
               on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> Trained:
         p, z = self.params, self.noise_multiplier
@@ -114,10 +158,12 @@ class UserDp:
         population = self.population or Population.public_by_adjacency(len(data.by_user))
         denominator = self.denominator_for(population)
         check_delta(p.delta, round(population.value))
+        z_delta, count_noise = self.noise_split(population)
+        adaptive = None if count_noise is None else AdaptiveClip(p.clip, p.target_quantile, p.clip_lr, count_noise,
+                                                                 denominator)
         accountant = RoundAccountant(self.round_event(z), p.delta, p.accountant, self.adjacency,
                                      initial=self.initial_event())
         weights = user_weights(data, p.weight_cap)
-        sigma = z * p.clip * WEIGHT_CEILING
         params = [q for q in model.parameters() if q.requires_grad]
         user_ids = list(data.by_user)
         user_sequences = list(data.by_user.values())
@@ -125,27 +171,60 @@ class UserDp:
             trainer = self.local_trainer(model, loss_fn, device, data.pad_id)
 
             def one_round(_: int, rng: RoundRandomness) -> RoundOutput:
+                clip = p.clip if adaptive is None else adaptive.value  # C_t: public (earlier rounds' releases)
                 sampled = rng.poisson_sample("sample-users", user_ids, p.q_user)
                 streams = [rng.stream("local-batches", user_ids[i]) for i in sampled]
                 theta = flatten(params)
+                sigma = z_delta * clip * WEIGHT_CEILING
                 pending = noise_ahead([theta], sigma, rng.stream("noise"))  # drawn while the users train
-                total = trainer.clipped_sum(theta, [user_sequences[i] for i in sampled], weights[sampled].tolist(),
-                                            streams)
+                summed = trainer.clipped_sum_with_count(theta, [user_sequences[i] for i in sampled],
+                                                        weights[sampled].tolist(), streams, clip)
                 noise = pending.result()[0]
                 # theta + lr (total + noise) / denominator, in place: no model-sized temporaries
-                assign_flat_(params, total.add_(noise).mul_(p.server_lr / denominator).add_(theta))
-                return RoundOutput()  # neither the local losses nor the number of sampled users is released
+                update = summed.total.add_(noise).mul_(p.server_lr / denominator)
+                update_norm = float(update.norm())  # of the noised update: public, watched for divergence
+                assign_flat_(params, update.add_(theta))
+                if adaptive is not None:
+                    adaptive.update(summed.within_clip, len(sampled), rng.stream("clip-noise"))
+                # neither the local losses nor the number of sampled users is released; the update's norm is
+                # given in units of the first clip: an adapting clip scales the noise, which is no divergence
+                return RoundOutput(update_norm=update_norm * p.clip / clip)
 
             loop = RoundLoop(self.name, p.rounds, accountant, self.randomness, p.delta, p.max_epsilon,
-                             state={"model": model})
+                             state={"model": model, **({"clip": adaptive} if adaptive is not None else {})})
             model.train()
             outcome = loop.run(one_round, on_round, checkpoint)
+        clip_extra, clip_notes = self._clip_statement(z_delta, adaptive)
         statement = private_statement(
             self.name, self.unit, accountant, outcome, delta=p.delta, accountant=p.accountant, noise_multiplier=z,
             sampling_probability=p.q_user, randomness=self.randomness, population=population,
-            extra={"noise_std": sigma, "sensitivity": p.clip * WEIGHT_CEILING, "denominator": denominator,
-                   **selection.extra}, dropout_switched_off=dropout)
+            extra={**clip_extra, "denominator": denominator, **selection.extra}, dropout_switched_off=dropout,
+            notes=clip_notes)
         return Trained(replace(statement, public=(*statement.public, *selection.public)), sampling=selection.sampling)
+
+    def _clip_statement(self, z_delta: float, adaptive: AdaptiveClip | None) -> tuple[dict[str, float], tuple[str, ...]]:
+        """What the statement says about the clip: its noise with a fixed clip; with adaptive clipping the
+        first and last clip (public: functions of released noisy counts), both noises and a note."""
+        p = self.params
+        if adaptive is None:
+            return {"noise_std": z_delta * p.clip * WEIGHT_CEILING, "sensitivity": p.clip * WEIGHT_CEILING}, ()
+        extra = {"clip_start": adaptive.start, "clip_final": adaptive.value, "update_noise_multiplier": z_delta,
+                 "quantile_noise": adaptive.count_noise, "target_quantile": adaptive.target_quantile}
+        return extra, (f"adaptive clipping (Andrew et al. 2021): the clip followed a DP estimate of the "
+                       f"{adaptive.target_quantile:g} quantile of the users' update norms, from {adaptive.start:g} to "
+                       f"{adaptive.value:.4g}; each round's update (noise {z_delta:.4g} times its clip) and count of "
+                       f"users within the clip (noise std {adaptive.count_noise:.4g}, sensitivity 1/2) are together "
+                       f"one Gaussian of noise multiplier z = {self.noise_multiplier:.4g}, the z accounted; every "
+                       "clip is a function of released noisy counts, hence public",)
+
+    def noise_to_signal(self, units: float) -> NoiseToSignal:
+        """The averaged update's noise beside its signal, for ``units`` users (the public or DP count). With
+        adaptive clipping the update's noise multiplier is z_Delta (the clip count takes the rest of z), and
+        noise and signal both scale with the moving clip, so the ratio does not depend on it."""
+        p = self.params
+        z_update, _ = self.noise_split(Population.declared(max(1, round(units))))
+        return NoiseToSignal(self.name, z_update * p.clip * WEIGHT_CEILING, p.clip, p.q_user * units, "server-sgd",
+                             fixed_noise=p.target_epsilon is None)
 
     def rounds_with(self, units: HostUnits, rounds: range) -> int:
         """Rounds of ``rounds`` that sample one of ``units.users`` (audit canaries)."""
@@ -170,7 +249,9 @@ def _plan(params: UserDpParams, population: Population) -> EpsilonPlan:
     mechanism = UserDp(params, population)
     z, epsilon = mechanism.noise_multiplier, mechanism.epsilon()
     return EpsilonPlan(epsilon, z, (f"userdp: epsilon = {epsilon:.4g} at delta = {params.delta:g} after {params.rounds} "
-                                    f"rounds, z = {z:.4g} ({params.accountant}; unit: one user)",))
+                                    f"rounds, z = {z:.4g} ({params.accountant}; unit: one user)",
+                                    *mechanism.adaptive_clip_lines(population)),
+                       mechanism.noise_to_signal(population.value))
 
 
 def check_vectorizable(params: UserDpParams, shape: RunShape) -> None:

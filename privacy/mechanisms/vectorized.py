@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
 from uedp.models.batching import IGNORE, Example
-from uedp.privacy.mechanisms.fedavg import LocalTrainer
+from uedp.privacy.mechanisms.fedavg import ClippedSum, LocalTrainer
 from uedp.privacy.primitives import clip_factor
 from uedp.privacy.randomness import RandomSource
 
@@ -42,17 +42,19 @@ class VectorizedLocalTrainer(LocalTrainer):
         self.embedding_name = next(n for n, p in self.worker.named_parameters() if p is embedding)
 
     def local_clipped_sum(self, theta: torch.Tensor, users: Sequence[Sequence[Example]], weights: Sequence[float],
-                          streams: Sequence[RandomSource]) -> torch.Tensor:
+                          streams: Sequence[RandomSource], clip: float) -> ClippedSum:
         total = torch.zeros_like(theta)
         active = [(sequences, weight, stream) for sequences, weight, stream in zip(users, weights, streams) if sequences]
+        within = len(users) - len(active)  # users with nothing to train on: a zero delta, within any clip
         for start in range(0, len(active), self.group_size):
             group = active[start:start + self.group_size]
             deltas = self._group_deltas(theta, [sequences for sequences, _, _ in group], [s for _, _, s in group])
             for delta, (_, weight, _) in zip(deltas, group):
-                factor = clip_factor(delta, self.clip)
+                factor = clip_factor(delta, clip)
+                within += int(factor == 1.0)
                 if factor:  # 0 for a diverged (non-finite) delta, which adds nothing: 0 * NaN would be NaN
                     total.add_(delta, alpha=weight * factor)
-        return total
+        return ClippedSum(total, within)
 
     def _group_deltas(self, theta: torch.Tensor, users: Sequence[Sequence[Example]],
                       streams: Sequence[RandomSource]) -> torch.Tensor:
