@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
@@ -291,9 +292,15 @@ class TrainConfig(RunSettings):
         budget = self.params.budget
         model = Path(self.model_size).name if self.model in CHECKPOINT_KINDS else self.model
         parts = [self.label, *([model] if model != "gpt2" else []), *([f"lora{self.lora_rank}"] if self.lora_rank else []),
+                 *([f"from-{_start_name(self.init_from)}"] if self.init_from else []),
                  *([f"eps{budget:g}"] if budget and self.is_private else []),
                  *(["+".join(self.categories)] if self.spec.uses_categories(self.params) else []), f"s{self.seed}"]
         return "-".join(parts)
+
+    @property
+    def step_word(self) -> str:
+        """What a configuration counts: ``round`` (the federated mechanisms) or ``step``."""
+        return "round" if "rounds" in type(self.params).model_fields else "step"
 
     @property
     def label(self) -> str:
@@ -309,6 +316,13 @@ class TrainConfig(RunSettings):
         """Content hash of everything that shapes training (not the device): names its checkpoint."""
         fields = self.model_dump(exclude={"device", "threads", "log_model", "checkpoint_every", "variant"})
         return hashlib.sha256(repr(sorted(fields.items())).encode()).hexdigest()[:16]
+
+
+def _start_name(init_from: str) -> str:
+    """A starting model in a run name: a run by the first 8 characters of its id (also the folder
+    ``--init-from`` downloads it to), a checkpoint folder by its name."""
+    name = Path(init_from).name
+    return name[:8] if re.fullmatch(r"[0-9a-f]{32}", name) else name
 
 
 def nest_flat(data: dict[str, Any], own: set[str], nested: str, others: dict[str, set[str]] | None = None

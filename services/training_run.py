@@ -6,11 +6,13 @@ them and knows nothing of MLflow or terminals.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 
 from uedp.models.batching import Example
 from uedp.models.metrics import (
@@ -69,11 +71,17 @@ class ProgressObserver(Observer):
 
     def __init__(self, config: TrainConfig, enabled: bool, say: Callable[[str], Any] | None):
         # Federated mechanisms count rounds, the others optimizer steps: the bar says which.
-        unit = "rounds" if "rounds" in type(config.params).model_fields else "steps"
-        self.word = unit.removesuffix("s")
-        self.bar = progress_bar(config.total_steps, f"train {config.run_name()}", unit, enabled=enabled, say=say)
+        self.word = config.step_word
+        self.desc, self.say = f"train {config.run_name()}", say
+        self.bar = progress_bar(config.total_steps, self.desc, f"{self.word}s", enabled=enabled, say=say)
 
     def resumed(self, after_round: int) -> None:
+        """Said when it happens, not only in the result: a resumed run continues its MLflow run."""
+        line = f"{self.desc}: resumed from the checkpoint of {self.word} {after_round}, in the same MLflow run"
+        if self.say is not None:
+            self.say(line)
+        else:
+            tqdm.write(line, file=sys.stderr)
         self.bar.update(after_round)
 
     def on_round(self, report: RoundReport) -> None:

@@ -43,6 +43,7 @@ COMMANDS: dict[str, str] = {
     'serve': (
         'Start the stack on this machine until Ctrl-C: Prefect server, MLflow server, the cpu and gpu '
         'work pools with one worker each, and the deployments of deployments/prefect.yaml.'),
+    'sql': "Query a dataset's Parquet tables with DuckDB, with nothing else to install.",
     'datasets': 'List the datasets in the data home with their tables and row counts.',
     'ner': 'A spaCy NER of your own, trained offline from gold entity tags.',
 }

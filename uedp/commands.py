@@ -59,6 +59,10 @@ SANITIZE_OPTIONS = derived_parameters([SanitizeConfig], skip={"dataset", "random
 LISTED = list_fields(RunSettings, TrainConfig, MechanismSettings, SanitizeConfig)
 
 
+INTERRUPTED = ("interrupted (Ctrl-C). Run the same command again: finished work is reused, and a training resumes "
+               "from its last checkpoint in the same MLflow run (--checkpoint-every sets how often one is saved)")
+
+
 def _one_line(exc: BaseException) -> str:
     """A single readable line for errors users can fix (pydantic errors name the field)."""
     from pydantic import ValidationError
@@ -86,6 +90,9 @@ def user_errors(command: F) -> F:
         except (UedpError, ValidationError) as exc:
             typer.echo(f"error: {_one_line(exc)}", err=True)
             raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            typer.echo(f"\n{INTERRUPTED}", err=True)
+            raise  # typer exits with 130, as a shell does for Ctrl-C
 
     return wrapper  # type: ignore[return-value]
 
@@ -541,13 +548,12 @@ def train(
 
     if (warning := categories_warning(data_home, config)) is not None:
         typer.echo(f"warning: {warning}", err=True)
-    result = run_training(data_home, config, store_url=store)
-    if result.resumed_from:
-        typer.echo(f"resumed from the checkpoint of round {result.resumed_from}")
+    result = run_training(data_home, config, store_url=store)  # says "resumed from ..." when it resumes
     guarantee = (f"epsilon {_fmt(result.epsilon, 4)} at delta {result.delta:g}" if math.isfinite(result.epsilon)
                  else "no privacy guarantee")
     typer.echo(f"{config.run_name()}: {guarantee}; test {result.utility_metric} {result.utility_test:.4g} "
-               f"after {result.rounds} rounds")
+               f"after {result.rounds} {config.step_word}s"
+               + (f" (resumed after {config.step_word} {result.resumed_from})" if result.resumed_from else ""))
     if result.baselines:
         typer.echo(_baselines_line(result.baselines, result.utility_metric))
     if (warning := _baseline_warning(config.run_name(), result)) is not None:
@@ -804,6 +810,31 @@ def serve(
         with contextlib.suppress(KeyboardInterrupt):
             stopped.wait()
     typer.echo("stack stopped")
+
+
+@app.command()
+@user_errors
+def sql(
+    dataset: str = typer.Argument(..., help="An ingested dataset."),
+    query: str = typer.Argument(..., help="DuckDB SQL over the dataset's views: sentences, users and (after "
+                                "detection) entities."),
+    home: Optional[Path] = HOME_OPTION,
+) -> None:
+    """Query a dataset's Parquet tables with DuckDB, with nothing else to install.
+
+    Example: uedp sql conll "SELECT split, count(*) AS sentences FROM sentences GROUP BY split ORDER BY split"
+    """
+    data_home = _prepare_runtime(home)
+    import duckdb
+
+    from uedp.storage.catalog import Catalog
+
+    with Catalog(data_home, dataset) as catalog:
+        try:
+            relation = catalog.con.sql(query)
+        except duckdb.Error as exc:
+            raise UedpError(f"{str(exc).splitlines()[0]} (views: {', '.join(sorted(catalog.tables))})") from None
+        typer.echo("done" if relation is None else str(relation).rstrip())
 
 
 @app.command()
