@@ -308,6 +308,14 @@ class TrainConfig(RunSettings):
         grid values."""
         return self.params.label() + (f"-{self.variant}" if self.variant else "")
 
+    def settings(self) -> dict[str, Any]:
+        """Everything that defines this configuration, flat: what a report must not average across. The
+        seed is left out (seeds of one configuration are averaged), and so is what changes how a run is
+        carried out but not its result (device, threads, processes, checkpoints, logging)."""
+        ignored = NOT_A_SETTING | ({"categories"} if not self.spec.uses_categories(self.params) else set())
+        return {k: v for k, v in self.model_dump(mode="json", exclude={"params"}).items()
+                if k not in ignored} | self.params.model_dump(mode="json")
+
     def flat(self) -> dict[str, Any]:
         """Shared settings and the mechanism's parameters side by side (MLflow params, one level)."""
         return {**self.model_dump(exclude={"params"}), **self.params.model_dump()}
@@ -316,6 +324,10 @@ class TrainConfig(RunSettings):
         """Content hash of everything that shapes training (not the device): names its checkpoint."""
         fields = self.model_dump(exclude={"device", "threads", "log_model", "checkpoint_every", "variant"})
         return hashlib.sha256(repr(sorted(fields.items())).encode()).hexdigest()[:16]
+
+
+# What does not make a different configuration (TrainConfig.settings).
+NOT_A_SETTING = frozenset({"seed", "device", "threads", "processes", "checkpoint_every", "log_model", "variant"})
 
 
 def _start_name(init_from: str) -> str:

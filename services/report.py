@@ -66,12 +66,19 @@ ANY_CATEGORIES = "any (ignores categories)"
 
 
 def summarise(outcomes: Iterable[tuple[TrainResult, float | None]]) -> list[ReportRow]:
-    """Group ``(result, target epsilon)`` pairs by mechanism, categories and target; average over seeds."""
-    groups: dict[tuple[str, str, float | None], list[TrainResult]] = defaultdict(list)
+    """Group ``(result, target epsilon)`` pairs by configuration (everything but the seed: mechanism,
+    categories, target and every other setting) and average over seeds only. Configurations shown under one
+    name are told apart by the settings in which they differ: ``noiseless (steps=60)``."""
+    outcomes = list(outcomes)
+    groups: dict[tuple[str, str, float | None, str], list[TrainResult]] = defaultdict(list)
     for result, target in outcomes:
-        groups[(result.shown_as, ",".join(result.categories), target)].append(result)
+        settings = json.dumps(result.settings, sort_keys=True, default=str)
+        groups[(result.shown_as, ",".join(result.categories), target, settings)].append(result)
+    names = _configuration_names(groups)
     rows = []
-    for (mechanism, categories, target), results in groups.items():
+    for key, results in groups.items():
+        _, categories, target, _ = key
+        mechanism = names[key]
         tests = [r.utility_test for r in results]
         rows.append(ReportRow(
             mechanism=mechanism, categories=categories, target_epsilon=target,
@@ -85,6 +92,25 @@ def summarise(outcomes: Iterable[tuple[TrainResult, float | None]]) -> list[Repo
             data_share=_mean_of(results, "data_share_used"), audit_bounds=tuple(r.audit_epsilon for r in results),
             baselines=results[0].baselines, unit=results[0].unit))
     return sorted(rows, key=lambda r: (r.categories, r.mechanism, math.inf if r.target_epsilon is None else r.target_epsilon))
+
+
+def _configuration_names(groups: dict[tuple[str, str, float | None, str], list[TrainResult]]
+                         ) -> dict[tuple[str, str, float | None, str], str]:
+    """Each configuration's name in the report: its mechanism's, plus, where several configurations share
+    a mechanism, categories and target, the settings that tell them apart."""
+    shared: dict[tuple[str, str, float | None], list[tuple[str, str, float | None, str]]] = defaultdict(list)
+    for key in groups:
+        shared[key[:3]].append(key)
+    names = {}
+    for (mechanism, _, _), keys in shared.items():
+        if len(keys) == 1:
+            names[keys[0]] = mechanism
+            continue
+        settings = [json.loads(key[3]) for key in keys]
+        differing = sorted({name for s in settings for name in s if len({json.dumps(o.get(name)) for o in settings}) > 1})
+        for key, these in zip(keys, settings):
+            names[key] = f"{mechanism} ({', '.join(f'{name}={these.get(name)}' for name in differing)})"
+    return names
 
 
 def _mean_of(results: list[TrainResult], key: str) -> float | None:
@@ -292,7 +318,7 @@ def outcome_of_run(tracker: RunTracker) -> tuple[TrainResult, float | None] | No
         public=tuple(privacy.get("public", ())), label=config.label, unit=run.data.params.get("privacy_unit", ""),
         audit_epsilon=metrics.get("audit_one_run_epsilon_lower_bound"),
         detector_recall=run.data.params.get("privacy_detector_recall", ""),
-        baselines=logged_baselines(metric, metrics))
+        baselines=logged_baselines(metric, metrics), settings=config.settings())
     return result, (config.params.budget if config.spec.private else None)
 
 

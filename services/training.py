@@ -47,6 +47,9 @@ class TrainResult:
     # Classification: the test error of always answering the test split's majority class, and of a
     # uniform guess; an error rate means something only beside them.
     baselines: dict[str, float] = field(default_factory=dict)
+    # Everything that defines the configuration but the seed (TrainConfig.settings): reports average only
+    # runs that agree on all of it.
+    settings: dict[str, Any] = field(default_factory=dict)
 
     @property
     def shown_as(self) -> str:
@@ -93,6 +96,7 @@ def result_of(config: TrainConfig, run_id: str, outcome: RunOutcome, unit: str, 
         rounds=statement.rounds, resumed_from=outcome.resumed_from, notes=statement.notes,
         privacy_extra=dict(statement.extra), randomness=statement.randomness, caveats=statement.caveats,
         public=statement.public, label=config.label, unit=unit, detector_recall=recall, baselines=outcome.baselines,
+        settings=config.settings(),
     )
 
 

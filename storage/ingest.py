@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -175,6 +175,38 @@ def file_roles(files: list[Path], options: IngestOptions) -> list[str | None]:
     return [options.role_of(path) for path in files]
 
 
+# User structures user-level DP cannot work with: a handful of users, or one holding a large share of the
+# training text (its noise is set for one user's worth; a user holding a fifth of it is most of the signal).
+FEW_USERS = 20
+LARGEST_SHARE = 0.2
+# How each format's users are decided, and what to change when they come out degenerate.
+USER_FIXES = {
+    "conll2003": "each -DOCSTART- document is one user, so a file without -DOCSTART- lines is a single user: mark "
+                 "its documents, or convert it to jsonl/csv and ingest with --users chunk:N",
+    "sec": "each filer (CIK) is one user",
+    "wikitext": "each article is one user",
+}
+DEFAULT_FIX = "--users chunk:N makes pseudo-users of N consecutive sentences, or --user-col names a writer column"
+
+
+@dataclass(frozen=True)
+class UserStructure:
+    """How the train split's sentences spread over users, for the ingest's warning (the curator's terminal)."""
+
+    train_users: int = 0
+    largest_user: str = ""
+    largest_share: float = 0.0
+
+    @classmethod
+    def of(cls, counts: dict[str, Counter[str]]) -> UserStructure:
+        train = {user: c["train"] for user, c in counts.items() if c["train"]}
+        total = sum(train.values())
+        if not total:
+            return cls()
+        largest = max(train, key=lambda user: train[user])
+        return cls(len(train), largest, train[largest] / total)
+
+
 @dataclass(frozen=True)
 class IngestResult:
     dataset: str
@@ -183,6 +215,20 @@ class IngestResult:
     users: int
     key: str
     per_split: dict[str, int] = field(default_factory=dict)
+    structure: UserStructure = field(default_factory=UserStructure)
+    format: str = ""
+
+    @property
+    def user_warning(self) -> str | None:
+        """A user structure too degenerate for user-level DP, said at ingest with what fixes it."""
+        s = self.structure
+        if not s.train_users or (s.train_users >= FEW_USERS and s.largest_share <= LARGEST_SHARE):
+            return None
+        shape = (f"only {s.train_users} user{'s' if s.train_users != 1 else ''} in the train split"
+                 if s.train_users < FEW_USERS else f"{s.largest_user!r} holds {s.largest_share:.0%} of the train split")
+        return (f"{self.dataset}: {shape}; user-level DP (userdp, uedp) protects each user by adding noise for one "
+                f"user's worth of text, so this structure will learn little or leak a large user's text. "
+                f"{USER_FIXES.get(self.format, DEFAULT_FIX)}")
 
     @property
     def warning(self) -> str | None:
@@ -235,7 +281,8 @@ def ingest(home: DataHome, dataset: str, files: list[Path], options: IngestOptio
     if is_current(sentences_dir, key) and is_current(users_dir, key):
         manifest = read_manifest(sentences_dir) or {}
         return IngestResult(dataset, True, int(manifest["rows"]), int((read_manifest(users_dir) or {})["rows"]), key,
-                            dict(manifest.get("per_split", {})))
+                            dict(manifest.get("per_split", {})), UserStructure(**manifest.get("user_structure", {})),
+                            options.format)
 
     counts: dict[str, Counter[str]] = defaultdict(Counter)
     details: dict[str, object] = {"source": {"files": [f.name for f in files], "options": options.describe()}}
@@ -266,6 +313,8 @@ def ingest(home: DataHome, dataset: str, files: list[Path], options: IngestOptio
         bar.update(len(rows))
         per_split = {s: sum(c[s] for c in counts.values()) for s in SPLITS}
         writer.details["per_split"] = per_split
+        structure = UserStructure.of(counts)
+        writer.details["user_structure"] = asdict(structure)
         # Written inside the sentences' context: a failure here discards both tables.
         with TableWriter(users_dir, USERS, key, details) as users_writer:
             users_writer.write_rows([
@@ -273,7 +322,7 @@ def ingest(home: DataHome, dataset: str, files: list[Path], options: IngestOptio
                 for user, c in counts.items()
             ])
     bar.close()
-    return IngestResult(dataset, False, writer.rows, len(counts), key, per_split)
+    return IngestResult(dataset, False, writer.rows, len(counts), key, per_split, structure, options.format)
 
 
 def conll_options(split_seed: int | None = None) -> IngestOptions:

@@ -74,3 +74,31 @@ def test_a_run_from_a_pretrained_start_is_named_apart_from_one_from_scratch(tmp_
     assert "from-my-public-model" in folder.run_name()
     assert TrainConfig(dataset="d", mechanism="userdp").step_word == "round"
     assert TrainConfig(dataset="d", mechanism="dpsgd").step_word == "step"
+
+
+def _conll(sentences: int, docstart_every: int | None) -> str:
+    lines = []
+    for i in range(sentences):
+        if docstart_every and i % docstart_every == 0:
+            lines += ["-DOCSTART- -X- -X- O", ""]
+        lines += ["Sentence NN O O", f"{i} CD O O", ". . O O", ""]
+    return "\n".join(lines) + "\n"
+
+
+def test_ingest_warns_when_the_users_are_too_few_or_one_holds_much_and_says_what_fixes_it(home, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from support import write
+
+    files = [write(tmp_path / "flat" / f"notes.{split}", _conll(60, None)) for split in ("train", "testa", "testb")]
+    flat = runner.invoke(app, ["ingest", "conll2003", *map(str, files), "--name", "flat", "--home", str(home.root)])
+    assert flat.exit_code == 0, flat.output
+    assert "only 1 user in the train split" in flat.stderr and "-DOCSTART-" in flat.stderr
+    # said again when the unchanged inputs are reused
+    again = runner.invoke(app, ["ingest", "conll2003", *map(str, files), "--name", "flat", "--home", str(home.root)])
+    assert "reused the existing tables" in again.stdout and "only 1 user" in again.stderr
+    files = [write(tmp_path / "docs" / f"notes.{split}", _conll(120, 4)) for split in ("train", "testa", "testb")]
+    documents = runner.invoke(app, ["ingest", "conll2003", *map(str, files), "--name", "docs", "--home", str(home.root)])
+    assert documents.exit_code == 0 and "warning" not in documents.stderr  # 30 documents of 4 sentences
+    big = _conll(40, None) + _conll(80, 2)  # one 40-sentence document, then 40 of 2
+    files = [write(tmp_path / "big" / f"notes.{split}", big) for split in ("train", "testa", "testb")]
+    one_big = runner.invoke(app, ["ingest", "conll2003", *map(str, files), "--name", "big", "--home", str(home.root)])
+    assert re.search(r"holds 33% of the train split", one_big.stderr), one_big.stderr

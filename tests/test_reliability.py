@@ -93,7 +93,8 @@ def test_cli_split_of_and_the_missing_train_split_warning(tmp_path: Path, prefec
     given = runner.invoke(app, ["ingest", "wikitext", str(valid), str(notes), "--name", "w", "--home", home_dir,
                                 "--split-of", f"{notes}=train"])
     assert given.exit_code == 0, given.output
-    assert "train 1, valid 1" in given.stdout and "warning" not in given.stderr
+    assert "train 1, valid 1" in given.stdout and "no train split" not in given.stderr
+    assert "only 1 user in the train split" in given.stderr  # one article: a degenerate user structure
     bad = runner.invoke(app, ["ingest", "wikitext", str(valid), "--name", "w", "--home", home_dir, "--split-of", "x"])
     assert bad.exit_code == 2 and "expected FILE=SPLIT" in bad.output
 

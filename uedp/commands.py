@@ -259,8 +259,9 @@ def ingest(
     typer.echo(f"{name}: {result.sentences} sentences ({splits}), {result.users} users "
                f"[users = {config.user_strategy}]")
     typer.echo(f"tables: {data_home.dataset_dir(name)}/{{sentences,users}}/data.parquet")
-    if result.warning:
-        typer.echo(f"warning: {result.warning}", err=True)
+    for warning in (result.warning, result.user_warning):
+        if warning:
+            typer.echo(f"warning: {warning}", err=True)
 
 
 @app.command()
