@@ -16,7 +16,7 @@ from uedp.detection.pipeline import DetectorConfig
 from uedp.flows.demo import DEMO_CORPUS
 from uedp.models.metrics import causal_lm_loss
 from uedp.privacy.accounting import RoundAccountant, UeDpAccounting, epsilon_after, poisson_gaussian_round
-from uedp.privacy.attribution import AttributionGraph
+from uedp.privacy.attribution import AttributionGraph, choose_holders
 from uedp.privacy.mechanisms.auto_holders import CANDIDATES, FIXED_NOISE_K, choose_k
 from uedp.privacy.mechanisms.base import TrainData
 from uedp.privacy.mechanisms.checkpoint import Checkpointer
@@ -259,6 +259,26 @@ def test_auto_with_a_real_calibration_depends_on_the_graph_only() -> None:
     assert first.epsilon() == pytest.approx(8.0, rel=0.01)
 
 
+def test_training_reuses_the_holder_choice_auto_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    sets = {f"u{u}": [frozenset({f"e{j}"}) for j in range(40) if (u - j) % 40 < 5] + [frozenset()]
+            for u in range(40)}
+    mechanism = resolve_auto(UeDpBoundedParams(target_epsilon=8.0, q_user=0.5, rounds=5), sets)
+    graph = AttributionGraph.from_entity_sets(sets)
+    assert mechanism.chosen is not None and mechanism.chosen.choice_on(graph) is not None
+    expected = choose_holders(graph, mechanism.k, "best")
+
+    def made_again(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("the holder choice auto made was made again")
+
+    monkeypatch.setattr("uedp.privacy.mechanisms.uedp_bounded.choose_holders", made_again)
+    data = TrainData({u: [TOKENIZER("x", return_tensors="pt")["input_ids"][0]] * len(e) for u, e in sets.items()},
+                     TOKENIZER.pad_token_id, sets)
+    selection = mechanism.select(data)
+    assert selection.extra["sensitive_sentences_kept"] == expected.sensitive_kept
+    other = {u: [frozenset({"z"}) if e else e for e in sentences] for u, sentences in sets.items()}  # another graph
+    assert mechanism.chosen.choice_on(AttributionGraph.from_entity_sets(other)) is None
+
+
 def test_auto_with_a_fixed_noise_multiplier_keeps_k_4_and_says_why() -> None:
     mechanism = UeDpBounded(UeDpBoundedParams(noise_multiplier=1.0))
     assert mechanism.params.holders_per_entity == FIXED_NOISE_K and mechanism.chosen is not None
@@ -281,3 +301,12 @@ def test_training_says_the_ratio_first_logs_it_and_states_the_auto_choice(home, 
     assert any("chosen by auto" in line for line in result.public)
     assert run.data.params["holders_per_entity"] == "auto"
     assert run.data.params["privacy_holders_per_entity"] in {str(float(k)) for k in CANDIDATES}
+
+
+@pytest.mark.parametrize("bad", ["lots", "-1", -1, True, 2.5])
+def test_a_bad_k_is_refused_with_one_message_naming_the_setting(bad: object) -> None:
+    result = runner.invoke(app, ["epsilon", "--mechanism", "uedp-bounded", "--users", "100", "--set",
+                                 f"holders_per_entity={str(bad).lower() if isinstance(bad, bool) else bad}"])
+    assert result.exit_code == 2
+    assert "invalid holders_per_entity: k is a whole number >= 0, or auto" in result.stderr
+    assert UeDpBoundedParams(holders_per_entity="3").holders_per_entity == 3  # as the CLI and --set give it

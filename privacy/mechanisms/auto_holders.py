@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from uedp.privacy.attribution import AttributionGraph, HolderChoice, choose_holders
+from uedp.privacy.attribution import AttributionGraph, HolderChoice, HolderChoiceResult, choose_holders
 from uedp.privacy.signal import NoiseToSignal
 
 CANDIDATES = (0, 1, 2, 4, 8, 16)
@@ -29,6 +29,7 @@ class Candidate:
     k: int
     signal: NoiseToSignal
     kept: int | None  # sentences with an entity the holder choice keeps (None: no graph, the planner)
+    choice: HolderChoiceResult | None = None  # the holder choice itself, reused by training for the chosen k
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,13 @@ class AutoHolders:
     k: int
     reason: str
     candidates: tuple[Candidate, ...] = ()
+    graph: AttributionGraph | None = None  # the graph the candidates' choices were made on
+
+    def choice_on(self, graph: AttributionGraph) -> HolderChoiceResult | None:
+        """The chosen k's holder choice, when it was made on ``graph`` (training then does not make it again)."""
+        if self.graph is None or self.graph != graph:
+            return None
+        return next((c.choice for c in self.candidates if c.k == self.k), None)
 
 
 def choose_k(graph: AttributionGraph | None, signal_for: Callable[[int], NoiseToSignal],
@@ -54,15 +62,16 @@ def choose_k(graph: AttributionGraph | None, signal_for: Callable[[int], NoiseTo
         except ValueError as exc:
             refused = f"k = {k}: {exc}"
             break
-        kept = None if graph is None else (choose_holders(graph, k, strategy).sensitive_kept if k else 0)
-        seen.append(Candidate(k, signal, kept))
+        choice = None if graph is None else choose_holders(graph, k, strategy)
+        kept = None if choice is None else choice.sensitive_kept
+        seen.append(Candidate(k, signal, kept, choice))
         if signal.past_limit or (graph is not None and kept is not None and kept >= graph.n_sensitive):
             break  # a larger k would only add noise (past the threshold) or keep nothing more
     if not seen:
         raise ValueError(f"holders_per_entity auto: no k is possible ({refused})")
     learning = [c for c in seen if not c.signal.past_limit]
     chosen = learning[-1] if learning else min(seen, key=lambda c: c.signal.ratio)
-    return AutoHolders(chosen.k, _reason(chosen, seen, graph, bool(learning), refused), tuple(seen))
+    return AutoHolders(chosen.k, _reason(chosen, seen, graph, bool(learning), refused), tuple(seen), graph)
 
 
 def _reason(chosen: Candidate, seen: list[Candidate], graph: AttributionGraph | None, learning: bool,

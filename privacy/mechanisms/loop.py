@@ -17,8 +17,9 @@ The loop owns what must be done the same way everywhere, so a defect here is fix
 * **reports**: after each round, the exact epsilon when the schedule shows that round (None between
   shown rounds) and, for mechanisms without a guarantee only, loss and batch size go to ``on_round``;
 * **divergence**: a run whose weights, update or (non-private) loss stop being finite or grow far past
-  their start is stopped (:mod:`privacy.mechanisms.divergence`), and its statement says after which round:
-  the rounds it did not run spend no budget.
+  their start is stopped (:mod:`privacy.mechanisms.divergence`); its statement says after which round, and
+  states the planned run's epsilon (the stopping round is read from released figures, so the epsilon of
+  the rounds run would not be a guarantee).
 
 A mechanism supplies only what differs: the round body (who is sampled, each unit's contribution, the
 noise) and its ledger (the round's ``DpEvent``, composed by dp_accounting).

@@ -195,6 +195,21 @@ class UeDpBoundedParams(UserDpParams):
         """k makes a different mechanism of it: uedp-bounded-k4 and -k1 are separate rows and run names."""
         return f"uedp-bounded-k{self.holders_per_entity}"
 
+    @field_validator("holders_per_entity", mode="before")
+    @classmethod
+    def _k_or_auto(cls, value: Any) -> Any:
+        """One message for every bad k (the union's own errors name its branches, not the setting), and no
+        boolean taken for 0 or 1."""
+        number = value
+        if isinstance(value, str) and value != "auto":
+            try:
+                number = int(value)
+            except ValueError:
+                number = None
+        if value != "auto" and (isinstance(value, bool) or not isinstance(number, int) or number < 0):
+            raise ValueError(f"k is a whole number >= 0, or auto (got {value!r})")
+        return number
+
     @model_validator(mode="after")
     def _pld_only(self) -> UeDpBoundedParams:
         if self.accountant != "pld":

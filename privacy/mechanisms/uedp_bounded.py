@@ -137,7 +137,8 @@ class UeDpBounded(UserDp):
         if data.entities is None:
             raise ValueError(f"{self.name} needs the sentences' entity sets (TrainData.entities)")
         graph = AttributionGraph.from_entity_sets(data.entities)
-        kept = KeptHolders(graph, choose_holders(graph, self.k, self.params.holder_choice),
+        choice = self.chosen.choice_on(graph) if self.chosen is not None else None
+        kept = KeptHolders(graph, choice or choose_holders(graph, self.k, self.params.holder_choice),
                            data.entities, users=self)
         return Selection(bounded_training_data(data, graph, kept.choice), sampling=kept,
                          extra={"holders_per_entity": float(self.k),
