@@ -8,21 +8,25 @@ batches (``nlp.pipe``, optionally in worker processes), and the same parse feeds
 
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
+import re
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from uedp.detection import detectors as detector_registry
 from uedp.detection.categories import Taxonomy
+from uedp.detection.categories import taxonomy as taxonomy_in_force
 from uedp.detection.detectors import DetectorSpec, Finder, Parsed
-from uedp.detection.identity import entity_key
+from uedp.detection.identity import entity_key, normalize_surface
 from uedp.detection.spacy_pipeline import load_pipeline, pipeline_identity
 from uedp.errors import UedpError
 
@@ -54,6 +58,10 @@ class DetectorConfig(BaseModel):
     score_threshold: float = Field(0.4, ge=0, le=1, description="drop Presidio results scored below this")
     batch_size: int = Field(256, ge=1, description="sentences per spaCy batch (speed only: results are the same)")
     workers: int = Field(1, ge=1, description="worker processes for the spaCy and Presidio pass")
+    # Issue 37: surfaces the curator found to be false positives (a greeting, a placeholder); part of the
+    # cache key by the file's rules, not its path, so editing the file detects again.
+    ignore_entities: str | None = Field(None, description="text file of entity surfaces to drop from the entities "
+                                        "table: one a line, or CATEGORY: surface; # comments; case-insensitive")
 
     @model_validator(mode="after")
     def _needs_model(self) -> DetectorConfig:
@@ -62,6 +70,16 @@ class DetectorConfig(BaseModel):
             raise ValueError(f"the {' and '.join(parsing)} detectors need a spaCy pipeline "
                              "(--spacy-model NAME_OR_PATH)")
         return self
+
+    @field_validator("ignore_entities")
+    @classmethod
+    def _readable_ignore_list(cls, value: str | None) -> str | None:
+        if value:
+            try:
+                read_ignore_list(value)  # a missing file or a malformed line is refused before any work
+            except UedpError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
     @property
     def chosen(self) -> list[DetectorSpec]:
@@ -79,7 +97,64 @@ class DetectorConfig(BaseModel):
             identity["spacy_model"] = pipeline_identity(self.spacy_model or "")
         for spec in self.chosen:
             identity |= spec.identity(self)
+        if self.ignore_entities and (ignored := read_ignore_list(self.ignore_entities)).rules:
+            identity["ignore_entities"] = ignored.digest()
         return identity
+
+
+# --- the curator's list of surfaces that are not entities (--ignore-entities) ----------------------------
+# ``CATEGORY: surface`` when the line starts with a word in capitals and a colon; anything else is a surface.
+_CATEGORY_LINE = re.compile(r"^([A-Z][A-Z0-9_]*(?:-[A-Z0-9_]+)*)\s*:(.*)$")  # CREATIVE-WORK from --label too
+
+
+@dataclass(frozen=True)
+class IgnoreList:
+    """Surfaces detection drops, matched as entities are identified (:func:`normalize_surface`: case-folded,
+    whitespace collapsed), in every category (category ``None``) or in the named ones."""
+
+    source: str
+    rules: frozenset[tuple[str | None, str]]
+
+    @property
+    def surfaces(self) -> int:
+        """How many surfaces the curator listed (a count of the list, not of the data)."""
+        return len({surface for _, surface in self.rules})
+
+    def drops(self, category: str, key: str) -> bool:
+        return (None, key) in self.rules or (category, key) in self.rules
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(sorted(self.rules, key=lambda r: (r[0] or "", r[1]))).encode()).hexdigest()
+
+
+def read_ignore_list(path: str | Path) -> IgnoreList:
+    """The rules of an ``--ignore-entities`` file: one surface a line, or ``CATEGORY: surface`` (a category,
+    alias or composite of the taxonomy) to drop it only there; ``#`` starts a comment line; blank lines are
+    skipped. A missing or unreadable file, an unknown category or a category without a surface is an error
+    naming the file (and the line)."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise UedpError(f"cannot read the --ignore-entities file {path}: {reason}") from None
+    rules: set[tuple[str | None, str]] = set()
+    for number, raw in enumerate(lines, start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        categories: list[str | None] = [None]
+        if match := _CATEGORY_LINE.match(line):
+            name, line = match.group(1), match.group(2).strip()
+            tax = taxonomy_in_force()
+            if name not in tax.alias_to_canonical and name not in tax.composites:
+                raise UedpError(f"{path}, line {number}: unknown category {name} (a line 'CATEGORY: surface' names a "
+                                f"category of {tax.source}: {', '.join(tax.names())}; write other surfaces without a "
+                                "capitalised word and a colon in front)")
+            categories = list(tax.resolve(name))
+            if not line:
+                raise UedpError(f"{path}, line {number}: no surface after {name}: (write 'CATEGORY: surface')")
+        rules.update((category, normalize_surface(line)) for category in categories)
+    return IgnoreList(str(path), frozenset(rules))
 
 
 class _Rows:
@@ -93,7 +168,7 @@ class _Rows:
         category = self.taxonomy.canonical_of(label)
         if category is None:
             raise UedpError(f"detector {detector} emitted label {label!r}, which the category taxonomy "
-                            f"{self.taxonomy.source} does not know; add it there (or to the file UEDP_CATEGORIES names)")
+                            f"{self.taxonomy.source} does not know; {self.taxonomy.how_to_add(label)}")
         surface = text[start:end]
         return {"sentence_id": sentence_id, "user_id": user_id, "start": start, "end": end, "category": category,
                 "detector": detector, "score": float(score), "entity_key": entity_key(surface), "text": surface}
@@ -140,6 +215,7 @@ class _Detector:
         self.config, self.rows = config, _Rows(taxonomy)
         self.nlp = load_pipeline(config.spacy_model or "") if config.needs_nlp else None
         self.finders: list[tuple[str, Finder]] = [(spec.name, spec.build(config, self.nlp)) for spec in config.chosen]
+        self.ignored = read_ignore_list(config.ignore_entities) if config.ignore_entities else None
 
     def run(self, sentences: Iterable[Sentence]) -> Iterator[list[dict[str, object]]]:
         chunk: list[dict[str, object]] = []
@@ -162,10 +238,14 @@ class _Detector:
 
     def _rows_per_sentence(self, sentences: Iterable[Sentence]) -> Iterator[list[dict[str, object]]]:
         make = self.rows.make
+        ignored = self.ignored if self.ignored is not None and self.ignored.rules else None
         for sentence_id, user_id, sentence in self._parsed(sentences):
             text = sentence.text
-            yield [make(sentence_id, user_id, text, start, end, label, name, score)
-                   for name, find in self.finders for start, end, label, score in find(sentence)]
+            rows = [make(sentence_id, user_id, text, start, end, label, name, score)
+                    for name, find in self.finders for start, end, label, score in find(sentence)]
+            if ignored is not None:
+                rows = [row for row in rows if not ignored.drops(str(row["category"]), str(row["entity_key"]))]
+            yield rows
 
 
 # --- worker processes -------------------------------------------------------------------------
@@ -173,12 +253,10 @@ SENTENCES_PER_TASK = 500
 _WORKER: _Detector | None = None
 
 
-def _init_worker(config_json: str, taxonomy_source: str) -> None:
+def _init_worker(config_json: str, taxonomy: Taxonomy) -> None:
     global _WORKER
-    from uedp.detection.categories import load_taxonomy
-
     config = DetectorConfig.model_validate_json(config_json).model_copy(update={"workers": 1})
-    _WORKER = _Detector(config, load_taxonomy(Path(taxonomy_source)))
+    _WORKER = _Detector(config, taxonomy)  # the parent's, labels file merged: pickled, not re-read
 
 
 def _work(sentences: list[Sentence]) -> list[dict[str, object]]:
@@ -191,7 +269,7 @@ def _detect_in_workers(sentences: Iterable[Sentence], config: DetectorConfig,
     # spawn, not fork: the parent may run threads (Prefect's client), which fork does not copy safely.
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(config.workers, mp_context=context, initializer=_init_worker,
-                             initargs=(config.model_dump_json(), taxonomy.source)) as pool:
+                             initargs=(config.model_dump_json(), taxonomy)) as pool:
         pending: deque[Future[list[dict[str, object]]]] = deque()
         for task in _batched(sentences, SENTENCES_PER_TASK):
             pending.append(pool.submit(_work, task))

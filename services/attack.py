@@ -6,6 +6,11 @@ at three levels: sentences, users (all of a user's sentences), entities of the r
 this entity's text in training?). Those are attack scores, never a bound on epsilon: which candidates
 are members is decided by the corpus' files, not by a secret coin (:mod:`privacy.attacks.membership`).
 Only the one-run audit, whose canaries each have a secret coin, bounds epsilon.
+
+Each level attacks a fixed, configured number of members and of non-members (``--members``; users:
+``--member-users``), so the counts shown and logged beside the AUC and its 95% interval are public
+settings, never the exact number of training users, sentences or entities. A level with fewer
+candidates than that is not attacked, said on the terminal only (docs/PRIVACY.md).
 """
 
 from __future__ import annotations
@@ -30,7 +35,13 @@ from uedp.models.tokenization import load_tokenizer
 from uedp.privacy.attacks.audit_canaries import audit_scores
 from uedp.privacy.attacks.canaries import Canary, exposure, model_log_perplexity
 from uedp.privacy.attacks.extraction import Occurrence, extraction_rates
-from uedp.privacy.attacks.membership import grouped_scores, membership_attack, sentence_scores
+from uedp.privacy.attacks.membership import (
+    MembershipResult,
+    TooFewCandidates,
+    grouped_scores,
+    membership_attack,
+    sentence_scores,
+)
 from uedp.privacy.attacks.one_run import audit_best
 from uedp.services.audit_plan import load_for_run
 from uedp.services.config import TrainConfig
@@ -54,9 +65,10 @@ class AttackOutcome:
     notes: tuple[str, ...] = ()  # for the auditor's eyes (e.g. how often planted canaries' hosts were sampled)
 
 
-def attack_run(home: DataHome, run_id: str, kinds: list[str], limit: int = 500, top_k: int = 5,
+def attack_run(home: DataHome, run_id: str, kinds: list[str], members: int = 500, top_k: int = 5,
                extraction_limit: int = 200, device_name: str = "auto", seed: int = 0,
-               reference_run: str | None = None, everything: bool = False) -> AttackOutcome:
+               reference_run: str | None = None, everything: bool = False,
+               member_users: int = 50) -> AttackOutcome:
     """Run ``kinds`` against the run's model; log and return the figures.
 
     Each attack runs on its own: one that fails is reported with its error, and what the others
@@ -65,6 +77,10 @@ def attack_run(home: DataHome, run_id: str, kinds: list[str], limit: int = 500, 
 
     ``reference_run``: another run's model (trained without these members, e.g. on public text) to
     calibrate membership scores against, besides the uncalibrated and zlib-calibrated scores.
+
+    ``members``: membership inference samples exactly this many members and non-members at the sentence
+    and entity levels (``member_users`` at the user level); a level with fewer is not attacked (a note
+    says so), and when none can be, the attack fails (``everything``: is skipped) naming the sizes only.
     """
     unknown = sorted(set(kinds) - set(ATTACKS))
     if unknown:
@@ -128,22 +144,34 @@ def attack_run(home: DataHome, run_id: str, kinds: list[str], limit: int = 500, 
         return out
 
     def mia() -> dict[str, float]:
-        notes.append(MEMBERSHIP_NOTE)
+        sizes = {"sentence": members, "user": member_users, "entity": members}
         with Catalog(home, config.dataset) as catalog:
-            return _membership(catalog, config, nll, limit, seed, reference)
+            results, refused = _membership(catalog, config, nll, sizes, seed, reference)
+        if not results:
+            raise TooFewCandidates(
+                f"no level has enough candidates for a sample of {members} members and {members} non-members "
+                f"(sentences, entities) or {member_users} (users); pass a smaller --members or --member-users "
+                f"(`uedp sql {config.dataset} \"SELECT split, count(*) FROM sentences GROUP BY split\"` counts them)")
+        notes.append(MEMBERSHIP_NOTE)
+        notes.extend(result.line() for result in results if result.calibration == "none")
+        notes.extend(f"{level} membership: not attacked, {why}" for level, why in refused.items())
+        return membership_metrics(results)
 
     for kind, run in (("audit", audit), ("canary", canary), ("mia", mia), ("extraction", extraction)):
         if kind not in kinds or kind in skipped:
             continue
         try:
             metrics |= run()
+        except TooFewCandidates as exc:  # the run's data is too small for the sample sizes asked for
+            (skipped if everything else failed)[kind] = str(exc)
         except Exception as exc:  # one attack's failure must not discard the others' figures
             failed[kind] = str(exc) if isinstance(exc, UedpError) else f"{type(exc).__name__}: {exc}"
     if metrics:
         tracker.log_metrics(metrics)
     # Tags, not params: a run may be attacked again with other settings (params cannot change).
     tracker.set_tags({"uedp.attack.kinds": ",".join(k for k in kinds if k not in failed and k not in skipped),
-                      "uedp.attack.limit": str(limit), "uedp.attack.top_k": str(top_k), "uedp.attack.seed": str(seed)})
+                      "uedp.attack.members": str(members), "uedp.attack.member_users": str(member_users),
+                      "uedp.attack.top_k": str(top_k), "uedp.attack.seed": str(seed)})
     logged = tracker.client.get_run(run_id).data.metrics.get("final_epsilon")
     accounted = logged if config.is_private and logged is not None else None
     return AttackOutcome(metrics, failed, skipped, accounted, config.delta, tuple(notes))
@@ -176,11 +204,23 @@ def summary_rows(outcome: AttackOutcome) -> list[tuple[str, str, str, str]]:
     accounted = ("inf (no guarantee)" if outcome.accounted_epsilon is None
                  else f"{outcome.accounted_epsilon:.4g} at delta {outcome.delta:g}")
     rows = [("accounted (dp_accounting)", "epsilon", accounted, "-")]
-    rows += [(attack, key, f"{outcome.metrics[key]:.4g}", baseline) for attack, key, baseline in SUMMARY
+    rows += [(attack, key, _with_interval(outcome.metrics, key), baseline) for attack, key, baseline in SUMMARY
              if key in outcome.metrics]
     rows += [("extraction", key, f"{value:.1%}", "~0") for key, value in sorted(outcome.metrics.items())
              if key.startswith("extraction_top")]
     return rows
+
+
+def _with_interval(metrics: dict[str, float], key: str) -> str:
+    """A figure as the summary shows it: an AUC with its 95% interval and the (configured) sample sizes."""
+    value = f"{metrics[key]:.4g}"
+    if key.endswith("_auc") and f"{key}_low" in metrics:
+        level = key.removeprefix("mia_").split("_")[0]
+        value += f" (95% CI {metrics[f'{key}_low']:.2f}-{metrics[f'{key}_high']:.2f}"
+        if f"mia_{level}_members" in metrics:
+            value += f"; {metrics[f'mia_{level}_members']:.0f}+{metrics[f'mia_{level}_non_members']:.0f}"
+        value += ")"
+    return value
 
 
 def _load_run(tracker: RunTracker, device: torch.device):  # type: ignore[no-untyped-def]
@@ -210,8 +250,10 @@ def _scorer(model: torch.nn.Module, tokenizer, device: torch.device, max_len: in
     return nll
 
 
-def _membership(catalog: Catalog, config: TrainConfig, nll, limit: int, seed: int,  # type: ignore[no-untyped-def]
-                reference=None) -> dict[str, float]:
+def _membership(catalog: Catalog, config: TrainConfig, nll, sizes: dict[str, int],  # type: ignore[no-untyped-def]
+                seed: int, reference=None) -> tuple[list[MembershipResult], dict[str, str]]:
+    """Each level's attack on a fixed sample (``sizes[level]`` members and as many non-members), for each
+    calibration; and the levels not attacked, with why (never how many candidates there were)."""
     train, test = catalog.sentences("train"), catalog.sentences("test")
     if not train or not test:
         raise UedpError(f"dataset {config.dataset!r} needs train and test sentences for membership inference")
@@ -220,7 +262,12 @@ def _membership(catalog: Catalog, config: TrainConfig, nll, limit: int, seed: in
     user_groups = {"train": _user_groups(train), "test": _user_groups(test)}
     member_entities = _entity_groups(catalog, config, "train", train)
     unseen = {k: v for k, v in _entity_groups(catalog, config, "test", test).items() if k not in member_entities}
-    metrics: dict[str, float] = {}
+    results: list[MembershipResult] = []
+    refused: dict[str, str] = {}
+    option = {"sentence": "--members", "user": "--member-users", "entity": "--members"}
+    where = {"sentence": "sentences in the train split or in the test split",
+             "user": "users in the train split or in the test split",
+             "entity": "entities in the train split, or in the test split but not the train split,"}
     for calibration in ("none", "zlib") + (("reference",) if reference is not None else ()):
         member, outside = (sentence_scores(texts[split], nll, calibration, reference)
                            for split in ("train", "test"))
@@ -229,11 +276,29 @@ def _membership(catalog: Catalog, config: TrainConfig, nll, limit: int, seed: in
         if member_entities and unseen:
             levels["entity"] = (grouped_scores(member, list(member_entities.values())),
                                 grouped_scores(outside, list(unseen.values())))
+        else:
+            refused["entity"] = ("no entities of the run's categories in the train split, or none in the test "
+                                 "split that the train split lacks")
         for level, (members, non_members) in levels.items():
-            if len(members) < 2 or len(non_members) < 2:
+            size = sizes[level]
+            if len(members) < size or len(non_members) < size:
+                refused[level] = (f"fewer than {size} {where[level]} to sample {size} of each from (a smaller "
+                                  f"{option[level]} attacks it; the counts stay private)")
                 continue
-            result = membership_attack(level, calibration, members, non_members, limit, seed)
-            metrics |= result.figures.as_metrics(f"mia_{level}" + ("" if calibration == "none" else f"_{calibration}"))
+            results.append(membership_attack(level, calibration, members, non_members, size, seed))
+    return results, refused
+
+
+def membership_metrics(results: list[MembershipResult]) -> dict[str, float]:
+    """Each result's figures (``mia_<level>[_<calibration>]_auc``, ``..._auc_low``, ``..._auc_high``, ...)
+    and each level's sample sizes (``mia_<level>_members``, ``mia_<level>_non_members``): configured
+    numbers, public, unlike the count of training units they are drawn from."""
+    metrics: dict[str, float] = {}
+    for result in results:
+        suffix = "" if result.calibration == "none" else f"_{result.calibration}"
+        metrics |= result.figures.as_metrics(f"mia_{result.level}{suffix}")
+        metrics |= {f"mia_{result.level}_members": float(result.figures.members),
+                    f"mia_{result.level}_non_members": float(result.figures.non_members)}
     return metrics
 
 

@@ -103,7 +103,8 @@ class RunSettings(BaseModel):
     processes: int = Field(1, ge=1, description="torchrun processes (one per GPU); they split each round's users or "
                                                 "examples and sum their clipped contributions")
     threads: int | None = Field(None, ge=1, description="torch threads per process (default: OMP_NUM_THREADS if set, "
-                                "else the CPUs this process may use, shared among its torchrun processes)")
+                                "else the CPUs this process may use that are free of other work, shared among "
+                                "its torchrun processes and UEDP_CONCURRENT_TRAININGS)")
     checkpoint_every: int = Field(25, ge=0, description="save a resumable checkpoint every N rounds (0: never)")
     canaries: int = Field(0, ge=0, description="made-up secrets planted in the training text, for `uedp attack`")
     canary_repeats: int = Field(1, ge=1, description="times each canary is planted")

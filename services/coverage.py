@@ -11,8 +11,10 @@ import json
 import os
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from uedp.detection import detectors as detector_registry
 from uedp.detection.categories import taxonomy
 from uedp.storage.catalog import Catalog
 from uedp.storage.home import DataHome
@@ -24,10 +26,17 @@ ANY = "any automatic detector"  # the union of several: a gold span found by any
 FIELDS = ("class", "gold", "predicted", "exact", "precision", "recall", "overlap_recall")
 
 
+SPLITS = ("train", "valid", "test")
+# Scopes of the stored figures: all splits together, held-out (valid and test), and each split alone.
+SCOPES: tuple[tuple[str, tuple[str, ...] | None], ...] = (
+    ("all", None), ("held_out", HELD_OUT), *((split, (split,)) for split in SPLITS))
+
+
 def compute_coverage(catalog: Catalog) -> dict[str, dict[str, list[dict[str, Any]]]]:
-    """Per scope (``all`` splits, ``held_out``: valid and test), per automatic detector, a row per CoNLL
-    class (precision, recall, overlap recall against gold); with several detectors, also their union as
-    :data:`ANY`. Empty when there is no gold to compare with."""
+    """Per scope (``all`` splits, ``held_out``: valid and test, and each of ``train``, ``valid`` and
+    ``test``), per automatic detector, a row per CoNLL class (precision, recall, overlap recall against
+    gold); with several detectors, also their union as :data:`ANY`. Empty when there is no gold to
+    compare with."""
     detectors = catalog.detectors()
     if "gold" not in detectors:
         return {}
@@ -36,7 +45,7 @@ def compute_coverage(catalog: Catalog) -> dict[str, dict[str, list[dict[str, Any
     groups = {name: [name] for name in automatic} | ({ANY: automatic} if len(automatic) > 1 else {})
     return {scope: {name: [dict(zip(FIELDS, row)) for row in catalog.coverage(group, coarse, splits=splits)]
                     for name, group in groups.items()}
-            for scope, splits in (("all", None), ("held_out", HELD_OUT))}
+            for scope, splits in SCOPES}
 
 
 def store_coverage(home: DataHome, dataset: str) -> None:
@@ -62,10 +71,69 @@ def stored_coverage(home: DataHome, dataset: str) -> dict[str, dict[str, list[di
     path = folder / COVERAGE_FILE
     if manifest is not None and path.is_file():
         raw = json.loads(path.read_text(encoding="utf-8"))
-        if raw.get("entities_key") == manifest["key"]:
+        complete = not raw["coverage"] or all(scope in raw["coverage"] for scope, _ in SCOPES)  # older: no splits
+        if raw.get("entities_key") == manifest["key"] and complete:
             return dict(raw["coverage"])
     store_coverage(home, dataset)
     return dict(json.loads(path.read_text(encoding="utf-8"))["coverage"]) if path.is_file() else {}
+
+
+# What `uedp ner train` writes into its pipeline's meta.json (detection/ner_training.py), and the split it
+# trains on (services/ner.py): figures of its detections on that split are not held-out.
+NER_TRAINED_BY = "uedp ner train"
+NER_TRAIN_SPLIT = "train"
+
+
+@dataclass(frozen=True)
+class SplitCoverage:
+    """One detector's figures for one CoNLL class on one split (or on the held-out splits together)."""
+
+    detector: str
+    split: str  # "train", "valid", "test", or "valid+test" (held-out: what an epsilon's recall is measured on)
+    own_training_split: bool  # the split the detector's NER (trained by `uedp ner train`) learnt from
+    cls: str
+    gold: int
+    predicted: int
+    exact: int
+    precision: float
+    recall: float
+    overlap_recall: float
+
+    @property
+    def split_label(self) -> str:
+        if self.own_training_split:
+            return f"{self.split} (NER's training split)"
+        return f"{self.split} (held-out)" if self.split in (*HELD_OUT, "+".join(HELD_OUT)) else self.split
+
+
+def ner_trained_on(manifest: dict[str, Any]) -> str | None:
+    """The split the entities table's spaCy pipeline was trained on, when `uedp ner train` made it (its
+    meta.json says so), else None. The pipeline does not record which dataset it learnt from: the split
+    is marked on any dataset, which errs on the side of not calling its figures held-out."""
+    model = str((manifest.get("detector") or {}).get("spacy_model") or "")
+    meta = Path(model) / "meta.json" if model else None
+    if meta is None or not meta.is_file():
+        return None
+    try:
+        description = str(json.loads(meta.read_text(encoding="utf-8")).get("description", ""))
+    except (OSError, ValueError):
+        return None
+    return NER_TRAIN_SPLIT if NER_TRAINED_BY in description else None
+
+
+def coverage_by_split(home: DataHome, dataset: str) -> list[SplitCoverage]:
+    """The stored figures per detector, split and class (each split alone, then valid and test together),
+    each marked when it is measured on the split the detector's own NER was trained on."""
+    figures = stored_coverage(home, dataset)
+    trained_on = ner_trained_on(read_manifest(home.table_dir(dataset, "entities")) or {})
+    parsing = {name for name, spec in detector_registry.detectors().items() if spec.needs_nlp} | {ANY}
+    rows = []
+    for scope, label in (*((split, split) for split in SPLITS), ("held_out", "+".join(HELD_OUT))):
+        for name, per_class in figures.get(scope, {}).items():
+            own = trained_on is not None and scope == trained_on and name in parsing
+            rows += [SplitCoverage(name, label, own, *(row[f] for f in FIELDS)) for row in per_class]
+    order = {name: i for i, name in enumerate(dict.fromkeys(row.detector for row in rows))}
+    return sorted(rows, key=lambda row: order[row.detector])  # stable: per detector, splits in order
 
 
 @dataclass(frozen=True)
@@ -76,6 +144,7 @@ class DetectorRecall:
     how: str  # "gold only", "held-out gold", or why it is unmeasured
     classes: tuple[str, ...] = ()  # the gold classes it was measured on
     unmeasured: tuple[str, ...] = ()  # chosen categories no gold class covers (phones, e-mails...)
+    ignored_surfaces: int = 0  # surfaces the curator's --ignore-entities list dropped from detection
 
     def describe(self) -> str:
         if self.how == "gold only":
@@ -96,15 +165,18 @@ def detector_recall(catalog: Catalog, categories: list[str]) -> DetectorRecall:
     unmeasured = tuple(c for c in categories if not coarse.get(c))
     detectors = catalog.detectors() if "entities" in catalog.tables else []
     automatic = [d for d in detectors if d != "gold"]
+    # A count of the curator's list (never its surfaces, which are private text): released in the caveats.
+    ignored = int(catalog.entities_manifest().get("ignored_surfaces") or 0)
     if "gold" in detectors and not automatic:
-        return DetectorRecall(None, "gold only")
+        return DetectorRecall(None, "gold only", ignored_surfaces=ignored)
     if "gold" not in detectors:
         return DetectorRecall(None, "no gold tags to measure it on: detect with --detector gold,... on a "
-                                    "labelled sample", unmeasured=tuple(categories))
+                                    "labelled sample", unmeasured=tuple(categories), ignored_surfaces=ignored)
     rows = [row for row in catalog.coverage(automatic, coarse, splits=HELD_OUT, predicted_categories=categories)
             if row[0] in classes]
     total = sum(row[1] for row in rows)
     if not total:
-        return DetectorRecall(None, "no held-out gold tags of the chosen categories", unmeasured=tuple(categories))
+        return DetectorRecall(None, "no held-out gold tags of the chosen categories", unmeasured=tuple(categories),
+                              ignored_surfaces=ignored)
     found = sum(round(row[6] * row[1]) for row in rows)
-    return DetectorRecall(found / total, "held-out gold", classes, unmeasured)
+    return DetectorRecall(found / total, "held-out gold", classes, unmeasured, ignored)

@@ -27,7 +27,7 @@ def gold_sentences(home: DataHome, dataset: str, split: str) -> list[GoldSentenc
     if source_format and source_format not in gold_formats:
         raise UedpError(f"dataset {dataset!r} was ingested from {source_format} files, which carry no gold entity "
                         f"tags to train on (only {', '.join(gold_formats)} does)")
-    tax = taxonomy()
+    tax = taxonomy(home.labels_file)
     table = pq.read_table(folder / DATA_FILE, columns=["split", "text", "gold_spans"], filters=[("split", "=", split)])
     out: list[GoldSentence] = []
     for text, spans in zip(table.column("text").to_pylist(), table.column("gold_spans").to_pylist()):
@@ -35,7 +35,8 @@ def gold_sentences(home: DataHome, dataset: str, split: str) -> list[GoldSentenc
         for span in spans or []:
             label = tax.canonical_of(str(span["label"]))
             if label is None:
-                raise UedpError(f"dataset {dataset!r}: gold label {span['label']!r} is not in the taxonomy {tax.source}")
+                raise UedpError(f"dataset {dataset!r}: gold label {span['label']!r} is not in the taxonomy {tax.source}; "
+                                f"{tax.how_to_add(str(span['label']))}")
             labelled.append((int(span["start"]), int(span["end"]), label))
         out.append((text, labelled))
     return out

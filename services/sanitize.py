@@ -9,6 +9,8 @@ without an embedding is released as ``<unk>`` whatever it was.
 
 from __future__ import annotations
 
+import sys
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -20,6 +22,7 @@ import pyarrow.compute as pc
 
 from uedp.detection.identity import IDENTITY_VERSION
 from uedp.errors import UedpError
+from uedp.privacy.mechanisms import registry
 from uedp.privacy.mechanisms.params import Keep
 from uedp.privacy.randomness import Randomness
 from uedp.privacy.sanitization.draws import DRAWS_FILE, Draws
@@ -27,6 +30,7 @@ from uedp.privacy.sanitization.embeddings import WORD, Embeddings, from_model, l
 from uedp.privacy.sanitization.mechanisms import KEEP, UNKNOWN, Sampler, privatize
 from uedp.privacy.sanitization.release import ReleaseFigures, local_dp_kind, release_figures
 from uedp.progress import progress as progress_bar
+from uedp.services import privacy_budget
 from uedp.services.config import SanitizeConfig
 from uedp.services.sanitize_attack import ATTACK_FIGURES, attack_figures, attack_spec
 from uedp.storage.catalog import Catalog
@@ -37,6 +41,10 @@ from uedp.storage.tables import TableWriter, hash_config, is_current, read_manif
 __all__ = ["SanitizeConfig", "SanitizeResult", "sanitize_dataset"]
 
 UNKNOWN_TEXT = "<unk>"
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -107,8 +115,11 @@ def without_stopwords(embeddings: Embeddings) -> Embeddings:
     return Embeddings([embeddings.tokens[i] for i in keep], embeddings.vectors[keep], embeddings.source + " - stopwords")
 
 
-def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = False) -> SanitizeResult:
-    """Write the sanitized dataset (sentences + users, atomically), unless the same one exists."""
+def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = False,
+                     say: Callable[[str], Any] | None = None) -> SanitizeResult:
+    """Write the sanitized dataset (sentences + users, atomically), unless the same one exists. A new
+    release is filed in the source dataset's privacy ledger; what it had already spent goes to ``say``
+    (default: stderr)."""
     source = read_manifest(home.table_dir(config.dataset, "sentences"))
     if source is None:
         raise UedpError(f"dataset {config.dataset!r} has no sentences table under {home.dataset_dir(config.dataset)}; "
@@ -128,7 +139,7 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
     # A release is drawn once and then reused, never redrawn: a second draw released next to the first
     # would compose (twice the epsilon), so one name holds one release, and another release (other
     # settings, other source text) under a name that holds one is refused rather than drawn over it.
-    out_sentences, out_users = home.table_dir(config.output_name, "sentences"), home.table_dir(config.output_name, "users")
+    out_sentences = home.table_dir(config.output_name, "sentences")
     existing = read_manifest(out_sentences)
     if existing is not None and existing.get("key") != key:
         raise UedpError(_another_release(config, existing, identity, out_sentences.parent))
@@ -139,6 +150,27 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
     if existing is not None:
         return _reused(home, config, key, existing, sampler, unprotected, table, texts, segmenter)
 
+    # A new draw is a release from the dataset's private text: filed in its privacy ledger first (refused
+    # past its budget), withdrawn if the draw fails (nothing is written then). Keyed by the draw, not by
+    # its settings: the same settings drawn again (under another name, or after its folder was removed)
+    # is another release.
+    release = privacy_budget.Release(
+        key=f"release:{config.output_name}:{uuid.uuid4().hex[:12]}", mechanism=config.mechanism, unit=registry.get(config.mechanism).unit,
+        epsilon=sampler.per_token_epsilon, delta=0.0, name=config.output_name, randomness=config.randomness,
+        scope=f"keep {config.keep}" + (f"; categories {','.join(config.categories)}; entities "
+                                       f"{home.keyed_id(entities_key)[:12]}" if config.keep == "non-entities" else ""))
+    privacy_budget.check(home, config.dataset, release)
+    with privacy_budget.reserved(home, config.dataset, release) as spent:
+        for line in spent:
+            (say or _to_stderr)(line)
+        return _draw(home, config, key, identity, source, sampler, unprotected, segmenter, table, texts, progress)
+
+
+def _draw(home: DataHome, config: SanitizeConfig, key: str, identity: dict[str, Any], source: dict[str, Any],
+          sampler: Sampler, unprotected: float, segmenter: Segmenter, table: pa.Table, texts: list[str],
+          progress: bool) -> SanitizeResult:
+    """Draw the release and write the sanitized dataset (sentences, users, empty entities) atomically."""
+    out_sentences, out_users = home.table_dir(config.output_name, "sentences"), home.table_dir(config.output_name, "users")
     train = pc.equal(table["split"], "train").to_numpy(zero_copy_only=False)
     rows = np.flatnonzero(train)
     sensitive = _sensitive_spans(home, config) if config.keep == "non-entities" else None

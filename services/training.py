@@ -8,17 +8,19 @@ configuration: weights, generators and accountant come back, and the same MLflow
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from uedp.models.parallel import Ranks
+from uedp.services import privacy_budget
 from uedp.services.audit_plan import keep_for_run
 from uedp.services.config import TrainConfig
-from uedp.services.training_record import RunRecorder
+from uedp.services.training_record import RunRecorder, resumable_run_id
 from uedp.services.training_run import ProgressObserver, RunOutcome, run
-from uedp.services.training_setup import loss_function, set_up, unit_of
+from uedp.services.training_setup import Setup, keyed_table_id, loss_function, set_up, unit_of
 from uedp.storage.home import DataHome
 
 
@@ -62,15 +64,31 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
     """Train and evaluate one configuration; every figure goes to one MLflow run (torchrun: the main process).
     Progress goes to the terminal (``progress``), or as lines to ``report_to`` (a Prefect flow run's log)."""
     s = set_up(home, config, Ranks.current())
+    say = report_to or _to_stderr
+    spend = ledger_release(home, config, s)
+    if spend is not None:  # a run the dataset's budget does not allow is refused before its MLflow run opens
+        resuming = resumable_run_id(s.checkpoint)  # already charged: its entry is not counted twice
+        privacy_budget.check(home, config.dataset, replace(spend, key=f"run:{resuming}" if resuming else ""))
     recorder = RunRecorder(home, config, s, flow_run_id, parent_run_id)
+    if spend is not None:
+        spend = replace(spend, key=f"run:{recorder.run_id}")
+        try:
+            for line in privacy_budget.file(home, config.dataset, spend):
+                say(line)
+        except BaseException:
+            recorder.finish(failed=True)
+            raise
     if s.noise_to_signal is not None:  # before training: a configuration that cannot learn is said up front
-        say = report_to or _to_stderr
         say(f"{config.run_name()}: {s.noise_to_signal.line()}")
         if (warning := s.noise_to_signal.warning()) is not None:
             say(f"warning: {warning}")
         recorder.tracker.log_params({"noise_to_signal": f"{s.noise_to_signal.ratio:.6g}"})
+    if s.threads is not None:  # what torch runs on, once per training (after the noise-to-signal, said first)
+        (report_to or _to_stderr)(f"{config.run_name()}: {s.threads.line()}")
     try:
         outcome = run(config, s, observers=(recorder, ProgressObserver(config, progress, report_to)))
+        if spend is not None:  # trained to the end: the ledger holds what the statement reports from here on
+            privacy_budget.settle(home, config.dataset, spend, outcome.statement.epsilon, outcome.statement.delta)
         record = recorder.record(outcome)
     except BaseException:
         recorder.finish(failed=True)
@@ -80,6 +98,31 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         keep_for_run(home, config, recorder.run_id, s.audit, record)
     return result_of(config, recorder.run_id, outcome, unit_of(config, s),
                      s.recall.describe() if s.recall is not None else "")
+
+
+def ledger_release(home: DataHome, config: TrainConfig, s: Setup) -> privacy_budget.Release | None:
+    """What this run spends from its dataset's privacy ledger, at the epsilon it plans (the mechanism's own
+    accounting, before round 1). None for a run on a local-DP release: the release was charged when it was
+    drawn, and training on it is post-processing (so is any run on a dataset that is such a release)."""
+    if s.release is not None or privacy_budget.derived_from(home, config.dataset) is not None:
+        return None
+    if config.is_private:
+        planner = getattr(s.mechanism, "planned_epsilon", None)
+        if planner is None:  # every private mechanism plans its run; one that does not cannot be charged
+            raise TypeError(f"{config.mechanism} has a guarantee but no planned_epsilon() (the epsilon its plan states, "
+                            "before round 1): the privacy ledger cannot reserve it (docs/guide.md, Extending uedp)")
+        epsilon, delta = float(planner()), float(config.params.delta)  # type: ignore[attr-defined]
+    else:
+        epsilon, delta = math.inf, 0.0
+    # An entity-level run protects the entities of its categories that its detection found: runs with
+    # other categories or another entities table (the keyed id MLflow's uedp.entities_id tag shows) are
+    # totals of their own.
+    scope = (f"categories {','.join(config.categories)}; entities {keyed_table_id(home, config.dataset, 'entities')[:12]}"
+             if config.is_private and config.spec.uses_categories(config.params) else "")
+    return privacy_budget.Release(key="", mechanism=config.label, unit=unit_of(config, s), epsilon=epsilon,
+                                  delta=delta, name=config.run_name(),
+                                  randomness=config.randomness if config.is_private else "none",
+                                  scope=scope, fingerprint=config.fingerprint())
 
 
 def _to_stderr(line: str) -> None:

@@ -157,13 +157,20 @@ def _tags(home: DataHome, config: TrainConfig, s: Setup, flow_run_id: str | None
     return tags
 
 
+def resumable_run_id(checkpoint: Checkpointer) -> str | None:
+    """The MLflow run a checkpoint being resumed continues, or None (a new run)."""
+    if checkpoint.folder is None or checkpoint.saved_scope() is None:
+        return None
+    run_file = checkpoint.folder / RUN_FILE
+    return str(json.loads(run_file.read_text(encoding="utf-8"))["run_id"]) if run_file.is_file() else None
+
+
 def _open_tracker(home: DataHome, config: TrainConfig, tags: dict[str, str],
                   checkpoint: Checkpointer) -> tuple[RunTracker, bool]:
     """The MLflow run of a checkpoint being resumed, or a new run."""
     assert checkpoint.folder is not None
     run_file = checkpoint.folder / RUN_FILE
-    if checkpoint.saved_scope() is not None and run_file.is_file():
-        run_id = json.loads(run_file.read_text(encoding="utf-8"))["run_id"]
+    if (run_id := resumable_run_id(checkpoint)) is not None:
         return RunTracker.attach(home, run_id, reopen=True), True
     tracker = RunTracker(home, config.dataset, config.run_name(), tags)
     if checkpoint.enabled:

@@ -16,7 +16,7 @@ from uedp.errors import UedpError
 from uedp.models.device import resolve_device
 from uedp.models.metrics import causal_lm_loss, classification_loss
 from uedp.models.parallel import Ranks
-from uedp.models.threads import use_threads
+from uedp.models.threads import ThreadChoice, apply_threads, choose_threads
 from uedp.models.tokenization import load_tokenizer
 from uedp.privacy.attacks.audit_canaries import AuditPlan
 from uedp.privacy.mechanisms.base import Checkpointer, LossFn, Mechanism
@@ -111,6 +111,7 @@ class Setup:
     # The averaged update's noise beside its signal (private mechanisms that average an update): said
     # before training, logged, and warned about past the measured threshold.
     noise_to_signal: NoiseToSignal | None = None
+    threads: ThreadChoice | None = None  # torch's intra-op threads and why (said before training)
 
 
 def unit_of(config: TrainConfig, s: Setup) -> str:
@@ -123,7 +124,7 @@ def unit_of(config: TrainConfig, s: Setup) -> str:
 def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
     """``custext``/``santext`` read the sanitized dataset (its valid and test splits are the original ones)."""
     device = resolve_device(config.device)
-    use_threads(config.threads)
+    threads = apply_threads(choose_threads(config.threads))
     torch.manual_seed(config.seed)  # the same initial weights in every process
     start = resolve_start(home, config, keyed_table_id(home, config.dataset, "sentences"))
     tokenizer = load_tokenizer(start.tokenizer)
@@ -156,7 +157,7 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
                                  ceiling=exact_units + (absent_units(audit, config.spec.counts) if audit else 0))
     mechanism = build_mechanism(config, population, len(data.train.sequences), randomness, data.train.entities)
     return Setup(device, tokenizer, data, model, mechanism, checkpoint, release, caveats, audit, recall, start,
-                 noise_to_signal_of(mechanism, population, data.train.n_users))
+                 noise_to_signal_of(mechanism, population, data.train.n_users), threads)
 
 
 def noise_to_signal_of(mechanism: Mechanism, population: Population | None, users: int) -> NoiseToSignal | None:
@@ -208,7 +209,8 @@ def check_entity_identity(home: DataHome, dataset: str) -> None:
 def coverage_caveats(config: TrainConfig, recall: DetectorRecall | None) -> tuple[str, ...]:
     """What a private run's epsilon leaves out: held-out evaluation, and for entity-level mechanisms the
     entities the detector missed, with its recall (:func:`services.coverage.detector_recall`: measured on
-    held-out gold tags, so an estimate for the training users' text, or unmeasured)."""
+    held-out gold tags, so an estimate for the training users' text, or unmeasured), and how many surfaces the
+    curator's --ignore-entities list dropped from detection (a count of the list, never its surfaces)."""
     if not config.is_private:
         return ()
     caveats = [EVALUATION_CAVEAT]
@@ -216,6 +218,10 @@ def coverage_caveats(config: TrainConfig, recall: DetectorRecall | None) -> tupl
         missed = "entities the detector missed are not protected as entities" + str(config.spec.missed_entities)
         caveats.append(f"{missed}; {recall.describe()}" + (" (gold tags are protected too)"
                                                            if recall.how == "held-out gold" else ""))
+        if recall.ignored_surfaces:  # a count of the curator's list; the surfaces themselves are never released
+            n = recall.ignored_surfaces
+            caveats.append(f"{n} surface{'s' if n != 1 else ''} listed in --ignore-entities {'are' if n != 1 else 'is'} "
+                           "not protected as entities (dropped from detection by the curator)")
     return tuple(caveats)
 
 

@@ -7,6 +7,7 @@ costs one query.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import duckdb
 
@@ -23,6 +24,21 @@ class CategoryCount:
     entities: int
     sentences: int
     users: int
+
+
+@dataclass(frozen=True)
+class CommonEntity:
+    """One entity of a category (its most frequent surface) and the users holding it, of ``of_users``: for
+    the curator's terminal only (entity text and exact counts of private data)."""
+
+    category: str
+    surface: str
+    users: int
+    of_users: int
+
+    @property
+    def share(self) -> float:
+        return self.users / self.of_users if self.of_users else 0.0
 
 
 def require_ingested(home: DataHome, dataset: str) -> None:
@@ -56,6 +72,7 @@ class Catalog:
 
     def __init__(self, home: DataHome, dataset: str):
         self.dataset = dataset
+        self.home = home
         require_ingested(home, dataset)
         self.tables: set[str] = set()
         self.stale_entities = stale_entities_reason(home, dataset)
@@ -144,6 +161,28 @@ class Catalog:
         """Detected spans per category, whatever the categories chosen (what a dataset holds at all)."""
         self._require_entities()
         return dict(self.con.execute("SELECT category, count(*) FROM entities GROUP BY 1 ORDER BY 2 DESC").fetchall())
+
+    def common_entities(self, limit: int | None = 10, min_users: int = 1) -> list[CommonEntity]:
+        """Entities (a category and an entity key) held by the most users, most first, with their most
+        frequent surface and the dataset's users (writers of at least one sentence); only those held by
+        at least ``min_users``, at most ``limit`` (None: all)."""
+        self._require_entities()
+        rows = self.con.execute(
+            """
+            WITH held AS (SELECT category, entity_key, mode(text) AS surface, count(DISTINCT user_id) AS users
+                          FROM entities GROUP BY category, entity_key)
+            SELECT category, surface, users, (SELECT count(DISTINCT user_id) FROM sentences)
+            FROM held WHERE users >= ? ORDER BY users DESC, category, entity_key LIMIT ?
+            """,
+            [min_users, limit],
+        ).fetchall()
+        return [CommonEntity(category, surface, users, of_users) for category, surface, users, of_users in rows]
+
+    def entities_manifest(self) -> dict[str, Any]:
+        """The entities table's manifest (how it was detected), or ``{}`` when it has none or is stale."""
+        if "entities" not in self.tables:
+            return {}
+        return read_manifest(self.home.table_dir(self.dataset, "entities")) or {}
 
     def detectors(self) -> list[str]:
         """Names of the detectors whose spans the entities table holds."""

@@ -76,6 +76,12 @@ class DataHome:
         return self.root / "reports" / validate_dataset_name(dataset)
 
     @property
+    def labels_file(self) -> Path:
+        """Labels mapped onto entity categories, and categories of one's own, merged over the taxonomy
+        (``uedp detect --label LABEL=CATEGORY`` writes it; detection/categories.py reads it)."""
+        return self.root / "labels.yaml"
+
+    @property
     def prefect_home(self) -> Path:
         return self.root / "prefect"
 

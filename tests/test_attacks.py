@@ -142,7 +142,7 @@ def test_membership_auc_is_high_without_noise_and_low_with_strong_dp(trained) ->
     for name, (model, _) in trained["models"].items():
         members = sentence_scores(trained["members"], _nll(model))
         non_members = sentence_scores(trained["non_members"], _nll(model))
-        results[name] = membership_attack("sentence", "none", members, non_members)
+        results[name] = membership_attack("sentence", "none", members, non_members, 80)
     assert results["noiseless"].figures.auc > 0.8
     assert results["private"].figures.auc < 0.65
 
@@ -186,11 +186,11 @@ def test_train_with_canaries_then_attack_logs_scores_to_the_run(home, monkeypatc
                                       "--categories", "PER", *extra])
         assert trained.exit_code == 0, trained.output
         runs[mechanism] = trained.stdout.split("MLflow run: ")[1].split()[0]
-        attacked = runner.invoke(app, ["attack", runs[mechanism], "--home", str(home.root), "--limit", "60",
-                                       "--extraction-limit", "20"])
+        attacked = runner.invoke(app, ["attack", runs[mechanism], "--home", str(home.root), "--members", "60",
+                                       "--member-users", "4", "--extraction-limit", "20"])
         assert attacked.exit_code == 0, attacked.output
     calibrated = runner.invoke(app, ["attack", runs["noiseless"], "--home", str(home.root), "--kind", "mia",
-                                     "--limit", "60", "--reference-run", runs["dpsgd"]])
+                                     "--members", "60", "--member-users", "4", "--reference-run", runs["dpsgd"]])
     assert calibrated.exit_code == 0, calibrated.output
     noiseless, private = (client.get_run(runs[m]).data.metrics for m in ("noiseless", "dpsgd"))
     assert "mia_sentence_reference_auc" in noiseless and "mia_sentence_reference_auc" not in private
@@ -216,7 +216,7 @@ def test_train_with_canaries_then_attack_logs_scores_to_the_run(home, monkeypatc
         raise IndexError("index out of range in self")
 
     monkeypatch.setattr(attack_module, "extraction_rates", broken)
-    partial = runner.invoke(app, ["attack", plain_run, "--home", str(home.root), "--limit", "30"])
+    partial = runner.invoke(app, ["attack", plain_run, "--home", str(home.root), "--members", "30"])
     assert partial.exit_code == 2 and "extraction failed (IndexError: index out of range in self)" in partial.output
     assert "skipped canary: the run planted no canaries" in partial.output
     logged = client.get_run(plain_run).data.metrics

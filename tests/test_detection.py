@@ -336,6 +336,7 @@ def test_detector_configuration_and_identity_are_unchanged(ruler_pipeline: Path)
     assert identity["spacy_model"]["path"] == str(ruler_pipeline.resolve())
     assert json.loads(config.model_dump_json()) == {
         "detectors": ["presidio", "gold"], "spacy_model": str(ruler_pipeline), "presidio_entities": ["PERSON"],
-        "recognizers": None, "default_recognizers": True, "score_threshold": 0.4, "batch_size": 256, "workers": 1}
+        "recognizers": None, "default_recognizers": True, "score_threshold": 0.4, "batch_size": 256, "workers": 1,
+        "ignore_entities": None}
     with pytest.raises(ValidationError, match=r"the spacy and presidio detectors need a spaCy pipeline \(--spacy-model"):
         DetectorConfig(detectors=["gold", "spacy"])

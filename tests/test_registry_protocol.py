@@ -26,7 +26,7 @@ from uedp.models.batching import collate
 from uedp.privacy.accounting import RoundAccountant, shown_rounds
 from uedp.privacy.mechanisms import registry
 from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, TrainData, Trained
-from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, private_statement
+from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, planned_epsilon, private_statement
 from uedp.privacy.mechanisms.params import MechanismParams
 from uedp.privacy.mechanisms.registry import MechanismSpec
 from uedp.privacy.primitives import gaussian_noise_like
@@ -67,10 +67,18 @@ class ToyFullBatch:
     def __init__(self, params: ToyParams, randomness: Randomness):
         self.params, self.randomness = params, randomness
 
+    def ledger(self) -> RoundAccountant:
+        p = self.params
+        return RoundAccountant(dp_accounting.GaussianDpEvent(p.noise_multiplier), p.delta, "pld", "add_remove")
+
+    def planned_epsilon(self) -> float:
+        """What a mechanism with a guarantee must say before round 1: the privacy ledger reserves it."""
+        return planned_epsilon(self.ledger(), self.params.steps, self.params.max_epsilon)
+
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
               on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> Trained:
         p = self.params
-        accountant = RoundAccountant(dp_accounting.GaussianDpEvent(p.noise_multiplier), p.delta, "pld", "add_remove")
+        accountant = self.ledger()
         params = [q for q in model.parameters() if q.requires_grad]
 
         def one_step(_: int, rng: RoundRandomness) -> RoundOutput:

@@ -38,12 +38,16 @@ COMMANDS: dict[str, str] = {
         "Attack a trained run and add the scores to that MLflow run: the one-run audit's lower bound on "
         "epsilon from the canaries --audit-canaries planted at the mechanism's privacy unit (Steinke, "
         'Nasr and Jagielski 2023; the secret coins are read from this data home), canary exposure, '
-        'membership inference (sentence, user and entity level; ROC AUC, TPR at 1% and 0.1% FPR, balanced'
-        ' accuracy) and entity extraction, next to the accounted epsilon.'),
+        'membership inference (sentence, user and entity level, on a sample of --members members and '
+        'non-members; ROC AUC with its 95% interval, TPR at 1% and 0.1% FPR, balanced accuracy) and entity '
+        'extraction, next to the accounted epsilon.'),
     'serve': (
         'Start the stack on this machine until Ctrl-C: Prefect server, MLflow server, the cpu and gpu '
         'work pools with one worker each, and the deployments of deployments/prefect.yaml.'),
     'sql': "Query a dataset's Parquet tables with DuckDB, with nothing else to install.",
+    'budget': (
+        'The privacy ledger of DATASET: every release from its private text (runs, local-DP releases), each '
+        "unit's composed total, and the budget training must keep (set it with --limit)."),
     'datasets': 'List the datasets in the data home with their tables and row counts.',
     'ner': 'A spaCy NER of your own, trained offline from gold entity tags.',
 }

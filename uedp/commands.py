@@ -118,6 +118,9 @@ def _prepare_runtime(home_override: Optional[Path]):  # type: ignore[no-untyped-
     # error, so keep Prefect's console from repeating failures as tracebacks. With a server, log fully.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "CRITICAL" if "PREFECT_API_URL" not in os.environ else "INFO")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Categories named in a configuration (train --categories) resolve with this home's labels file, here and in
+    # the processes a command starts (torchrun, workers): detection/categories.py reads it where no home is at hand.
+    os.environ["UEDP_LABELS"] = str(home.labels_file)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     # transformers' "Loading weights" / "Writing model shards" bars on every logged model: uedp reports its own.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -277,6 +280,11 @@ def detect(
     default_recognizers: bool = typer.Option(True, help="uedp's recall-first recognizers (phone, e-mail, card, IBAN, "
                                              "SSN, IP and URL shapes, valid or not; detection/recognizers.yaml)."),
     score_threshold: float = typer.Option(0.4, help="Drop Presidio results scored below this."),
+    label: Optional[list[str]] = typer.Option(
+        None, "--label", metavar="LABEL=CATEGORY", show_default=False, help="Map a corpus' or recognizer's label "
+        "outside the taxonomy onto a category (group=ORG, creative-work=WORK_OF_ART), or add a category of that "
+        "name (TRACKING_NUMBER=TRACKING_NUMBER); repeatable. Saved to the data home's labels.yaml (which you may "
+        "edit too), so later commands (entities, train --categories) know the same names."),
     workers: int = typer.Option(1, help="Worker processes for the spaCy + Presidio pass (each loads the pipeline)."),
     batch_size: int = typer.Option(256, help="Texts per nlp.pipe batch."),
     shard_rows: Optional[int] = typer.Option(None, help="Scale out: cut the corpus into shards of N sentences, "
@@ -286,6 +294,12 @@ def detect(
                                                "default: a local cluster of --dask-workers processes."),
     dask_workers: int = typer.Option(2, help="Worker processes of the local Dask cluster."),
     store: Optional[str] = typer.Option(None, help=STORE_HELP),
+    ignore_entities: Optional[Path] = typer.Option(
+        None, "--ignore-entities", metavar="FILE", help="Text file of surfaces that are not entities (detector false "
+        "positives such as a greeting or <unk>), dropped from the entities table: one a line, or 'CATEGORY: surface' "
+        "to drop it in that category only; '#' starts a comment line, blank lines are skipped. Matched "
+        "case-insensitively, whitespace collapsed (as entities are identified). Part of the detection cache key. "
+        "Listed surfaces are not protected as entities (each training run's caveats say how many)."),
 ) -> None:
     """Find sensitive entities in every sentence and write the dataset's `entities` table.
 
@@ -296,10 +310,17 @@ def detect(
     from uedp.detection.pipeline import DetectorConfig
     from uedp.flows.detect import ScaleOut, detect_flow
 
+    if label:  # saved (atomically) before detecting, so every later command resolves the same names
+        from uedp.detection.categories import parse_label_option, save_labels
+
+        tax = save_labels(data_home.labels_file, label)
+        mapped = ", ".join(f"{name} -> {tax.canonical_of(name)}" for name, _ in map(parse_label_option, label))
+        typer.echo(f"labels: {mapped} (saved to {data_home.labels_file})")
     config = DetectorConfig(
         detectors=_csv(detector), spacy_model=spacy_model, presidio_entities=_csv(presidio_entities) or None,
         recognizers=str(recognizers) if recognizers else None, score_threshold=score_threshold, workers=workers,
         batch_size=batch_size, default_recognizers=default_recognizers,
+        ignore_entities=str(ignore_entities.resolve()) if ignore_entities else None,
     )
     scale_out = ScaleOut(rows_per_shard=shard_rows, runner=runner, dask_address=dask_address,
                          dask_workers=dask_workers, store=store)
@@ -308,6 +329,31 @@ def detect(
     verb = "reused (same corpus and detector configuration)" if result.reused else "wrote"
     shards = f" in {result.shards} shards" if result.shards > 1 else ""
     typer.echo(f"{dataset}: {verb} {result.entities} entity spans from {result.detector}{shards}")
+    _print_common_entities(data_home, dataset)
+
+
+def _print_common_entities(data_home: Any, dataset: str) -> None:
+    """The entities held by the most users, and a warning for each held by too many (likely false positives).
+    Entity text and exact counts: printed to this terminal only, never logged (docs/PRIVACY.md, rule 2)."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from uedp.services.detect import SHARED_ENTITY_WARNING, entity_checks
+
+    checks = entity_checks(data_home, dataset)
+    if checks is None or not checks.common:
+        return
+    table = Table(title=f"{dataset}: entities held by the most users", caption="entity text: this terminal only")
+    for column in ("category", "surface", "users", "share of users"):
+        table.add_column(column, justify="right" if column in ("users", "share of users") else "left")
+    for e in checks.common:
+        table.add_row(e.category, escape(e.surface), f"{e.users} of {e.of_users}", f"{e.share:.1%}")
+    Console(width=120).print(table)
+    for warning in checks.warnings():
+        typer.echo(f"warning: {warning}", err=True)
+    if checks.widespread:
+        typer.echo(f"(warned above {SHARED_ENTITY_WARNING:.0%} of users; real CoNLL-2003 entities reach 12%)", err=True)
 
 
 @app.command()
@@ -404,11 +450,17 @@ def entities(
     dataset: str = typer.Argument(..., help="A dataset with an entities table."),
     home: Optional[Path] = HOME_OPTION,
     categories: str = typer.Option("PII", help="Categories, aliases (PER) or composites (PII, PLACE, CONTACT)."),
-    coverage: bool = typer.Option(False, help="Precision/recall of each automatic detector against gold tags."),
+    coverage: bool = typer.Option(False, help="Precision/recall of each automatic detector against gold tags, per "
+                                  "split (train, valid, test, and valid+test: the held-out figures an epsilon's "
+                                  "recall rests on); a split a `uedp ner train` NER learnt from is marked as its own "
+                                  "training split."),
+    common: bool = typer.Option(False, "--common", help="Also list the entities held by the most users (all "
+                                "categories; entity text, this terminal only) and warn about those held by so many "
+                                "that they are likely detector false positives: what `uedp detect` printed."),
 ) -> None:
     """How many entities, sensitive sentences and users each category covers (UeDP paper, Table II).
 
-    Prints counts only, never entity text.
+    Prints counts only, never entity text, except the --common listing (to this terminal only).
     """
     data_home = _prepare_runtime(home)
     from rich.console import Console
@@ -417,7 +469,7 @@ def entities(
     from uedp.detection.categories import taxonomy
     from uedp.storage.catalog import Catalog
 
-    chosen = taxonomy().resolve(categories)
+    chosen = taxonomy(data_home.labels_file).resolve(categories)
     console = Console(width=120)
     with Catalog(data_home, dataset) as catalog:
         table = Table(title=f"{dataset}: entities by category")
@@ -432,14 +484,22 @@ def entities(
             detectors = catalog.detectors()
             if "gold" not in detectors:
                 raise UedpError(f"dataset {dataset!r} has no gold entities to compare with; detect with --detector gold,...")
-            cov = Table(title=f"{dataset}: detectors against gold tags (CoNLL classes)")
-            for column in ("detector", "class", "gold", "predicted", "exact", "precision", "recall", "overlap recall"):
-                cov.add_column(column, justify="left" if column in ("detector", "class") else "right")
-            for name in (d for d in detectors if d != "gold"):
-                for cls, n_ref, n_pred, tp, precision, recall, overlap in catalog.coverage(name, taxonomy().coarse):
-                    cov.add_row(name, cls, str(n_ref), str(n_pred), str(tp), f"{precision:.3f}", f"{recall:.3f}",
-                                f"{overlap:.3f}")
+            from uedp.services.coverage import coverage_by_split
+
+            cov = Table(title=f"{dataset}: detectors against gold tags (CoNLL classes), per split")
+            for column in ("detector", "split", "class", "gold", "predicted", "exact", "precision", "recall",
+                           "overlap recall"):
+                cov.add_column(column, justify="left" if column in ("detector", "split", "class") else "right")
+            figures = coverage_by_split(data_home, dataset)
+            for f in figures:
+                cov.add_row(f.detector, f.split_label, f.cls, str(f.gold), str(f.predicted), str(f.exact),
+                            f"{f.precision:.3f}", f"{f.recall:.3f}", f"{f.overlap_recall:.3f}")
             console.print(cov)
+            typer.echo("the recall an entity-level epsilon rests on is measured on valid+test (held-out)"
+                       + ("; figures on the NER's own training split overstate it" if any(f.own_training_split
+                                                                                         for f in figures) else ""))
+    if common:
+        _print_common_entities(data_home, dataset)
 
 
 @app.command()
@@ -742,7 +802,11 @@ def attack(
                                  "--canaries or --audit-canaries)."),
     kind: str = typer.Option("all", help="audit (the one-run audit of --audit-canaries), canary, mia, extraction "
                              "or all (comma-separated for several)."),
-    limit: int = typer.Option(500, help="Membership inference: members and non-members sampled per level."),
+    members: int = typer.Option(500, min=1, help="Membership inference: members and non-members sampled at the "
+                                "sentence and entity levels, exactly (a level with fewer is not attacked): a public "
+                                "number, logged and shown beside the AUC, never the private count."),
+    member_users: int = typer.Option(50, min=1, help="Membership inference: members and non-members sampled at the "
+                                     "user level, exactly."),
     top_k: int = typer.Option(5, help="Extraction: beam width; an entity counts when it is among the top k."),
     extraction_limit: int = typer.Option(200, help="Extraction: entity occurrences tried at most."),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
@@ -754,15 +818,17 @@ def attack(
     """Attack a trained run and add the scores to that MLflow run: the one-run audit's lower bound on
     epsilon from the canaries --audit-canaries planted at the mechanism's privacy unit (Steinke, Nasr and
     Jagielski 2023; the secret coins are read from this data home), canary exposure, membership inference
-    (sentence, user and entity level; ROC AUC, TPR at 1% and 0.1% FPR, balanced accuracy) and entity
-    extraction, next to the accounted epsilon."""
+    (sentence, user and entity level, on a sample of --members members and non-members; ROC AUC with its
+    95% interval, TPR at 1% and 0.1% FPR, balanced accuracy) and entity extraction, next to the accounted
+    epsilon."""
     data_home = _prepare_runtime(home)
     from uedp.services.attack import ATTACKS, attack_run, summary_rows
     from uedp.services.tracking import ui_command
 
     kinds = list(ATTACKS) if kind == "all" else _csv(kind)
-    outcome = attack_run(data_home, run_id, kinds, limit=limit, top_k=top_k, extraction_limit=extraction_limit,
-                         device_name=device, seed=seed, reference_run=reference_run, everything=kind == "all")
+    outcome = attack_run(data_home, run_id, kinds, members=members, top_k=top_k, extraction_limit=extraction_limit,
+                         device_name=device, seed=seed, reference_run=reference_run, everything=kind == "all",
+                         member_users=member_users)
     from rich.console import Console
     from rich.table import Table
 
@@ -836,6 +902,76 @@ def sql(
         except duckdb.Error as exc:
             raise UedpError(f"{str(exc).splitlines()[0]} (views: {', '.join(sorted(catalog.tables))})") from None
         typer.echo("done" if relation is None else str(relation).rstrip())
+
+
+@app.command()
+@user_errors
+def budget(
+    dataset: str = typer.Argument(..., help="A dataset in the data home."),
+    home: Optional[Path] = HOME_OPTION,
+    limit: Optional[float] = typer.Option(None, min=0, help="Set the dataset's budget: the epsilon each unit's composed "
+                                          "total must stay within; a training or local-DP release that would exceed it "
+                                          "is refused before it starts.", show_default=False),
+    no_limit: bool = typer.Option(False, "--no-limit", help="Remove the dataset's budget."),
+) -> None:
+    """The privacy ledger of DATASET: every release from its private text (runs, local-DP releases), each
+    unit's composed total, and the budget training must keep (set it with --limit).
+
+    Each run's epsilon is for that run alone; the people in a dataset are exposed by all of them, so the
+    releases of one unit compose (dp_accounting). Resuming a run, reusing a local-DP release, logging or
+    attacking a trained model and --init-from add nothing.
+    """
+    data_home = _prepare_runtime(home)
+    from rich.console import Console
+    from rich.table import Table
+
+    from uedp.services import privacy_budget
+
+    if limit is not None and no_limit:
+        raise UedpError("give --limit or --no-limit, not both")
+    if not data_home.dataset_dir(dataset).is_dir():
+        raise UedpError(f"no dataset {dataset!r} in {data_home.root} (`uedp datasets` lists them)")
+    ledger = privacy_budget.ledger_of(data_home, dataset)
+    source = privacy_budget.derived_from(data_home, dataset)
+    if source is not None and limit is not None:
+        raise UedpError(f"{dataset!r} is a local-DP release of {source!r}: nothing trained on it is charged, so a "
+                        f"budget here would hold nothing back; set it on the source: uedp budget {source} --limit "
+                        f"{limit:g}")
+    if limit is not None or no_limit:
+        with ledger.editing() as editor:
+            editor.set_limit(None if no_limit else limit)
+    if source is not None:
+        typer.echo(f"{dataset!r} is a local-DP release of {source!r}: training on it is post-processing of that release "
+                   f"and costs nothing more. Its cost is in `uedp budget {source}`.")
+    state = ledger.read()
+    table = Table(title=f"{dataset}: privacy ledger ({ledger.path})")
+    for column in ("when", "release", "mechanism", "unit [scope]", "epsilon", "delta", "status"):
+        table.add_column(column, justify="right" if column in ("epsilon", "delta") else "left", overflow="fold")
+    for entry in state.entries:
+        status = entry.status + (" (seeded)" if entry.randomness == "seeded" else "")
+        table.add_row(entry.when, f"{entry.name}\n{entry.key}", entry.mechanism,
+                      entry.unit + (f" [{entry.scope}]" if entry.scope else ""),
+                      "inf" if math.isinf(entry.epsilon) else f"{entry.epsilon:.4g}", f"{entry.delta:.3g}", status)
+    Console(width=140).print(table)
+    if not state.entries:
+        typer.echo("nothing released from this dataset yet")
+    for total in privacy_budget.unit_totals(state.entries):
+        if total.unit == privacy_budget.NO_UNIT:
+            typer.echo(f"{total.releases} run(s) without a guarantee (noiseless, deid): their models are trained on this "
+                       "data with no epsilon, so no total here bounds what someone who sees them learns")
+            continue
+        typer.echo(f"{total.named}: epsilon {total.epsilon:.4g} at delta {total.delta:.3g} over {total.releases} "
+                   f"release(s), composed by dp_accounting")
+    if len([t for t in privacy_budget.unit_totals(state.entries) if t.unit != privacy_budget.NO_UNIT]) > 1:
+        typer.echo("each total holds for its own unit and scope; a person exposed by releases of several (a writer by a "
+                   "userdp and a uedp run) has no single figure here, and a budget bounds each total, not their sum")
+    if any(e.status == "reserved" for e in state.entries):
+        typer.echo("reserved: a run still training, or one that stopped before it finished, counted at its planned "
+                   "epsilon (running the same command again resumes it from its checkpoint, when it has one)")
+    if any(e.randomness == "seeded" for e in state.entries):
+        typer.echo("seeded: no guarantee against anyone who knows the seed")
+    typer.echo(f"budget: epsilon {state.limit:g} for each unit" if state.limit is not None
+               else f"budget: none (set one: uedp budget {dataset} --limit EPSILON)")
 
 
 @app.command()

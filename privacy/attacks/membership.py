@@ -4,8 +4,10 @@ A candidate's score is minus its loss (mean next-token NLL): members tend to hav
 calibrations remove how "easy" a text is regardless of training: ``zlib`` divides the summed NLL by
 the text's zlib-compressed size in bits, ``reference`` subtracts a reference model's loss (a model
 not trained on the candidates). User and entity scores are the mean score of the sentences of that
-user, or containing that entity. Members and non-members are balanced by seeded sampling (500 each
-by default, as in the Selective-DP paper).
+user, or containing that entity. Members and non-members are a seeded sample of a configured size,
+the same number of each (:func:`fixed_sample`): with every training unit as a member, the number of
+members would be the exact count of private units, which may not be released (docs/PRIVACY.md); a
+configured size is public, so the counts can be shown and logged beside the AUC and its interval.
 
 Its figures are attack scores, not evidence about epsilon: members come from the training split and
 non-members from the test split, which is not a random assignment of candidates to "in" or "out" (a
@@ -23,6 +25,7 @@ from typing import Literal
 
 import numpy as np
 
+from uedp.errors import UedpError
 from uedp.privacy.attacks.metrics import AttackFigures, attack_figures
 
 Calibration = Literal["none", "zlib", "reference"]
@@ -59,11 +62,21 @@ def grouped_scores(scores: np.ndarray, groups: Sequence[Sequence[int]]) -> np.nd
     return np.array([float(np.mean(scores[list(g)])) for g in groups if len(g)])
 
 
-def balanced(members: np.ndarray, non_members: np.ndarray, limit: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """At most ``limit`` of each, equal numbers, drawn without replacement (seeded)."""
+class TooFewCandidates(UedpError):
+    """Fewer members or non-members than the configured sample size: the attack is refused rather than
+    run on all of them, whose number would be the exact (private) count. The message names the size
+    asked for, never the number available."""
+
+
+def fixed_sample(members: np.ndarray, non_members: np.ndarray, size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exactly ``size`` members and ``size`` non-members, drawn without replacement (seeded); refused
+    (:class:`TooFewCandidates`) when either side has fewer."""
+    if size < 1:
+        raise ValueError(f"the sample size must be at least 1, got {size}")
+    if len(members) < size or len(non_members) < size:
+        raise TooFewCandidates(f"fewer than {size} members or non-members to sample {size} of each from")
     rng = np.random.default_rng(seed)
-    n = min(limit, len(members), len(non_members))
-    return rng.choice(members, n, replace=False), rng.choice(non_members, n, replace=False)
+    return rng.choice(members, size, replace=False), rng.choice(non_members, size, replace=False)
 
 
 @dataclass(frozen=True)
@@ -72,8 +85,16 @@ class MembershipResult:
     calibration: str
     figures: AttackFigures
 
+    def line(self) -> str:
+        """e.g. ``user membership AUC 0.61 (95% CI 0.55-0.67; 200 members, 200 non-members)``."""
+        f = self.figures
+        calibrated = "" if self.calibration == "none" else f" ({self.calibration}-calibrated)"
+        return (f"{self.level} membership AUC{calibrated} {f.auc:.2f} (95% CI {f.auc_low:.2f}-{f.auc_high:.2f}; "
+                f"{f.members} members, {f.non_members} non-members)")
+
 
 def membership_attack(level: str, calibration: str, members: np.ndarray, non_members: np.ndarray,
-                      limit: int = 500, seed: int = 0) -> MembershipResult:
-    m, n = balanced(members, non_members, limit, seed)
+                      size: int, seed: int = 0) -> MembershipResult:
+    """The attack on a fixed sample of ``size`` members and ``size`` non-members (:func:`fixed_sample`)."""
+    m, n = fixed_sample(members, non_members, size, seed)
     return MembershipResult(level, calibration, attack_figures(m, n))

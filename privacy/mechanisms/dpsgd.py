@@ -40,7 +40,7 @@ from uedp.privacy.mechanisms.base import (
     TrainData,
     Trained,
 )
-from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, private_statement
+from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, planned_epsilon, private_statement
 from uedp.privacy.mechanisms.params import DpSgdParams
 from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, register
 from uedp.privacy.per_sample import PerSampleClipping, per_sample_clipping
@@ -78,6 +78,16 @@ class DpSgd:
         """One step: the Poisson-sampled Gaussian release of the noised gradient sum."""
         return poisson_gaussian_round(self.sample_rate, noise_multiplier)
 
+    def ledger(self) -> RoundAccountant:
+        """The run's accountant: the DP count of the sequences, then one sampled Gaussian per step."""
+        p = self.params
+        return RoundAccountant(self.round_event(self.noise_multiplier), p.delta, p.accountant, self.adjacency,
+                               initial=self.population.event())
+
+    def planned_epsilon(self) -> float:
+        """The epsilon this run will state if it runs its planned steps (or up to its budget stop)."""
+        return planned_epsilon(self.ledger(), self.params.steps, self.params.max_epsilon)
+
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
               on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT, scope: str | None = None) -> Trained:
         """``loss_fn`` must be a mean of per-example losses (``models.metrics.per_sequence_lm_loss``)."""
@@ -85,8 +95,7 @@ class DpSgd:
         examples = self.examples(model, data)
         example_ids = data.sequence_ids
         check_delta(p.delta, round(self.population.value))
-        accountant = RoundAccountant(self.round_event(z), p.delta, p.accountant, self.adjacency,
-                                     initial=self.population.event())
+        accountant = self.ledger()
         with dropout_switched_off(model) as dropout:  # layers' own draws would be shared by all examples
             clipping = self.per_sample_clipping(model)
             params: list[torch.Tensor] = [q_ for q_ in model.parameters() if q_.requires_grad]

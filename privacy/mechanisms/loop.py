@@ -214,6 +214,14 @@ class RoundLoop:
         return [p for p in parameters() if p.requires_grad] if callable(parameters) else []
 
 
+def planned_epsilon(ledger: Ledger, rounds: int, budget: float | None) -> float:
+    """The epsilon a run of ``rounds`` rounds under ``budget`` will state if it is not interrupted: its
+    schedule's figure at the last round that runs (what a divergence stop states too). Planned on a
+    fresh ledger, before any data is touched: the privacy ledger reserves it (services.privacy_budget)."""
+    schedule = ledger.plan(rounds, budget)
+    return schedule.shown.get(schedule.last, ledger.epsilon)
+
+
 def private_statement(mechanism: str, unit: str, ledger: Ledger, outcome: LoopOutcome, *, delta: float,
                       accountant: str, noise_multiplier: float, sampling_probability: float,
                       randomness: Randomness, population: Population | None, extra: dict[str, float],

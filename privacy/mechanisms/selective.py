@@ -98,6 +98,10 @@ class SelectiveTwoPhase:
             randomness=second.randomness, public=second.public, caveats=(*second.caveats, MISSED_TOKENS_CAVEAT),
         ), sampling=self)
 
+    def planned_epsilon(self) -> float:
+        """Phase 2's: the only phase that accounts anything."""
+        return self.dpsgd.planned_epsilon()
+
     def noise_to_signal(self, units: float) -> NoiseToSignal:
         """Phase 2's (DP-SGD on the sequences, whose count is public by the adjacency)."""
         return replace(self.dpsgd.noise_to_signal(units), mechanism=self.name)

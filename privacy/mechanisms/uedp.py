@@ -43,7 +43,7 @@ from uedp.privacy.mechanisms.base import (
     Trained,
 )
 from uedp.privacy.mechanisms.fedavg import WEIGHT_CEILING
-from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, WorstCaseLedger, private_statement
+from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, WorstCaseLedger, planned_epsilon, private_statement
 from uedp.privacy.mechanisms.params import UeDpParams
 from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, register
 from uedp.privacy.mechanisms.userdp import check_vectorizable, make_local_trainer
@@ -105,6 +105,14 @@ class UeDp:
         """``Delta_E = max(w) * clip * (2M + 1)``."""
         return WEIGHT_CEILING * self.params.clip * self.accounting.sensitivity_factor
 
+    def ledger(self) -> WorstCaseLedger:
+        """The run's accounting: the worse of the E and S cases, planned together."""
+        return WorstCaseLedger(self.accounting.round_accountants(self.noise_multiplier))
+
+    def planned_epsilon(self) -> float:
+        """The epsilon this run will state if it runs its planned rounds (or up to its budget stop)."""
+        return planned_epsilon(self.ledger(), self.params.rounds, self.params.max_epsilon)
+
     @property
     def denominator(self) -> float:
         """``q_user * N * (2M + 1)``: fixed before training, from public or DP figures only."""
@@ -129,7 +137,7 @@ class UeDp:
 
         sigma = z * self.sensitivity
         params = [q for q in model.parameters() if q.requires_grad]
-        ledger = WorstCaseLedger(self.accounting.round_accountants(z))  # the worse of the E and S cases
+        ledger = self.ledger()
 
         def one_round(_: int, rng: RoundRandomness) -> RoundOutput:
             sampled_users = rng.poisson_sample("sample-users", users, p.q_user)

@@ -60,7 +60,7 @@ from uedp.privacy.mechanisms.base import (
     Trained,
 )
 from uedp.privacy.mechanisms.fedavg import COUNT_SENSITIVITY, WEIGHT_CEILING, AdaptiveClip, LocalTrainer, user_weights
-from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, private_statement
+from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, planned_epsilon, private_statement
 from uedp.privacy.mechanisms.params import UserDpParams
 from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, RunShape, register
 from uedp.privacy.mechanisms.vectorized import VectorizedLocalTrainer
@@ -114,6 +114,16 @@ class UserDp:
         return epsilon_after(self.round_event(self.noise_multiplier), p.rounds if rounds is None else rounds, p.delta,
                              p.accountant, self.adjacency, initial=self.initial_event())
 
+    def ledger(self) -> RoundAccountant:
+        """The run's accountant: the DP count of the users (when counted), then one sampled Gaussian per round."""
+        p = self.params
+        return RoundAccountant(self.round_event(self.noise_multiplier), p.delta, p.accountant, self.adjacency,
+                               initial=self.initial_event())
+
+    def planned_epsilon(self) -> float:
+        """The epsilon this run will state if it runs its planned rounds (or up to its budget stop)."""
+        return planned_epsilon(self.ledger(), self.params.rounds, self.params.max_epsilon)
+
     def select(self, data: TrainData) -> Selection:
         """What the rounds train on (userdp: every sentence, users sampled by their own coins)."""
         return Selection(data, sampling=self)
@@ -161,8 +171,7 @@ class UserDp:
         z_delta, count_noise = self.noise_split(population)
         adaptive = None if count_noise is None else AdaptiveClip(p.clip, p.target_quantile, p.clip_lr, count_noise,
                                                                  denominator)
-        accountant = RoundAccountant(self.round_event(z), p.delta, p.accountant, self.adjacency,
-                                     initial=self.initial_event())
+        accountant = self.ledger()
         weights = user_weights(data, p.weight_cap)
         params = [q for q in model.parameters() if q.requires_grad]
         user_ids = list(data.by_user)

@@ -19,7 +19,9 @@ from uedp.storage.formats.registry import CorpusFormat, register_format
 if TYPE_CHECKING:
     from uedp.storage.ingest import IngestOptions
 
-_TAG = re.compile(r"^(?:O|[BIES]-[A-Za-z][A-Za-z0-9_]*)$")
+# The prefix is everything before the first hyphen: B-creative-work is B + creative-work (types may hold
+# hyphens, as in WNUT-17's and Few-NERD's, but neither end with one nor hold two in a row).
+_TAG = re.compile(r"^(?:O|[BIES]-[A-Za-z][A-Za-z0-9_]*(?:-[A-Za-z0-9_]+)*)$")
 # Chunk tags (CoNLL-2000 phrases): the last column of a file without NER tags, which must not become entities.
 CHUNK_LABELS = frozenset({"NP", "VP", "PP", "ADVP", "ADJP", "SBAR", "PRT", "CONJP", "INTJ", "LST", "UCP"})
 
@@ -48,7 +50,7 @@ class ConllSentence:
             if tag == "O":
                 current, prev_label = None, None
                 continue
-            prefix, label = tag[0], tag[2:]
+            prefix, _, label = tag.partition("-")  # on the first hyphen only: B-creative-work
             # B and S always open a span; I and E open one unless they continue the same label
             # (this single rule decodes IOB1, IOB2 and BIOES).
             if prefix in "BS" or current is None or label != prev_label:
@@ -89,7 +91,8 @@ def read_conll(path: Path) -> Iterator[ConllSentence]:
             raise FormatError(path, lineno, f"expected {columns} columns like the lines before, got {len(parts)}")
         tag = parts[-1]
         if not _TAG.match(tag):
-            raise FormatError(path, lineno, f"unknown NER tag {tag!r} (expected O, B-X, I-X, E-X or S-X)")
+            raise FormatError(path, lineno, f"unknown NER tag {tag!r} (expected O, B-X, I-X, E-X or S-X; the type X "
+                                            "starts with a letter: letters, digits, '_', and single inner '-')")
         if tag[2:] in CHUNK_LABELS:
             raise FormatError(path, lineno, f"the last column holds chunk tags ({tag!r}), not NER tags: this file has "
                                             f"no entity annotation (CoNLL-2003 lines are 'token POS chunk NER')")
