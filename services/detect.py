@@ -95,7 +95,7 @@ def plan_detection(home: DataHome, dataset: str, config: DetectorConfig) -> Dete
     key = hash_config({"sentences": sentences["key"], "detector": config.identity(), "entity_identity": IDENTITY_VERSION,
                        "taxonomy": tax.digest})
     details = {"detector": config.model_dump(exclude={"batch_size", "workers"}), "taxonomy": tax.source,
-               "entity_identity": IDENTITY_VERSION, "sentences_key": sentences["key"]}
+               "taxonomy_digest": tax.digest, "entity_identity": IDENTITY_VERSION, "sentences_key": sentences["key"]}
     if config.ignore_entities:  # how many surfaces the curator listed: said in every entity-level run's caveats
         details["ignored_surfaces"] = read_ignore_list(config.ignore_entities).surfaces
     return DetectionPlan(dataset, key, "+".join(config.detectors), sentences_dir / DATA_FILE,

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from uedp.detection.categories import taxonomy
 from uedp.detection.identity import IDENTITY_VERSION
 from uedp.errors import UedpError
 from uedp.models.device import resolve_device
@@ -139,6 +140,7 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
                               writes=ranks.is_main)
     if release is None:
         check_entity_identity(home, config.dataset)
+        check_labels_unchanged(home, config)
     with Catalog(home, release.dataset if release else config.dataset) as catalog:
         audit = (plan_for(home, config, sorted({user for _, user, _ in catalog.sentences("train")}),
                           resuming=checkpoint.saved_scope() is not None) if config.audit_canaries else None)
@@ -204,6 +206,21 @@ def check_entity_identity(home: DataHome, dataset: str) -> None:
     if manifest is not None and manifest.get("entity_identity") != IDENTITY_VERSION:
         raise UedpError(f"the entities table of {dataset!r} keys entities by category and surface (an older uedp); "
                         f"run `uedp detect {dataset} ...` again with the same detectors to rebuild it")
+
+
+def check_labels_unchanged(home: DataHome, config: TrainConfig) -> None:
+    """Refuse a run that chooses categories when the data home's labels (labels.yaml) changed after its
+    entities were detected: its --categories would resolve with the new mapping against rows stored under
+    the old one, and protect other entities than it says. Detection's cache key holds the taxonomy, so
+    detecting again applies the new mapping."""
+    if not config.spec.uses_categories(config.params):
+        return
+    stored = (read_manifest(home.table_dir(config.dataset, "entities")) or {}).get("taxonomy_digest")
+    if stored is not None and stored != taxonomy(home.labels_file).digest:
+        raise UedpError(f"the category labels of this data home ({home.labels_file}) changed since the entities of "
+                        f"{config.dataset!r} were detected: {config.mechanism} would resolve its categories with the new "
+                        f"mapping against entities stored under the old one. Run `uedp detect {config.dataset} ...` "
+                        "again with the same detectors")
 
 
 def coverage_caveats(config: TrainConfig, recall: DetectorRecall | None) -> tuple[str, ...]:

@@ -184,3 +184,26 @@ def test_a_recognizer_label_outside_the_taxonomy_in_worker_processes(home, tmp_p
     # the worker processes get the merged taxonomy, not the packaged file alone
     detect_entities(home, "parcels", config.model_copy(update={"workers": 2}))
     assert _entities(home, "parcels") == {("1Z999AA10123456784", "TRACKING_NUMBER")}
+
+
+def test_a_run_with_categories_is_refused_when_the_labels_changed_after_detection(home, tmp_path: Path) -> None:
+    """group=PERSON at detection, then group=ORG: a run with --categories PER would still train on the group
+    entities stored as PERSON and say it protects persons' names by the new mapping. Detecting again fixes it."""
+    from uedp.detection.categories import save_labels
+    from uedp.services.training import train_configuration
+
+    files = [write(tmp_path / "tiny.train", corpus()), write(tmp_path / "tiny.testa", corpus(4)),
+             write(tmp_path / "tiny.testb", corpus(4))]
+    at = ["--home", str(home.root)]
+    assert runner.invoke(app, ["ingest", "conll2003", *map(str, files), "--name", "tiny", *at]).exit_code == 0
+    assert runner.invoke(app, ["detect", "tiny", "--label", "group=PERSON", "--label", "creative-work=MISC", *at]
+                         ).exit_code == 0
+    tiny = dict(dataset="tiny", steps=1, batch_size=4, threads=1, checkpoint_every=0)
+    deid = TrainConfig(mechanism="deid", categories="PER", **tiny)
+    train_configuration(home, deid, progress=False)  # entities and labels agree
+    save_labels(home.labels_file, ["group=ORG"])  # changed after detection
+    with pytest.raises(UedpError, match=r"labels of this data home .* changed since the entities of 'tiny'"):
+        train_configuration(home, deid, progress=False)
+    train_configuration(home, TrainConfig(mechanism="noiseless", **tiny), progress=False)  # chooses no category
+    assert runner.invoke(app, ["detect", "tiny", *at]).exit_code == 0  # detects again with the new mapping
+    train_configuration(home, deid, progress=False)
