@@ -70,11 +70,13 @@ def score(nlp: Language, examples: list[Example]) -> tuple[dict[str, LabelScore]
 def train_ner(train: Sequence[GoldSentence], evaluate_on: Sequence[GoldSentence], out: Path, *,
               dev: Sequence[GoldSentence] = (), epochs: int = 5, max_seconds: float | None = None, seed: int = 0,
               batch_size: int = 64, dropout: float = 0.2, on_epoch: Callable[[EpochReport], None] = lambda r: None,
-              ) -> NerTrainingResult:
+              trained_on: dict[str, str] | None = None) -> NerTrainingResult:
     """Train on ``train``, report each epoch (with F1 on ``dev`` when given), score on ``evaluate_on``
     and save the pipeline to ``out`` (written beside it first, then moved: never half a folder).
 
-    ``max_seconds`` stops after the first epoch that ends past the budget."""
+    ``max_seconds`` stops after the first epoch that ends past the budget. ``trained_on`` (the dataset's
+    keyed id and the split) goes into the pipeline's meta.json, so coverage can tell its own training
+    split from held-out text."""
     fix_random_seed(seed)
     nlp = spacy.blank("en")
     nlp.add_pipe("ner")
@@ -102,6 +104,8 @@ def train_ner(train: Sequence[GoldSentence], evaluate_on: Sequence[GoldSentence]
     per_label, overall = score(nlp, _examples(nlp, evaluate_on))
     nlp.meta["name"] = out.name.replace("-", "_") or "uedp_ner"
     nlp.meta["description"] = "spaCy NER trained by `uedp ner train` on gold entity tags"
+    if trained_on:
+        nlp.meta["uedp_trained_on"] = dict(trained_on)
     _save(nlp, out)
     return NerTrainingResult(out, len(reports), seconds, per_label, overall, reports, stopped)
 

@@ -106,26 +106,33 @@ class SplitCoverage:
         return f"{self.split} (held-out)" if self.split in (*HELD_OUT, "+".join(HELD_OUT)) else self.split
 
 
-def ner_trained_on(manifest: dict[str, Any]) -> str | None:
-    """The split the entities table's spaCy pipeline was trained on, when `uedp ner train` made it (its
-    meta.json says so), else None. The pipeline does not record which dataset it learnt from: the split
-    is marked on any dataset, which errs on the side of not calling its figures held-out."""
+def ner_trained_on(manifest: dict[str, Any], dataset_id: str | None = None) -> str | None:
+    """The split of this dataset (keyed id ``dataset_id``) that the entities table's spaCy pipeline was
+    trained on, when `uedp ner train` made it (its meta.json says so), else None. A pipeline trained on
+    another dataset's text has no split here. One from an older uedp, which did not record its dataset,
+    marks the train split of any dataset: erring on the side of not calling its figures held-out."""
     model = str((manifest.get("detector") or {}).get("spacy_model") or "")
-    meta = Path(model) / "meta.json" if model else None
-    if meta is None or not meta.is_file():
+    meta_file = Path(model) / "meta.json" if model else None
+    if meta_file is None or not meta_file.is_file():
         return None
     try:
-        description = str(json.loads(meta.read_text(encoding="utf-8")).get("description", ""))
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return NER_TRAIN_SPLIT if NER_TRAINED_BY in description else None
+    if NER_TRAINED_BY not in str(meta.get("description", "")):
+        return None
+    recorded = meta.get("uedp_trained_on")
+    if isinstance(recorded, dict) and recorded.get("dataset_id"):
+        return str(recorded.get("split") or NER_TRAIN_SPLIT) if recorded["dataset_id"] == dataset_id else None
+    return NER_TRAIN_SPLIT
 
 
 def coverage_by_split(home: DataHome, dataset: str) -> list[SplitCoverage]:
     """The stored figures per detector, split and class (each split alone, then valid and test together),
     each marked when it is measured on the split the detector's own NER was trained on."""
     figures = stored_coverage(home, dataset)
-    trained_on = ner_trained_on(read_manifest(home.table_dir(dataset, "entities")) or {})
+    sentences_key = str((read_manifest(home.table_dir(dataset, "sentences")) or {}).get("key", ""))
+    trained_on = ner_trained_on(read_manifest(home.table_dir(dataset, "entities")) or {}, home.keyed_id(sentences_key))
     parsing = {name for name, spec in detector_registry.detectors().items() if spec.needs_nlp} | {ANY}
     rows = []
     for scope, label in (*((split, split) for split in SPLITS), ("held_out", "+".join(HELD_OUT))):

@@ -62,5 +62,7 @@ def train_dataset_ner(home: DataHome, dataset: str, out: Path | None = None, *, 
     if not held_out:
         raise UedpError(f"dataset {dataset!r} has no {eval_split} sentences to score the NER on")
     dev = gold_sentences(home, dataset, dev_split) if dev_split else []
+    sentences_key = str((read_manifest(home.table_dir(dataset, "sentences")) or {}).get("key", ""))
     return train_ner(train, held_out, target, dev=dev, epochs=epochs,
-                     max_seconds=max_minutes * 60 if max_minutes else None, seed=seed, on_epoch=on_epoch)
+                     max_seconds=max_minutes * 60 if max_minutes else None, seed=seed, on_epoch=on_epoch,
+                     trained_on={"dataset_id": home.keyed_id(sentences_key), "split": train_split})

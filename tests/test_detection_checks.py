@@ -188,6 +188,13 @@ def test_coverage_names_the_split_of_every_figure_and_marks_the_ners_own_trainin
     assert rows and not any(row.own_training_split for row in rows)
     assert {row.split_label for row in rows} == {"train", "valid (held-out)", "test (held-out)",
                                                   "valid+test (held-out)"}
+    # The NER on another dataset's text: it learnt none of it, so none of its splits is its training split.
+    from uedp.flows.demo import DEMO_CORPUS
+
+    ingest(home, "other", [DEMO_CORPUS], IngestOptions(format="conll2003"))
+    detect_entities(home, "other", DetectorConfig(detectors=["gold", "spacy"], spacy_model=str(ner.path)))
+    rows = coverage_by_split(home, "other")
+    assert rows and not any(row.own_training_split for row in rows)
 
 
 def test_an_ignore_line_may_name_a_hyphenated_category_that_a_label_added(
