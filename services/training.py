@@ -84,7 +84,7 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
             say(f"warning: {warning}")
         recorder.tracker.log_params({"noise_to_signal": f"{s.noise_to_signal.ratio:.6g}"})
     if s.threads is not None:  # what torch runs on, once per training (after the noise-to-signal, said first)
-        (report_to or _to_stderr)(f"{config.run_name()}: {s.threads.line()}")
+        say(f"{config.run_name()}: {s.threads.line()}")
     try:
         outcome = run(config, s, observers=(recorder, ProgressObserver(config, progress, report_to)))
         if spend is not None:  # trained to the end: the ledger holds what the statement reports from here on
