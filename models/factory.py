@@ -29,10 +29,18 @@ def build_model(kind: ModelKind, size: str, tokenizer: PreTrainedTokenizerBase,
     """A preset size is built from scratch (seeded by torch's generator); anything else is loaded as a
     checkpoint folder (or a hub name where downloads are possible)."""
     vocab_size, eos_id = len(tokenizer), tokenizer.eos_token_id
-    if kind == "lstm":
-        from uedp.models.lstm import build_lstm, load_lstm
+    if kind == "lstm-classifier":  # the LSTM with a head over classes (UeDP's AG News classifier)
+        from uedp.models.lstm import build_lstm_classifier
 
-        return build_lstm(size, vocab_size) if size in LSTM_PRESETS else load_lstm(Path(size))
+        if num_labels is None:
+            raise ValueError("a classifier needs the number of classes")
+        if size in LSTM_PRESETS:
+            return build_lstm_classifier(size, vocab_size, num_labels)
+        return _saved_lstm(Path(size), num_labels)
+    if kind == "lstm":
+        from uedp.models.lstm import build_lstm
+
+        return build_lstm(size, vocab_size) if size in LSTM_PRESETS else _saved_lstm(Path(size), None)
     if kind == "gpt2":
         from uedp.models.gpt2 import build_gpt2, load_gpt2
 
@@ -63,3 +71,18 @@ def check_vocabulary(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
     if len(tokenizer) > embedding.num_embeddings:
         raise UedpError(f"{checkpoint}: the tokenizer makes {len(tokenizer)} token ids but the checkpoint's embedding "
                         f"has {embedding.num_embeddings} rows; use the checkpoint's own tokenizer (--tokenizer {checkpoint})")
+
+
+def _saved_lstm(folder: Path, num_labels: int | None) -> torch.nn.Module:
+    """A saved LSTM of the kind asked for: a language model (``num_labels`` None) or a classifier over
+    that many classes. The folder's own configuration says which it holds; the other is refused, naming it."""
+    from uedp.models.lstm import LstmClassifier, load_lstm
+
+    model = load_lstm(folder)
+    held = model.lstm_config.num_labels if isinstance(model, LstmClassifier) else None
+    if held != num_labels:
+        what = f"a classifier over {held} classes" if held else "a language model"
+        asked = f"a classifier over {num_labels} classes" if num_labels else "a language model"
+        raise UedpError(f"{folder} holds {what}, not {asked} (--model lstm-classifier for a classifier, lstm for a "
+                        "language model; a classifier's classes must be the dataset's)")
+    return model

@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Literal, TypedDict
 
 # gpt2 / llama: a from-scratch preset (or, for gpt2, a GPT-2 folder); lstm: the Selective-DP paper's LSTM;
+# lstm-classifier: that LSTM with a head over classes (the UeDP paper's AG News classifier);
 # bert: a classifier preset or encoder folder; causal-lm / classifier: any Hugging Face checkpoint folder of an
 # ``AutoModelForCausalLM`` / ``AutoModelForSequenceClassification`` architecture, with its own tokenizer.
-ModelKind = Literal["gpt2", "llama", "lstm", "bert", "causal-lm", "classifier"]
+ModelKind = Literal["gpt2", "llama", "lstm", "lstm-classifier", "bert", "causal-lm", "classifier"]
 Task = Literal["lm", "classification"]
 # The size presets of every model kind (SIZE_PRESETS says which kind has which): a choice list in forms.
 SizePreset = Literal["tiny", "small", "paper"]
@@ -79,7 +80,8 @@ BERT_PRESETS: dict[str, BertPreset] = {
 
 
 SIZE_PRESETS: dict[str, tuple[str, ...]] = {"gpt2": tuple(PRESETS), "llama": tuple(LLAMA_PRESETS),
-                                            "lstm": tuple(LSTM_PRESETS), "bert": tuple(BERT_PRESETS),
+                                            "lstm": tuple(LSTM_PRESETS), "lstm-classifier": tuple(LSTM_PRESETS),
+                                            "bert": tuple(BERT_PRESETS),
                                             "causal-lm": (), "classifier": ()}
 
 # Kinds that are only ever a checkpoint folder, trained with the folder's own tokenizer.
@@ -89,4 +91,4 @@ LORA_KINDS: tuple[str, ...] = ("gpt2", "llama", "bert", "causal-lm", "classifier
 
 
 def task_of(kind: ModelKind) -> Task:
-    return "classification" if kind in ("bert", "classifier") else "lm"
+    return "classification" if kind in ("bert", "lstm-classifier", "classifier") else "lm"

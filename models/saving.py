@@ -90,8 +90,8 @@ def load_saved(folder: Path, kind: str) -> torch.nn.Module:
 def saved_form(kind: str) -> str:
     """How a saved model of a configuration's kind loads back: ``gpt2``, ``lstm``, ``classifier`` (any
     sequence classifier, BERT's included) or ``causal-lm`` (any other decoder: the llama preset, a folder)."""
-    if kind in ("gpt2", "lstm"):
-        return kind
+    if kind in ("gpt2", "lstm", "lstm-classifier"):
+        return "lstm" if kind.startswith("lstm") else kind  # load_lstm reads either LSTM back
     return "classifier" if task_of(kind) == "classification" else "causal-lm"  # type: ignore[arg-type]
 
 

@@ -4,16 +4,29 @@ A BPE vocabulary learned on private text memorises its frequent strings (a patie
 become one token). uedp therefore uses either a pretrained tokenizer loaded as users load one
 (``from_pretrained`` on a local path or hub name, e.g. GPT-2's byte-level BPE), or, for models built
 from scratch, a pure byte-level tokenizer: 256 byte symbols and no merges, learned from nothing.
+
+For word-level models (the Selective-DP paper's LSTM) :func:`word_level_tokenizer` builds a word
+vocabulary from a word list the caller takes from *public* text (never from the text a run protects:
+an entry says that some sentence held the word, which no sentence-level epsilon covers). Digits are
+always split into the single-digit tokens 0-9, which are always in the vocabulary, so no number is
+ever an entry, whatever text the list came from; every other word outside the list is ``<unk>``.
 """
 
 from __future__ import annotations
 
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 EOS = "<|endoftext|>"
+UNK = "<unk>"  # WikiText's own unknown-word mark: the same token
+DIGITS = tuple("0123456789")
+WORD_LIST_FILE = "word_list.json"  # beside a saved word-level tokenizer: where its words came from
 
 
 def byte_level_tokenizer() -> PreTrainedTokenizerFast:
@@ -37,3 +50,95 @@ def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+@dataclass(frozen=True)
+class WordSplit:
+    """How a word-level tokenizer cuts text into words. The default is WikiText's: words (``\\w+``) and
+    runs of punctuation (``[^\\w\\s]+``, so ``@-@`` stays one word), then every digit on its own
+    (``1990s`` is ``1 9 9 0 s``), so that no number is ever a vocabulary entry. ``pattern`` instead
+    makes each match of a regex one word (and whatever lies between matches another): the local-DP
+    sanitizers' segmentation, so that every word a release can hold is exactly one token."""
+
+    pattern: str | None = None
+    lowercase: bool = False
+    digits_alone: bool = True
+
+    def pre_tokenizer(self) -> pre_tokenizers.PreTokenizer:
+        if self.pattern is None:
+            steps: list[pre_tokenizers.PreTokenizer] = [pre_tokenizers.Whitespace()]
+        else:
+            steps = [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex(self.pattern), behavior="isolated")]
+        if self.digits_alone:
+            steps.append(pre_tokenizers.Digits(individual_digits=True))
+        return pre_tokenizers.Sequence(steps)
+
+
+WIKITEXT_SPLIT = WordSplit()
+
+
+def word_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
+    """The default :class:`WordSplit`'s pre-tokenizer (WikiText's words, digits one by one)."""
+    return WIKITEXT_SPLIT.pre_tokenizer()
+
+
+def word_counts(texts: Iterable[str]) -> Counter[str]:
+    """How often each word of ``texts`` occurs, split as :func:`word_level_tokenizer` splits; digits and
+    ``<unk>`` are not counted (they are in every word-level vocabulary anyway)."""
+    split = word_pre_tokenizer()
+    counts: Counter[str] = Counter()
+    for text in texts:
+        for piece in text.split(UNK):  # WikiText's literal <unk> is the unknown token, not < unk >
+            counts.update(word for word, _ in split.pre_tokenize_str(piece) if not _has_digit(word))
+    return counts
+
+
+def most_frequent_words(texts: Iterable[str], size: int) -> list[str]:
+    """The ``size`` most frequent words of ``texts`` (ties by first occurrence): a word list for
+    :func:`word_level_tokenizer`. Pass public text only: the list is released with every model."""
+    if size < 1:
+        raise ValueError("a word list needs at least one word")
+    return [word for word, _ in word_counts(texts).most_common(size)]
+
+
+def _has_digit(word: str) -> bool:
+    return any(ch.isdigit() or ch.isnumeric() for ch in word)
+
+
+def word_level_tokenizer(words: Iterable[str], split: WordSplit = WIKITEXT_SPLIT) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer (Hugging Face ``WordLevel``) over ``words``: ``<unk>``, the EOS token, the
+    ten digits (when ``split.digits_alone``), then the words in order; anything else is ``<unk>``.
+
+    With digits alone, a word with a digit in it is refused: the pre-tokenizer never yields one, and an
+    entry such as ``341752`` would publish a number from the list's source. A word with whitespace is
+    refused always (no split yields one)."""
+    vocab: dict[str, int] = {UNK: 0, EOS: 1}
+    if split.digits_alone:
+        vocab.update({digit: 2 + i for i, digit in enumerate(DIGITS)})
+    for word in words:
+        if not word or (split.digits_alone and _has_digit(word)) or any(ch.isspace() for ch in word):
+            raise ValueError(f"word list entry {word!r}: a vocabulary word has "
+                             + ("no digit and no whitespace (digits are always single-digit tokens)"
+                                if split.digits_alone else "no whitespace"))
+        vocab.setdefault(word, len(vocab))
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    if split.lowercase:
+        core.normalizer = normalizers.Lowercase()
+    core.pre_tokenizer = split.pre_tokenizer()
+    core.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers leaves this __init__ unannotated
+        tokenizer_object=core, unk_token=UNK, eos_token=EOS, pad_token=EOS, bos_token=EOS
+    )
+
+
+def save_word_level_tokenizer(words: list[str], folder: Path, source: str,
+                              split: WordSplit = WIKITEXT_SPLIT) -> Path:
+    """Build :func:`word_level_tokenizer` and save it with ``save_pretrained`` into ``folder``, which
+    ``load_tokenizer(folder)`` and a run's ``tokenizer=FOLDER`` then use as they are; ``source`` (where
+    the words came from) is written beside it, for the statement a page makes about the vocabulary."""
+    tokenizer = word_level_tokenizer(words, split)
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(str(folder))
+    (folder / WORD_LIST_FILE).write_text(json.dumps({"source": source, "words": len(words)}, indent=1) + "\n",
+                                         encoding="utf-8")
+    return folder

@@ -76,9 +76,10 @@ class RunSettings(BaseModel):
     model: ModelKind = Field("gpt2", description="a checkpoint folder (any Hugging Face causal LM or sequence "
                              "classifier, trained with its own tokenizer), or a kind built from --model-config: gpt2 "
                              "or llama (next-word prediction), lstm (the Selective-DP paper's 200/200 LSTM), bert "
-                             "(sequence classification)")
-    model_size: SizePreset | str = Field("tiny", description="a size preset (gpt2, llama: tiny, small; lstm: tiny, "
-                                         "paper; bert: tiny, small) or a pretrained checkpoint folder")
+                             "(sequence classification), lstm-classifier (that LSTM with a head over classes)")
+    model_size: SizePreset | str = Field("tiny", description="a size preset (gpt2, llama: tiny, small; lstm, "
+                                         "lstm-classifier: tiny, paper; bert: tiny, small) or a pretrained checkpoint "
+                                         "folder")
     tokenizer: str = Field("byte", description="'byte' (leak-free byte-level) or a pretrained tokenizer folder "
                                                "[default for a checkpoint folder: its own]")
     init_from: str | None = Field(None, description="start from the model a finished run logged (its MLflow run id, "
@@ -153,7 +154,7 @@ class RunSettings(BaseModel):
             raise ValueError(f"LoRA (lora_rank) adapts Hugging Face transformers models, not {self.model}")
         if (self.lora_targets or self.lora_alpha is not None) and not self.lora_rank:
             raise ValueError("lora_alpha and lora_targets need lora_rank > 0")
-        if self.gradient_checkpointing and self.model == "lstm":
+        if self.gradient_checkpointing and self.model in ("lstm", "lstm-classifier"):
             raise ValueError("gradient checkpointing is for Hugging Face transformers models, not the lstm")
         return self
 

@@ -322,13 +322,20 @@ def _rebuild(text: str, spans: list[tuple[int, int]], record: np.ndarray, out: n
     return "".join(pieces)
 
 
+# A release of a classification corpus copies each row's class as it is: the draws cover the text's tokens only.
+LABELS_CAVEAT = ("the rows' class labels are copied into the release as they are: local DP covers the text's tokens, "
+                 "not the labels, so a label (and a classifier trained on the release) is outside the guarantee")
+
+
 def _summary(config: SanitizeConfig, sampler: Sampler, unprotected: float, table: pa.Table, rows: np.ndarray,
              records: list[np.ndarray], released: list[np.ndarray]) -> SanitizeResult:
     users = table["user_id"].to_pylist()
     figures = release_figures(sampler, [users[row] for row in rows], records, released)
     kind = local_dp_kind(config.mechanism)
+    labelled = "label" in table.column_names and table["label"].null_count < len(table)
     return SanitizeResult(
         dataset=config.output_name, reused=False, **asdict(figures), unprotected_share=unprotected,
         statement=kind.statement(config.epsilon, figures.per_token_epsilon, config.keep),
-        randomness=config.randomness, caveats=kind.all_caveats(config.randomness == "seeded"),
+        randomness=config.randomness,
+        caveats=(*kind.all_caveats(config.randomness == "seeded"), *((LABELS_CAVEAT,) if labelled else ())),
     )

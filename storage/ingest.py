@@ -185,6 +185,7 @@ USER_FIXES = {
                  "its documents, or convert it to jsonl/csv and ingest with --users chunk:N",
     "sec": "each filer (CIK) is one user",
     "wikitext": "each article is one user",
+    "simdial": "each dialog file is one user",
 }
 DEFAULT_FIX = "--users chunk:N makes pseudo-users of N consecutive sentences, or --user-col names a writer column"
 

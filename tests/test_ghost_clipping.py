@@ -16,7 +16,7 @@ from torch import nn
 
 from uedp.models.batching import collate, encode
 from uedp.models.classifier import build_bert_classifier
-from uedp.models.lstm import build_lstm
+from uedp.models.lstm import build_lstm, build_lstm_classifier
 from uedp.models.metrics import classification_loss, per_sequence_lm_loss
 from uedp.privacy.per_sample.factors import Outer
 from uedp.privacy.per_sample.ghost import GhostClipping
@@ -112,6 +112,16 @@ def test_lstm_layers_applied_at_every_time_step() -> None:
     torch.manual_seed(0)
     model = build_lstm("tiny", len(TOKENIZER)).double()
     _check(model, per_sequence_lm_loss, _lm_batch(TEXTS[:4]), [_lm_batch([t]) for t in TEXTS[:4]], "auto")
+
+
+def test_lstm_classifier_reading_each_row_at_its_last_real_token() -> None:
+    """The classifier head reads the state after each row's last real token (rows of different lengths,
+    right-padded): each example's clipped gradient must still be exactly its own."""
+    torch.manual_seed(0)
+    model = build_lstm_classifier("tiny", len(TOKENIZER), 3).double()
+    examples = [(ids, label) for ids, label in zip(encode(TOKENIZER, TEXTS, 32), [0, 1, 2, 1, 0])]
+    _check(model, classification_loss, collate(examples, TOKENIZER.pad_token_id),
+           [collate([e], TOKENIZER.pad_token_id) for e in examples], "auto")
 
 
 class _Scaled(nn.Module):

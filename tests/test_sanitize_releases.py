@@ -196,3 +196,22 @@ def test_a_second_machine_trains_on_the_release_the_first_drew(home, demo: str, 
     share_release(other, config, store)
     assert _train_text(other, name) == drawn  # pulled, not drawn again
     assert not (other.table_dir(name, "sentences") / "draws.npz").exists()
+
+
+def test_a_release_of_labelled_rows_says_its_labels_are_outside_the_guarantee(home, demo: str, vectors: Path,
+                                                                               tmp_path: Path) -> None:
+    """Local DP draws replace the text's tokens; a row's class is copied into the release as it is, so the
+    statement of a release of a classification corpus (and of any classifier trained on it) must say so."""
+    from uedp.services.sanitize import LABELS_CAVEAT
+
+    unlabelled = sanitize_dataset(home, SanitizeConfig(dataset=demo, epsilon=1.0, k=5, embeddings=str(vectors)))
+    assert LABELS_CAVEAT not in unlabelled.caveats
+    rows = [w for line in DEMO_CORPUS.read_text().splitlines() if line.strip() and "DOCSTART" not in line
+            for w in line.split()[:1] if w.isalnum()]
+    csv = write(tmp_path / "rated.train.csv", "text,user,label\n" + "".join(
+        f"{' '.join(rows[i:i + 6])},u{i % 7},{i % 2}\n" for i in range(0, 600, 6)))
+    ingest(home, "rated", [csv], IngestOptions(format="csv", text_col="text", user_col="user", label_col="label"))
+    labelled = sanitize_dataset(home, SanitizeConfig(dataset="rated", epsilon=1.0, k=5, embeddings=str(vectors)))
+    assert LABELS_CAVEAT in labelled.caveats
+    assert LABELS_CAVEAT in sanitize_dataset(home, SanitizeConfig(dataset="rated", epsilon=1.0, k=5,
+                                                                   embeddings=str(vectors))).caveats  # reused too

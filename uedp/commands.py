@@ -723,7 +723,12 @@ def report(
         typer.echo(f"  plot: {path}")
 
 
-REPRODUCE_NAMES = ("uedp-conll", "selective-conll", "sanitize-conll")  # uedp.reproduce.EXPERIMENTS (a test checks)
+REPRODUCE_NAMES = ("uedp-conll", "selective-conll", "sanitize-conll", "selective-wikitext", "selective-customersim",
+                   "sanitize-sst2", "uedp-agnews")  # uedp.reproduce.EXPERIMENTS (a test checks)
+
+
+def _corpus_dir(env: str) -> Optional[Path]:
+    return Path(os.environ[env]) if os.environ.get(env) else None
 
 
 @app.command()
@@ -735,6 +740,17 @@ def reproduce(
     conll_dir: Path = typer.Option(Path(os.environ.get("UEDP_CONLL_DIR", "../shared/data/conll2003")),
                                    help="Folder with CoNLL-2003's eng.train, eng.testa and eng.testb "
                                    "(default: $UEDP_CONLL_DIR or ../shared/data/conll2003)."),
+    wikitext_dir: Optional[Path] = typer.Option(_corpus_dir("UEDP_WIKITEXT_DIR"), help="selective-wikitext: folder "
+                                                "with WikiText-2's train.txt, valid.txt and test.txt (or "
+                                                "wiki.*.tokens) (default: $UEDP_WIKITEXT_DIR)."),
+    simdial_dir: Optional[Path] = typer.Option(_corpus_dir("UEDP_SIMDIAL_DIR"), help="selective-customersim: "
+                                               "folder with CustomerSim's train/, valid/ and test/ dialogs "
+                                               "(default: $UEDP_SIMDIAL_DIR)."),
+    sst2_dir: Optional[Path] = typer.Option(_corpus_dir("UEDP_SST2_DIR"), help="sanitize-sst2: folder with SST-2's "
+                                            "train.tsv and dev.tsv (default: $UEDP_SST2_DIR)."),
+    ag_dir: Optional[Path] = typer.Option(_corpus_dir("UEDP_AG_DIR"), help="uedp-agnews: folder with AG News' "
+                                          "train.csv and test.csv (or train.jsonl and test.jsonl) "
+                                          "(default: $UEDP_AG_DIR)."),
     out: Optional[Path] = typer.Option(None, help="Folder of the results page (default: docs/results/NAME, "
                                        "or NAME-ci / NAME-gpu for those scales).", show_default=False),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
@@ -748,14 +764,24 @@ def reproduce(
     `uedp sweep`, then write a results page (table, PNGs, the command, the machine, the wall time, the
     paper's own figures beside ours, and each claim checked).
 
+    Each experiment reads its corpus from a folder you name (--conll-dir, --wikitext-dir, --simdial-dir,
+    --sst2-dir, --ag-dir); uedp never downloads one, and the error for a missing folder says where to get it.
+
     Example: uedp reproduce uedp-conll --scale cpu --conll-dir ../shared/data/conll2003
     """
     data_home = _prepare_runtime(home)
     from uedp.reproduce import EXPERIMENTS, command_line, default_out, rerender
     from uedp.reproduce import reproduce as run_experiment
+    from uedp.reproduce.common import CORPORA
 
     if name not in EXPERIMENTS:
         raise UedpError(f"unknown experiment {name!r}; valid: {', '.join(EXPERIMENTS)}")
+    corpus = CORPORA[EXPERIMENTS[name].corpus]
+    folders = {"conll": conll_dir, "wikitext": wikitext_dir, "simdial": simdial_dir, "sst2": sst2_dir, "ag": ag_dir}
+    data_dir = folders.get(corpus.key)
+    if data_dir is None and not page_only:
+        raise UedpError(f"{name} reads {corpus.files}: give {corpus.option} (or {corpus.env}). Get it from "
+                        f"{corpus.where}; uedp never downloads it.")
     if scale not in ("ci", "cpu", "gpu"):
         raise typer.BadParameter(f"{scale!r}: expected ci, cpu or gpu", param_hint="--scale")
     target = out or default_out(name, scale)  # type: ignore[arg-type]
@@ -764,8 +790,9 @@ def reproduce(
     else:
         typer.echo(f"uedp reproduce {name} ({scale} scale): {EXPERIMENTS[name].summary}")
         with prefect_api(data_home):
-            page = run_experiment(name, scale, data_home, conll_dir, target, device, threads,  # type: ignore[arg-type]
-                                  say=lambda line: typer.echo(line, err=True), command=command_line())
+            page = run_experiment(name, scale, data_home, data_dir, target, device, threads,  # type: ignore[arg-type]
+                                  say=lambda line: typer.echo(line, err=True), command=command_line(),
+                                  conll_dir=conll_dir)
     for verdict in page.verdicts:
         typer.echo(f"  [{verdict.verdict}] {verdict.statement}: {verdict.ours}")
     typer.echo(f"page: {target / 'README.md'}")

@@ -1,14 +1,25 @@
 """Any other corpus as JSONL or CSV (with a header row): ``text_col`` names the text, ``user_col``
-the privacy unit, and optionally ``label_col`` and ``split_col``. One row is one unit of text."""
+the privacy unit, and optionally ``label_col`` and ``split_col``. One row is one unit of text.
+
+The ``csv`` format also reads tab-separated files, told apart by their name (``.tsv``, ``.tsv.gz``):
+one row per line, fields split at tabs, no quoting, as GLUE ships SST-2 and the other benchmarks
+(a quote character is text there: ``"`` read as CSV quoting would swallow the lines that follow)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from uedp.errors import UedpError
-from uedp.storage.formats import FormatError, SourceRecord, read_csv_rows, read_json_objects, split_from_filename
+from uedp.storage.formats import (
+    FormatError,
+    SourceRecord,
+    read_csv_rows,
+    read_json_objects,
+    read_lines,
+    split_from_filename,
+)
 from uedp.storage.formats.registry import CorpusFormat, register_format
 
 if TYPE_CHECKING:
@@ -51,16 +62,31 @@ def jsonl_records(path: Path, text_col: str, user_col: str | None = None, label_
         raise FormatError(path, None, "no records with text found (empty file?)")
 
 
-def csv_records(path: Path, text_col: str, user_col: str | None = None, label_col: str | None = None,
-                split_col: str | None = None) -> Iterator[SourceRecord]:
+def is_tsv(path: Path) -> bool:
+    """Whether a file of the ``csv`` format is tab-separated, by its name (``train.tsv``, ``dev.tsv.gz``)."""
+    return ".tsv" in path.name.lower()
+
+
+def read_tsv_rows(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """``(line, fields)`` of a tab-separated file: one row per line, split at every tab, no quoting (IANA
+    text/tab-separated-values); blank lines skipped. Decoding errors name the line and column."""
+    for line, text in read_lines(path):
+        if text.strip():
+            yield line, text.split("\t")
+
+
+def _header_records(path: Path, rows: Iterable[tuple[int, list[str]]], what: str, text_col: str,
+                    user_col: str | None, label_col: str | None, split_col: str | None) -> Iterator[SourceRecord]:
+    """Records of a table whose first row is its header; a row with another number of fields is an error
+    naming its file and line."""
     file_split, produced = split_from_filename(path), False
     header: list[str] | None = None
-    for line, row in read_csv_rows(path):
+    for line, row in rows:
         if header is None:
             header = row
             continue
         if len(row) != len(header):
-            raise FormatError(path, line, f"expected {len(header)} columns like the header, got {len(row)}")
+            raise FormatError(path, line, f"expected {len(header)} {what} like the header, got {len(row)}")
         record = _record(path, line, dict(zip(header, row)), text_col, user_col, label_col, split_col, file_split)
         if record:
             produced = True
@@ -69,12 +95,24 @@ def csv_records(path: Path, text_col: str, user_col: str | None = None, label_co
         raise FormatError(path, None, "no records with text found" if header else "empty file (expected a header row)")
 
 
+def csv_records(path: Path, text_col: str, user_col: str | None = None, label_col: str | None = None,
+                split_col: str | None = None) -> Iterator[SourceRecord]:
+    return _header_records(path, read_csv_rows(path), "columns", text_col, user_col, label_col, split_col)
+
+
+def tsv_records(path: Path, text_col: str, user_col: str | None = None, label_col: str | None = None,
+                split_col: str | None = None) -> Iterator[SourceRecord]:
+    return _header_records(path, read_tsv_rows(path), "tab-separated columns", text_col, user_col, label_col,
+                           split_col)
+
+
 def _read_jsonl(path: Path, options: IngestOptions) -> Iterator[SourceRecord]:
     return jsonl_records(path, options.text_col or "", options.user_col, options.label_col, options.split_col)
 
 
 def _read_csv(path: Path, options: IngestOptions) -> Iterator[SourceRecord]:
-    return csv_records(path, options.text_col or "", options.user_col, options.label_col, options.split_col)
+    records = tsv_records if is_tsv(path) else csv_records
+    return records(path, options.text_col or "", options.user_col, options.label_col, options.split_col)
 
 
 def _check(options: IngestOptions) -> None:

@@ -54,6 +54,27 @@ def _paragraphs(path: Path) -> Iterator[tuple[int, int, str]]:
         yield article, lineno, line.strip()
 
 
+def wikitext_articles(path: Path) -> list[list[str]]:
+    """The file's articles, each its lines (newline kept) from its `` = Title = `` heading up to the next
+    one, so that the first N articles can be copied as a smaller corpus in the same format (blank lines
+    before the first heading go with the first article). A file without a heading is an error naming it."""
+    articles: list[list[str]] = []
+    preamble: list[str] = []
+    for lineno, line in read_lines(path):
+        if _TOP_HEADING.match(line):
+            articles.append([*preamble, line + "\n"])
+            preamble = []
+        elif articles:
+            articles[-1].append(line + "\n")
+        elif line.strip():
+            raise FormatError(path, lineno, "text before the first ' = Title = ' heading (is this a WikiText file?)")
+        else:
+            preamble.append(line + "\n")
+    if not articles:
+        raise FormatError(path, None, "no ' = Title = ' heading found (empty file?)")
+    return articles
+
+
 def wikitext_records(path: Path, detokenized: bool = False) -> Iterator[SourceRecord]:
     split = split_from_filename(path)
     pending: deque[tuple[int, int]] = deque()  # (article, line) of paragraphs handed to spaCy, in order

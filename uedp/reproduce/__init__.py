@@ -1,8 +1,9 @@
 """``uedp reproduce``: the seed papers' experiments, one command each, at three scales.
 
-* ``ci``: the first documents of each CoNLL-2003 file and a few steps, seeded; runs in CI and checks
-  the claims its page makes at that scale;
-* ``cpu``: the whole corpus on a 2-core machine in under 30 minutes;
+* ``ci``: the first documents of each file of the corpus and a few steps, seeded; runs in CI (on small
+  generated files in the corpus' own format where the corpus is not on the CI machine) and checks the
+  claims its page makes at that scale;
+* ``cpu``: the corpus (whole, or as much as fits) on a 2-core machine in under 30 minutes;
 * ``gpu``: the larger configuration for a machine with a GPU.
 
 Each experiment (a module here: its scales, its runs, its claims and its page) writes one results page
@@ -21,8 +22,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from uedp.errors import UedpError
-from uedp.reproduce import sanitize_conll, selective_conll, uedp_conll
-from uedp.reproduce.common import SCALES, Context, Page, Results, RunRow, Scale, machine
+from uedp.reproduce import (
+    sanitize_conll,
+    sanitize_sst2,
+    selective_conll,
+    selective_customersim,
+    selective_wikitext,
+    uedp_agnews,
+    uedp_conll,
+)
+from uedp.reproduce.common import CORPORA, SCALES, Context, Page, Results, RunRow, Scale, machine
 from uedp.storage.home import DataHome
 
 
@@ -32,6 +41,7 @@ class Experiment:
     summary: str
     run: Callable[[Context], Page]  # train and measure, then build the page
     render: Callable[[Context, Results], Page]  # the page from figures already measured
+    corpus: str = "conll"  # common.CORPORA: the folder option it reads its corpus from
 
 
 EXPERIMENTS = {
@@ -43,6 +53,21 @@ EXPERIMENTS = {
                                   selective_conll.run, selective_conll.render),
     "sanitize-conll": Experiment("sanitize-conll", "CusText / SanText: kept tokens, mask-inference attack, "
                                  "perplexity over epsilon", sanitize_conll.run, sanitize_conll.render),
+    "selective-wikitext": Experiment("selective-wikitext", "Selective-DP Table 2 (left): word-level LSTM on "
+                                     "WikiText-2 with the digit policy, noiseless, dpsgd and selective at epsilon "
+                                     "~4.9, canary exposure", selective_wikitext.run, selective_wikitext.render,
+                                     "wikitext"),
+    "selective-customersim": Experiment("selective-customersim", "Selective-DP Table 2 (right) and Fig. 4: "
+                                        "CustomerSim dialogs with the regex policy, LSTM and GPT-2, noiseless, "
+                                        "dpsgd and selective, canary exposure", selective_customersim.run,
+                                        selective_customersim.render, "simdial"),
+    "sanitize-sst2": Experiment("sanitize-sst2", "the thesis' Table 3.1: SST-2 accuracy of a classifier trained "
+                                "on CusText / SanText sanitized text over epsilon", sanitize_sst2.run,
+                                sanitize_sst2.render, "sst2"),
+    "uedp-agnews": Experiment("uedp-agnews", "UeDP paper Fig. 3, Fig. 2b and Fig. 6 on AG News: BERT / LSTM text "
+                              "classification error and GPT-2 / LSTM next-word perplexity under noiseless, deid, "
+                              "userdp and uedp over epsilon, entities from uedp's own NER", uedp_agnews.run,
+                              uedp_agnews.render, "ag"),
 }
 
 
@@ -51,24 +76,29 @@ def default_out(name: str, scale: Scale) -> Path:
     return Path("docs/results") / (name if scale == "cpu" else f"{name}-{scale}")
 
 
-def reproduce(name: str, scale: Scale, home: DataHome, conll_dir: Path, out: Path, device: str = "auto",
-              threads: int = 1, say: Callable[[str], None] = print, command: list[str] | None = None) -> Page:
-    """Run one experiment at one scale and write its page into ``out`` (whole, or not at all)."""
+def reproduce(name: str, scale: Scale, home: DataHome, data_dir: Path, out: Path, device: str = "auto",
+              threads: int = 1, say: Callable[[str], None] = print, command: list[str] | None = None,
+              conll_dir: Path | None = None) -> Page:
+    """Run one experiment at one scale and write its page into ``out`` (whole, or not at all).
+    ``data_dir`` is the folder of the experiment's corpus (``Experiment.corpus``); ``conll_dir``
+    CoNLL-2003's, for an experiment that learns from it besides (its own corpus' folder otherwise)."""
     if name not in EXPERIMENTS:
         raise UedpError(f"unknown experiment {name!r}; valid: {', '.join(EXPERIMENTS)}")
     if scale not in SCALES:
         raise UedpError(f"unknown scale {scale!r}; valid: {', '.join(SCALES)}")
     experiment = EXPERIMENTS[name]
-    ctx = Context(name, scale, home, conll_dir, device, threads, say)
+    conll = data_dir if experiment.corpus == "conll" else conll_dir
+    ctx = Context(name, scale, home, data_dir, device, threads, say, conll)
     started = time.monotonic()
     page = experiment.run(ctx)
     minutes = (time.monotonic() - started) / 60
-    shown = command or ["uedp", "reproduce", name, "--scale", scale, "--conll-dir", str(conll_dir)]
+    shown = command or ["uedp", "reproduce", name, "--scale", scale, CORPORA[experiment.corpus].option, str(data_dir),
+                        *(["--conll-dir", str(conll_dir)] if conll_dir and experiment.corpus != "conll" else [])]
     made_by = (f"Made by `{shlex.join(shown)}` ({scale} scale) in **{minutes:.1f} minutes** on {machine()}, "
                f"{threads} torch thread(s), device {device}, on {datetime.now(UTC):%Y-%m-%d}. "
                "Every run is in MLflow under the data home (`uedp serve`). The claims below are checked by the "
-               "command itself on these figures; `tests/test_reproduce.py` runs the ci scale and requires its "
-               "claims to hold.")
+               "command itself on these figures; the test suite (`tests/test_reproduce*.py`) runs the ci scale and "
+               "requires its claims to hold.")
     page.sections.insert(1, made_by)
     page.results.figures.update(wall_minutes=round(minutes, 2), scale=scale, made_by=made_by)
     page.write(out)

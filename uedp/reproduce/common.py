@@ -30,17 +30,69 @@ GOLD_CATEGORIES = ["PERSON", "LOC", "ORG", "MISC"]
 UNIFORM_BYTE_PERPLEXITY = 257.0  # byte tokens: a uniform guess over 256 bytes and the end mark
 
 
+@dataclass(frozen=True)
+class Corpus:
+    """A public corpus an experiment reads from a folder the user names: never downloaded at run time,
+    never redistributed with uedp."""
+
+    key: str  # conll, wikitext, simdial, sst2, ag
+    option: str  # the CLI option naming its folder
+    env: str  # the environment variable that may name it instead
+    files: str  # what the folder holds, as an error says it
+    where: str  # where to get it
+
+
+CORPORA = {
+    "conll": Corpus("conll", "--conll-dir", "UEDP_CONLL_DIR", "eng.train, eng.testa and eng.testb",
+                    "CoNLL-2003 (https://www.clips.uantwerpen.be/conll2003/ner/; the Reuters text needs its licence)"),
+    "wikitext": Corpus("wikitext", "--wikitext-dir", "UEDP_WIKITEXT_DIR",
+                       "train.txt, valid.txt and test.txt, or wiki.train.tokens, wiki.valid.tokens and "
+                       "wiki.test.tokens", "WikiText-2 (https://github.com/pytorch/examples/tree/main/"
+                       "word_language_model/data/wikitext-2, or the wikitext-2-v1 archive of Merity et al. 2017)"),
+    "simdial": Corpus("simdial", "--simdial-dir", "UEDP_SIMDIAL_DIR",
+                      "train/, valid/ and test/ folders of dialogs, one dial-N.txt per dialog",
+                      "CustomerSim (https://github.com/wyshi/lm_privacy, data/simdial: the Selective-DP paper's "
+                      "10,000 training dialogs with its 10 canaries; or generate it with SimDial's "
+                      "multiple_domains.py --domain track_package)"),
+    "sst2": Corpus("sst2", "--sst2-dir", "UEDP_SST2_DIR", "train.tsv and dev.tsv (GLUE's SST-2: a header, then "
+                   "sentence and label columns in either order)",
+                   "SST-2 (GLUE, https://gluebenchmark.com/tasks, or the Hugging Face dataset stanfordnlp/sst2 "
+                   "saved as TSV)"),
+    "ag": Corpus("ag", "--ag-dir", "UEDP_AG_DIR", "train.csv and test.csv (class,title,description), or "
+                 "train.jsonl and test.jsonl ({text, label})",
+                 "AG News (Zhang et al. 2015, ag_news_csv.tar.gz, or the Hugging Face dataset fancyzhx/ag_news)"),
+}
+
+
+def corpus_folder(ctx: Context, key: str, required: Iterable[str]) -> Path:
+    """The experiment's corpus folder, checked to hold ``required`` (each a file or folder name; a name
+    with ``|`` is any one of its alternatives): a missing one is one error naming the option and where
+    to get the corpus."""
+    corpus = CORPORA[key]
+    missing = [name for name in required
+               if not any((ctx.data_dir / alternative).exists() for alternative in name.split("|"))]
+    if missing:
+        raise UedpError(f"{ctx.data_dir}: no {', '.join(m.replace('|', ' or ') for m in missing)}; give "
+                        f"{corpus.option} (or {corpus.env}), the folder holding {corpus.files}. Get it from "
+                        f"{corpus.where}; uedp never downloads it.")
+    return ctx.data_dir
+
+
 @dataclass
 class Context:
-    """One reproduction's inputs and where its work goes."""
+    """One reproduction's inputs and where its work goes. ``data_dir`` is the folder of the experiment's
+    corpus (``Experiment.corpus``): CoNLL-2003's, WikiText-2's, CustomerSim's ... ``conll_dir`` is
+    CoNLL-2003's folder where an experiment reads it: its own corpus, or public text it learns from
+    besides (uedp-agnews trains its NER on CoNLL's gold tags); None where it was not given."""
 
     name: str
     scale: Scale
     home: DataHome
-    conll_dir: Path
+    data_dir: Path
     device: str = "auto"
     threads: int = 1
     say: Callable[[str], None] = print
+    conll_dir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -125,6 +177,29 @@ def judge(claims: Iterable[Claim], results: Results, scale: Scale) -> list[Verdi
     return out
 
 
+# --- canary exposure ----------------------------------------------------------------------------------
+
+# A canary ranked at random has exposure 1/ln 2 = 1.44 bits on average, and above x bits with probability
+# 2^-x: a few canaries' mean below 4 bits is what an attack that found nothing gives. Claims that compare
+# exposures are judged only when the noiseless model's canaries stand above that, and by a margin.
+MEASURABLE_EXPOSURE = 4.0
+EXPOSURE_MARGIN = 1.0
+
+
+def exposure_unmeasurable(noiseless: float) -> str | None:
+    """Why exposures cannot be compared at this scale (the noiseless model's canaries are not found by the
+    attack), or None when they can."""
+    if noiseless >= MEASURABLE_EXPOSURE:
+        return None
+    return (f"not measurable at this scale: the noiseless model's canaries have exposure {noiseless:.2f}, below "
+            f"{MEASURABLE_EXPOSURE:g} bits (a random rank gives 1.44 on average): the attack finds nothing to compare")
+
+
+def clearly_above(higher: float, lower: float) -> bool:
+    """``higher`` exceeds ``lower`` by more than the margin one canary's rank moves by chance."""
+    return higher > lower + EXPOSURE_MARGIN
+
+
 # --- inputs -------------------------------------------------------------------------------------------
 
 
@@ -139,14 +214,46 @@ def conll_documents(path: Path) -> list[list[str]]:
     return [d for d in documents if any(line.strip() and not line.startswith("-DOCSTART-") for line in d)]
 
 
+def write_if_changed(target: Path, text: str) -> Path:
+    """Write a page's copy of its inputs (the first documents of a file, a normalised copy) unless it
+    already holds ``text``: an unchanged copy keeps its tables' cache key and its ingest is reused; a
+    changed one is swapped in whole (a temporary file, then a rename)."""
+    if not target.is_file() or target.read_text(encoding="utf-8") != text:
+        partial = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+        partial.write_text(text, encoding="utf-8")
+        partial.replace(target)
+    return target
+
+
+def blank_pipeline(ctx: Context) -> Path:
+    """A blank English spaCy pipeline saved once under the data home, for pages whose policy is Presidio
+    recognizers: Presidio needs a pipeline to tokenize, the regexes need no NER model, and nothing is
+    downloaded. Saved whole (its files are part of the detection's cache key)."""
+    folder = ctx.home.root / "reproduce" / "inputs" / "spacy-blank-en"
+    if not (folder / "meta.json").is_file():
+        import spacy
+
+        partial = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.parent.mkdir(parents=True, exist_ok=True)
+        spacy.blank("en").to_disk(partial)
+        shutil.rmtree(folder, ignore_errors=True)
+        partial.rename(folder)
+    return folder
+
+
 def conll_inputs(ctx: Context, first: dict[str, int] | None) -> tuple[list[Path], str]:
     """The CoNLL-2003 files to ingest and the dataset name: the files themselves, or (``first``: documents
     per split) a copy of each file's first documents under the data home, which this command writes."""
+    if ctx.conll_dir is None:
+        raise UedpError(f"{ctx.name} reads CoNLL-2003: give --conll-dir, the folder holding eng.train, eng.testa and "
+                        f"eng.testb (get them from {CORPORA['conll'].where})")
     paths = {name: ctx.conll_dir / name for name in CONLL_FILES}
     missing = [str(p) for p in paths.values() if not p.is_file()]
     if missing:
         raise UedpError(f"CoNLL-2003 file(s) not found: {', '.join(missing)}; give --conll-dir, the folder holding "
-                        "eng.train, eng.testa and eng.testb (they are not redistributed with uedp)")
+                        f"eng.train, eng.testa and eng.testb (they are not redistributed with uedp; get them from "
+                        f"{CORPORA['conll'].where})")
     if not first:
         return list(paths.values()), "conll2003"
     tag = "-".join(str(first[split]) for split in CONLL_FILES.values())
@@ -155,11 +262,7 @@ def conll_inputs(ctx: Context, first: dict[str, int] | None) -> tuple[list[Path]
     for name, path in paths.items():
         documents = conll_documents(path)[: first[CONLL_FILES[name]]]
         text = "".join(line for document in documents for line in document)
-        target = folder / name
-        if not target.is_file() or target.read_text(encoding="utf-8") != text:
-            partial = folder / f".{name}.tmp-{os.getpid()}"
-            partial.write_text(text, encoding="utf-8")
-            partial.replace(target)
+        write_if_changed(folder / name, text)
     return [folder / name for name in CONLL_FILES], f"conll2003-first-{tag}"
 
 

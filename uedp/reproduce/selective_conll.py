@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,8 @@ from uedp.reproduce.common import (
     Context,
     Page,
     Results,
+    clearly_above,
+    exposure_unmeasurable,
     ingest_conll_gold,
     judge,
     markdown_table,
@@ -142,43 +145,64 @@ def private_token_share(ctx: Context, dataset: str) -> dict[str, float]:
             "sentences": private_sentences / max(sentences, 1)}
 
 
+# The checks both Selective-DP pages make (selective-customersim reuses them): on the first family whose
+# name starts with ``model`` (lstm, gpt2), or on every family for the canaries.
+Check = Callable[[Results], tuple[bool, str]]
+
+
+def _first_family(r: Results, model: str) -> str:
+    return next(row.family for row in r.runs if row.family.startswith(model))
+
+
+def family_order(model: str) -> Check:
+    """noiseless < selective < dpsgd in test perplexity."""
+    def check(r: Results) -> tuple[bool, str]:
+        f = _first_family(r, model)
+        n, sel, dp = (r.perplexity(m, family=f) for m in ("noiseless", "selective", "dpsgd"))
+        return n < sel < dp, f"{f}: noiseless {perplexity_text(n)} < selective {perplexity_text(sel)} < " \
+                             f"dpsgd {perplexity_text(dp)}"
+    return check
+
+
+def selective_beats_dpsgd(model: str) -> Check:
+    def check(r: Results) -> tuple[bool, str]:
+        f = _first_family(r, model)
+        sel, dp = r.perplexity("selective", family=f), r.perplexity("dpsgd", family=f)
+        return sel < dp, f"{f}: selective {perplexity_text(sel)}, dpsgd {perplexity_text(dp)}"
+    return check
+
+
+def improves_on_redacted(r: Results) -> tuple[bool, str]:
+    """GPT-2's two-phase selective against the redacted model (deid) it starts from."""
+    f = _first_family(r, "gpt2")
+    sel, red = r.perplexity("selective", family=f), r.perplexity("deid", family=f)
+    return sel < red, f"{f}: two-phase {perplexity_text(sel)}, redacted (deid) {perplexity_text(red)}"
+
+
+def dpsgd_hides_canaries(r: Results) -> tuple[bool, str]:
+    """dpsgd's canary exposure clearly below noiseless', in every family (judged only where measurable)."""
+    pairs = [(f, r.extra("noiseless", "canary_exposure_mean", family=f),
+              r.extra("dpsgd", "canary_exposure_mean", family=f)) for f in sorted({row.family for row in r.runs})]
+    ours = "; ".join(f"{f}: noiseless {n:.2f}, dpsgd {d:.2f}" for f, n, d in pairs)
+    unmeasurable = next((why for _, n, _ in pairs if (why := exposure_unmeasurable(n))), None)
+    if unmeasurable:
+        return False, f"{ours} ({unmeasurable})"
+    return all(clearly_above(n, d) for _, n, d in pairs), ours
+
+
+def missed_secret(r: Results) -> tuple[bool, str]:
+    """An unmarked canary's exposure clearly above under selective than under dpsgd, in every family."""
+    triples = [(f, r.extra("noiseless", "canary_exposure_mean", family=f),
+                r.extra("selective", "canary_exposure_mean", family=f),
+                r.extra("dpsgd", "canary_exposure_mean", family=f)) for f in sorted({row.family for row in r.runs})]
+    ours = "; ".join(f"{f}: selective {sel:.2f}, dpsgd {d:.2f}" for f, _, sel, d in triples)
+    unmeasurable = next((why for _, n, _, _ in triples if (why := exposure_unmeasurable(n))), None)
+    if unmeasurable:
+        return False, f"{ours} ({unmeasurable})"
+    return all(clearly_above(sel, d) for _, _, sel, d in triples), ours
+
+
 def claims(s: Settings) -> list[Claim]:
-    def family_order(model: str) -> Any:
-        def check(r: Results) -> tuple[bool, str]:
-            f = next(row.family for row in r.runs if row.family.startswith(model))
-            n, sel, dp = (r.perplexity(m, family=f) for m in ("noiseless", "selective", "dpsgd"))
-            return n < sel < dp, f"{f}: noiseless {perplexity_text(n)} < selective {perplexity_text(sel)} < " \
-                                 f"dpsgd {perplexity_text(dp)}"
-        return check
-
-    def selective_beats_dpsgd(model: str) -> Any:
-        def check(r: Results) -> tuple[bool, str]:
-            f = next(row.family for row in r.runs if row.family.startswith(model))
-            sel, dp = r.perplexity("selective", family=f), r.perplexity("dpsgd", family=f)
-            return sel < dp, f"{f}: selective {perplexity_text(sel)}, dpsgd {perplexity_text(dp)}"
-        return check
-
-    def improves_on_redacted(r: Results) -> tuple[bool, str]:
-        f = next(row.family for row in r.runs if row.family.startswith("gpt2"))
-        sel, red = r.perplexity("selective", family=f), r.perplexity("deid", family=f)
-        return sel < red, f"{f}: two-phase {perplexity_text(sel)}, redacted (deid) {perplexity_text(red)}"
-
-    def dpsgd_hides_canaries(r: Results) -> tuple[bool, str]:
-        pairs = []
-        for f in sorted({row.family for row in r.runs}):
-            pairs.append((f, r.extra("noiseless", "canary_exposure_mean", family=f),
-                          r.extra("dpsgd", "canary_exposure_mean", family=f)))
-        return all(d < n for _, n, d in pairs), "; ".join(
-            f"{f}: noiseless {n:.2f}, dpsgd {d:.2f}" for f, n, d in pairs)
-
-    def missed_secret(r: Results) -> tuple[bool, str]:
-        pairs = []
-        for f in sorted({row.family for row in r.runs}):
-            pairs.append((f, r.extra("selective", "canary_exposure_mean", family=f),
-                          r.extra("dpsgd", "canary_exposure_mean", family=f)))
-        return all(sel > d for _, sel, d in pairs), "; ".join(
-            f"{f}: selective {sel:.2f}, dpsgd {d:.2f}" for f, sel, d in pairs)
-
     return [
         Claim(f"at {_at(s)}, the LSTM orders noiseless < selective < dpsgd in perplexity",
               "No-DP 60.98 < S-DPSGD 160.04 < DPSGD 305.86 at epsilon ~4.9 (Table 2)", "reproduces",

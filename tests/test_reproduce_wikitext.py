@@ -1,0 +1,185 @@
+"""``uedp reproduce selective-wikitext`` at its ``ci`` scale, on small generated files in WikiText-2's own
+token format (`` = Title = `` headings, `` = = Section = = ``, `` @-@ ``, `` @,@ ``, numbers), through the
+real flows (ingest, Presidio detection with the digit policy, sweeps, MLflow, the canary attack): every
+ci claim must hold and the page must be whole. Also the parts that need no training: the article split,
+the corpus folder's layouts, the digit policy on its own, and the claims' verdicts on figures that break
+them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from uedp.errors import UedpError
+from uedp.reproduce import EXPERIMENTS, reproduce
+from uedp.reproduce.common import Context, Results, RunRow, judge
+from uedp.storage.formats import FormatError
+
+NOUNS = ["station", "river", "album", "church", "bridge", "battle", "season", "school", "ship", "village", "song",
+         "railway", "castle", "team", "road"]
+ADJECTIVES = ["old", "large", "northern", "famous", "small", "new", "local", "main"]
+VERBS = ["built", "opened", "recorded", "rebuilt", "founded", "closed", "renamed", "released"]
+NAMES = ["Valkyria", "Homarus", "Tower", "Kingston", "Ashford", "Brennan", "Delta", "Oriel"]
+
+
+def _sentence(rng: random.Random) -> str:
+    noun, adjective, verb, name = rng.choice(NOUNS), rng.choice(ADJECTIVES), rng.choice(VERBS), rng.choice(NAMES)
+    shapes = [
+        f"The {adjective} {noun} was {verb} in {rng.randint(1800, 2015)} .",
+        f"The {noun} of {name} has {rng.randint(2, 99)} @,@ {rng.randint(100, 999)} visitors each year .",
+        f"It is the {adjective} {noun} near {name} , a {noun} @-@ like place .",
+        f"In {rng.randint(1900, 2010)} the {noun} was {verb} by {name} .",
+        f"The {noun} is {rng.randint(1, 9)} @.@ {rng.randint(1, 9)} km long and {adjective} .",
+        f"The {adjective} {noun} and the {noun} of {name} were {verb} .",
+        f"{name} <unk> the {adjective} {noun} .",
+    ]
+    return rng.choice(shapes)
+
+
+def write_wikitext(path: Path, articles: int, seed: int) -> Path:
+    """A WikiText-2-like file: articles with a title, a section heading and paragraphs of sentences."""
+    rng = random.Random(seed)
+    lines = [" \n"]
+    for index in range(articles):
+        lines += [f" = {rng.choice(NAMES)} {rng.choice(NOUNS)} {index} = \n", " \n"]
+        for section in range(2):
+            if section:
+                lines += [f" = = {rng.choice(ADJECTIVES).title()} {rng.choice(NOUNS)} = = \n", " \n"]
+            lines += [" " + " ".join(_sentence(rng) for _ in range(rng.randint(2, 4))) + " \n", " \n"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def wikitext_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "wikitext-2"
+    write_wikitext(folder / "train.txt", 40, 0)
+    write_wikitext(folder / "valid.txt", 12, 1)
+    write_wikitext(folder / "test.txt", 6, 2)
+    return folder
+
+
+def test_ci_scale_runs_the_experiment_and_its_claims_hold(home, wikitext_dir: Path, prefect_server,
+                                                          tmp_path: Path) -> None:
+    out = tmp_path / "page"
+    lines: list[str] = []
+    page = reproduce("selective-wikitext", "ci", home, wikitext_dir, out, say=lines.append)
+    assert page.verdicts, "a page without claims checks nothing"
+    failed = [f"{v.statement}: {v.ours}" for v in page.verdicts if not v.holds]
+    assert not failed, f"selective-wikitext at the ci scale: claims that do not hold: {failed}"
+    assert {v.statement for v in page.verdicts} >= {
+        "the digit policy marks every digit token of the train split private, and no other token",
+        "at noise multiplier 1, selective beats dpsgd in test perplexity"}
+    files = {p.name for p in out.iterdir()}
+    assert {"README.md", "results.json", "selective.png"} <= files
+    assert (out / "selective.png").stat().st_size > 10_000
+    text = (out / "README.md").read_text(encoding="utf-8")
+    assert "uedp reproduce selective-wikitext" in text and "ci scale" in text and "--wikitext-dir" in text
+    assert "## The seeds' claims, checked" in text and "Cannot be checked here" in text
+    assert "validation file" in text and "60.98" in text and "305.86" in text  # the vocabulary's source, the paper
+    data = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert sorted(run["label"] for run in data["runs"]) == ["deid", "dpsgd", "noiseless", "selective"]
+    for run in data["runs"]:
+        assert run["run_id"] and math.isfinite(run["perplexity"])
+        assert run["extra"]["marked_canary_exposure"] >= 0 and "canary_exposure_mean" in run["extra"]
+    by_label = {run["label"]: run for run in data["runs"]}
+    assert math.isinf(by_label["noiseless"]["epsilon"]) and math.isfinite(by_label["selective"]["epsilon"])
+    share = data["figures"]["private_token_share"]
+    assert 0 < share["tokens"] < share["sentences"] <= 1
+    # The runs trained with the saved word-level tokenizer: digits are single tokens of its vocabulary.
+    from uedp.models.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer(home.root / "reproduce" / "tokenizers" / data["figures"]["tokenizer"])
+    assert tokenizer.tokenize("In 341752 the old station .") == ["In", "3", "4", "1", "7", "5", "2", "the", "old",
+                                                                  "station", "."]
+    assert not list(out.parent.glob(".page.tmp-*"))
+
+
+def test_the_digit_policy_marks_every_digit_run_and_nothing_else() -> None:
+    import spacy
+
+    from uedp.detection.presidio_engine import build_analyzer
+    from uedp.reproduce.selective_wikitext import CATEGORY, POLICY
+
+    nlp = spacy.blank("en")
+    analyzer, engine = build_analyzer(nlp, str(POLICY), defaults=False)
+    text = "In 1990s the 2 @,@ 500 km road ( A1 ) cost £ 3 @.@ 5 million ; two hundred people , ID 341752 ."
+    found = analyzer.analyze(text, "en", entities=[CATEGORY], nlp_artifacts=engine.artifacts(nlp(text)),
+                             score_threshold=0.4)
+    assert sorted(text[r.start:r.end] for r in found) == sorted(["1990", "2", "500", "1", "3", "5", "341752"])
+    assert {r.entity_type for r in found} == {CATEGORY}
+
+
+def test_wikitext_articles_split_at_top_headings_and_name_a_bad_file(tmp_path: Path) -> None:
+    from uedp.storage.formats.wikitext import wikitext_articles
+
+    path = tmp_path / "train.txt"
+    path.write_text(" \n = First = \n \n Text 1 . \n \n = = Part = = \n More . \n = Second = \n Two . \n", encoding="utf-8")
+    articles = wikitext_articles(path)
+    assert len(articles) == 2  # the section heading stays inside its article
+    assert articles[0][0] == " \n" and articles[0][1] == " = First = \n" and " = = Part = = \n" in articles[0]
+    assert "".join(line for article in articles for line in article) == path.read_text(encoding="utf-8")
+    bad = tmp_path / "notes.txt"
+    bad.write_text("\n plain text , no heading\n", encoding="utf-8")
+    with pytest.raises(FormatError, match=r"notes\.txt:2: text before the first ' = Title = '"):
+        wikitext_articles(bad)
+
+
+def test_either_layout_of_the_corpus_folder_is_read_and_a_missing_split_is_named(home, tmp_path: Path) -> None:
+    from uedp.reproduce.selective_wikitext import corpus_files
+
+    archive = tmp_path / "wikitext-2-v1"
+    for split in ("train", "valid", "test"):
+        write_wikitext(archive / f"wiki.{split}.tokens", 2, 0)
+    files = corpus_files(Context("selective-wikitext", "ci", home, archive))
+    assert {split: path.name for split, path in files.items()} == {
+        "train": "wiki.train.tokens", "valid": "wiki.valid.tokens", "test": "wiki.test.tokens"}
+    (archive / "wiki.test.tokens").unlink()
+    with pytest.raises(UedpError, match=r"no test\.txt or wiki\.test\.tokens; give --wikitext-dir"):
+        corpus_files(Context("selective-wikitext", "ci", home, archive))
+    assert EXPERIMENTS["selective-wikitext"].corpus == "wikitext"
+
+
+def _row(label: str, perplexity: float, epsilon: float, marked: float, missed: float) -> RunRow:
+    return RunRow(label, "lstm tiny", None if math.isinf(epsilon) else 4.9, epsilon, perplexity, 1.0, "r" * 32,
+                  {"marked_canary_exposure": marked, "canary_exposure_mean": missed})
+
+
+SHARE = {"tokens": 0.04, "words": 0.03, "sentences": 0.3, "digit_tokens_public": 0.0, "other_tokens_private": 0.0,
+         "train_tokens": 1000.0}
+
+
+def _verdicts(runs: list[RunRow], share: dict[str, float] = SHARE) -> dict[str, bool]:
+    from uedp.reproduce.selective_wikitext import SCALES, claims
+
+    results = Results(runs, {"private_token_share": share})
+    return {v.statement: v.holds for v in judge(claims(SCALES["cpu"]), results, "cpu")}
+
+
+def test_claims_follow_the_figures_and_break_when_they_do() -> None:
+    sound = [_row("noiseless", 100.0, math.inf, 15.0, 12.0), _row("deid", 110.0, math.inf, 3.0, 11.0),
+             _row("dpsgd", 400.0, 4.9, 1.5, 1.4), _row("selective", 150.0, 4.88, 2.0, 9.0)]
+    verdicts = _verdicts(sound)
+    assert all(verdicts.values()), verdicts
+    # dpsgd better than selective; a marked canary selective leaks; epsilons apart; a policy that misses digits
+    broken = [_row("noiseless", 100.0, math.inf, 15.0, 12.0), _row("deid", 110.0, math.inf, 3.0, 11.0),
+              _row("dpsgd", 140.0, 4.9, 1.5, 1.4), _row("selective", 150.0, 6.0, 16.0, 13.0)]
+    verdicts = _verdicts(broken, {**SHARE, "digit_tokens_public": 3.0})
+    assert not verdicts["at epsilon 4.9, selective beats dpsgd in test perplexity"]
+    assert not verdicts["at epsilon 4.9, the LSTM orders noiseless < selective < dpsgd in test perplexity"]
+    assert not verdicts["dpsgd and selective end at the same accounted epsilon (within 5% of the target)"]
+    assert not verdicts["the digit policy marks every digit token of the train split private, and no other token"]
+    assert not verdicts["selective exposes a missed secret less than deid (data anonymization)"]
+    marked = [holds for statement, holds in verdicts.items() if statement.startswith("the canary the policy marks")]
+    assert marked == [False]
+    # exposures at a random rank's level: the attack found nothing, so no exposure claim may hold
+    noise = [_row("noiseless", 100.0, math.inf, 1.6, 1.5), _row("deid", 110.0, math.inf, 1.2, 2.9),
+             _row("dpsgd", 400.0, 4.9, 0.4, 0.3), _row("selective", 150.0, 4.88, 0.5, 1.9)]
+    exposure = {statement: holds for statement, holds in _verdicts(noise).items() if "expose" in statement}
+    assert len(exposure) == 3 and not any(exposure.values()), exposure
