@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -263,6 +264,12 @@ def page(ctx: Context, s: Settings, results: Results) -> Page:
 
 
 def figure(results: Results, s: Settings) -> Any:
+    return utility_exposure_figure(results, _at(s), "test perplexity (lower is better)")
+
+
+def utility_exposure_figure(results: Results, at: str, perplexity_label: str) -> Any:
+    """Bars per family: test perplexity and mean canary exposure of noiseless, deid, dpsgd and selective
+    (means over seeds); shared with selective-customersim."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -278,9 +285,9 @@ def figure(results: Results, s: Settings) -> Any:
             for j, label in enumerate(labels):
                 rows = [r for r in results.runs if r.family == family and r.label == label]
                 if rows:
-                    value = rows[0].perplexity if key == "perplexity" else rows[0].extra.get(key, math.nan)
+                    values = [r.perplexity if key == "perplexity" else r.extra.get(key, math.nan) for r in rows]
                     xs.append(j + (i - (len(families) - 1) / 2) * width)
-                    ys.append(value)
+                    ys.append(statistics.fmean(values))
             bars = panel.bar(xs, ys, width=width, color=f"C{i}", label=family)
             panel.bar_label(bars, fmt="%.3g", fontsize=7, padding=2)
     axes[1].axhline(1.44, color="0.4", linestyle=":", linewidth=1, label="a random rank (~1.44)")
@@ -291,12 +298,10 @@ def figure(results: Results, s: Settings) -> Any:
         heights = [p.get_height() for p in panel.patches if math.isfinite(p.get_height())]
         panel.set_ylim(0, 1.4 * max(heights, default=1.0))
         panel.legend(fontsize=8, loc="upper left", ncol=3)
-    axes[0].set(ylabel="test perplexity (lower is better)",
-                title=f"utility at {_at(s)} (noiseless, deid: no guarantee)")
+    axes[0].set(ylabel=perplexity_label, title=f"utility at {at} (noiseless, deid: no guarantee)")
     axes[1].set(ylabel="canary exposure (mean; lower is safer)", title="exposure of the planted secrets")
     fig.tight_layout()
     return fig
-
 
 INTRO = """The Selective-DP paper (`selective-dp.txt`) protects only the tokens a policy marks private,
 and reports that its S-DPSGD reaches a much better perplexity than DPSGD at the same epsilon with an

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import re
-import statistics
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -48,6 +47,7 @@ from uedp.reproduce.selective_conll import (
     improves_on_redacted,
     missed_secret,
     selective_beats_dpsgd,
+    utility_exposure_figure,
 )
 
 POLICY = Path(__file__).with_name("customersim_policy.yaml")
@@ -393,39 +393,7 @@ def _unit(row: RunRow) -> str:
 
 
 def figure(results: Results, s: Settings) -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    families = sorted({r.family for r in results.runs})
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), dpi=110)
-    labels = ["noiseless", "deid", "dpsgd", "selective"]
-    width = 0.8 / max(len(families), 1)
-    for i, family in enumerate(families):
-        for panel, key in zip(axes, ("perplexity", "canary_exposure_mean")):
-            xs, ys = [], []
-            for j, label in enumerate(labels):
-                rows = [r for r in results.runs if r.family == family and r.label == label]
-                if rows:
-                    values = [r.perplexity if key == "perplexity" else r.extra.get(key, math.nan) for r in rows]
-                    xs.append(j + (i - (len(families) - 1) / 2) * width)
-                    ys.append(statistics.fmean(values))
-            bars = panel.bar(xs, ys, width=width, color=f"C{i}", label=family)
-            panel.bar_label(bars, fmt="%.3g", fontsize=7, padding=2)
-    axes[1].axhline(1.44, color="0.4", linestyle=":", linewidth=1, label="a random rank (~1.44)")
-    for panel in axes:
-        panel.set_xticks(range(len(labels)), labels)
-        panel.grid(alpha=0.3, axis="y")
-        heights = [p.get_height() for p in panel.patches if math.isfinite(p.get_height())]
-        panel.set_ylim(0, 1.4 * max(heights, default=1.0))
-        panel.legend(fontsize=8, loc="upper left", ncol=3)
-    axes[0].set(ylabel="test perplexity per byte (lower is better)",
-                title=f"utility at {_at(s)} (noiseless, deid: no guarantee)")
-    axes[1].set(ylabel="canary exposure (mean; lower is safer)", title="exposure of the planted secrets")
-    fig.tight_layout()
-    return fig
-
+    return utility_exposure_figure(results, _at(s), "test perplexity per byte (lower is better)")
 
 INTRO = """The Selective-DP paper (`selective-dp.txt`, sections 5 and 5.3) simulates customer-service
 dialogs (CustomerSim, with SimDial) whose customer names, addresses, phone numbers, order and tracking
