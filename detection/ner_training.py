@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import spacy
 from spacy.language import Language
@@ -70,13 +71,15 @@ def score(nlp: Language, examples: list[Example]) -> tuple[dict[str, LabelScore]
 def train_ner(train: Sequence[GoldSentence], evaluate_on: Sequence[GoldSentence], out: Path, *,
               dev: Sequence[GoldSentence] = (), epochs: int = 5, max_seconds: float | None = None, seed: int = 0,
               batch_size: int = 64, dropout: float = 0.2, on_epoch: Callable[[EpochReport], None] = lambda r: None,
-              trained_on: dict[str, str] | None = None) -> NerTrainingResult:
+              trained_on: dict[str, Any] | None = None,
+              side_files: Mapping[str, str] | None = None) -> NerTrainingResult:
     """Train on ``train``, report each epoch (with F1 on ``dev`` when given), score on ``evaluate_on``
     and save the pipeline to ``out`` (written beside it first, then moved: never half a folder).
 
     ``max_seconds`` stops after the first epoch that ends past the budget. ``trained_on`` (the dataset's
-    keyed id and the split) goes into the pipeline's meta.json, so coverage can tell its own training
-    split from held-out text."""
+    keyed id, its texts and the split) goes into the pipeline's meta.json, so coverage can tell its own
+    training split from held-out text; ``side_files`` (name -> text) are saved in the folder with it (the
+    keyed hashes of the sentences it learnt from, which detection checks)."""
     fix_random_seed(seed)
     nlp = spacy.blank("en")
     nlp.add_pipe("ner")
@@ -106,7 +109,7 @@ def train_ner(train: Sequence[GoldSentence], evaluate_on: Sequence[GoldSentence]
     nlp.meta["description"] = "spaCy NER trained by `uedp ner train` on gold entity tags"
     if trained_on:
         nlp.meta["uedp_trained_on"] = dict(trained_on)
-    _save(nlp, out)
+    _save(nlp, out, side_files or {})
     return NerTrainingResult(out, len(reports), seconds, per_label, overall, reports, stopped)
 
 
@@ -116,7 +119,7 @@ def check_output(out: Path) -> None:
         raise ValueError(f"{out} exists and is not a spaCy pipeline folder; choose another --out")
 
 
-def _save(nlp: Language, out: Path) -> None:
+def _save(nlp: Language, out: Path, side_files: Mapping[str, str]) -> None:
     """Written beside ``out`` under a unique name, then swapped in: a failure leaves the old pipeline."""
     import shutil
     import uuid
@@ -125,6 +128,8 @@ def _save(nlp: Language, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(f".{out.name}.partial-{uuid.uuid4().hex[:8]}")
     nlp.to_disk(partial)
+    for name, text in side_files.items():
+        (partial / name).write_text(text, encoding="utf-8")
     old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
     if out.exists():
         out.rename(old)

@@ -11,8 +11,11 @@ from pathlib import Path
 from uedp.errors import UedpError
 
 CONFIG_FILE = "config.json"
-# Beside a finished run's model as ``--init-from`` downloads it: the run id and its lineage (services.initial_model).
+# In every model a run logs, and beside it as ``--init-from`` downloads it: the run, its dataset and every text its
+# weights saw (services.lineage). Not part of the folder's identity: the same weights are the same checkpoint.
 INIT_RUN_FILE = "init_run.json"
+# Beside a finished run's model as ``--init-from`` downloads it: the run's logged configuration.
+RESOLVED_CONFIG = "resolved_config.json"
 # What a folder's identity covers: the weights and the files that decide how they are used, by name and at
 # the top level only. Anything else a user keeps beside them (their own data, notes) is never hashed: the
 # hash is released, and a hash of private bytes would let anyone test guesses of them.
@@ -25,6 +28,12 @@ _IDENTITY_SUFFIXES = (".safetensors", ".bin", ".tiktoken", ".safetensors.index.j
 
 def is_checkpoint_folder(path: str | Path) -> bool:
     return bool(str(path)) and (Path(path).expanduser() / CONFIG_FILE).is_file()
+
+
+def is_run_download(path: str | Path) -> bool:
+    """A run's model as ``--init-from RUN`` downloads it: with the run's marker and configuration beside it."""
+    folder = Path(path).expanduser()
+    return (folder / INIT_RUN_FILE).is_file() and (folder / RESOLVED_CONFIG).is_file()
 
 
 def has_tokenizer(path: str | Path) -> bool:

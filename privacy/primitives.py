@@ -161,7 +161,8 @@ DEVICE_NOISE_VALUES = 1 << 24
 @dataclass(frozen=True)
 class DeviceKey:
     """The key of one chunk of device noise: the 64-bit Philox key (``seed``) and a 64-bit starting
-    counter (``offset``, a multiple of 4 as torch requires): 126 secret bits, never logged."""
+    counter (``offset``, a multiple of 4 as torch requires), never logged. The secret is the key's 64 bits:
+    once the key is guessed, the counter can be read back from one block of output (docs/PRIVACY.md)."""
 
     seed: int
     offset: int

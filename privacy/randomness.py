@@ -10,7 +10,9 @@ its purpose, the round and, for per-unit choices, the unit's stable identifier. 
 ``PCG64DXSM`` generator seeded with the full 256-bit digest (128 bits of state), never a torch CPU
 generator: those keep only the low 32 bits of a seed, so anyone could try every seed and subtract
 the noise. On a CUDA device the noise is drawn there, by torch's Philox generator keyed per chunk
-with 126 bits drawn from the round's stream (:func:`privacy.primitives.device_noise_keys`). So
+with a 64-bit key and a 64-bit starting counter drawn from the round's stream
+(:func:`privacy.primitives.device_noise_keys`). The secret is the key's 64 bits per chunk: once the key
+is guessed, the counter can be read back (docs/PRIVACY.md, rule 1). So
 
 * streams are independent per (round, unit): adding a user, an entity or a sentence changes no
   other unit's sampling coin, batch order or truncation priority (a shared sequential stream would

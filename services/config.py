@@ -31,7 +31,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from uedp.detection.categories import Categories, default_categories
-from uedp.models.checkpoints import INIT_RUN_FILE, checkpoint_kind, has_tokenizer, is_checkpoint_folder
+from uedp.models.checkpoints import checkpoint_kind, has_tokenizer, is_checkpoint_folder, is_run_download
 from uedp.models.presets import (
     CHECKPOINT_KINDS,
     LORA_KINDS,
@@ -139,7 +139,7 @@ class RunSettings(BaseModel):
                 data[key] = str(Path(data[key]).expanduser().resolve())
         init = str(data.get("init_from") or "")
         # a plain folder's tokenizer; a run's model folder keeps the run's tokenizer setting (checked against it)
-        own = init if is_checkpoint_folder(init) and not (Path(init) / INIT_RUN_FILE).is_file() else None
+        own = init if is_checkpoint_folder(init) and not is_run_download(init) else None
         if data.get("model") in CHECKPOINT_KINDS and isinstance(data.get("model_size"), str):
             own = own or data["model_size"]
         if own is not None and data.get("tokenizer") in (None, "byte") and has_tokenizer(own):

@@ -16,6 +16,7 @@ from typing import Any
 
 from uedp.detection import detectors as detector_registry
 from uedp.detection.categories import taxonomy
+from uedp.services.lineage import protected_ids
 from uedp.storage.catalog import Catalog
 from uedp.storage.home import DataHome
 from uedp.storage.tables import read_manifest
@@ -106,11 +107,12 @@ class SplitCoverage:
         return f"{self.split} (held-out)" if self.split in (*HELD_OUT, "+".join(HELD_OUT)) else self.split
 
 
-def ner_trained_on(manifest: dict[str, Any], dataset_id: str | None = None) -> str | None:
-    """The split of this dataset (keyed id ``dataset_id``) that the entities table's spaCy pipeline was
-    trained on, when `uedp ner train` made it (its meta.json says so), else None. A pipeline trained on
-    another dataset's text has no split here. One from an older uedp, which did not record its dataset,
-    marks the train split of any dataset: erring on the side of not calling its figures held-out."""
+def ner_trained_on(manifest: dict[str, Any], ids: frozenset[str] = frozenset()) -> str | None:
+    """The split of this dataset (its lineage ids, ``services.lineage.protected_ids``: a copy of its text under
+    another name or split counts) that the entities table's spaCy pipeline was trained on, when `uedp ner train`
+    made it (its meta.json says so), else None. A pipeline trained on another dataset's text has no split here.
+    One from an older uedp, which did not record its dataset, marks the train split of any dataset: erring on
+    the side of not calling its figures held-out."""
     model = str((manifest.get("detector") or {}).get("spacy_model") or "")
     meta_file = Path(model) / "meta.json" if model else None
     if meta_file is None or not meta_file.is_file():
@@ -123,21 +125,27 @@ def ner_trained_on(manifest: dict[str, Any], dataset_id: str | None = None) -> s
         return None
     recorded = meta.get("uedp_trained_on")
     if isinstance(recorded, dict) and recorded.get("dataset_id"):
-        return str(recorded.get("split") or NER_TRAIN_SPLIT) if recorded["dataset_id"] == dataset_id else None
+        mine = ids.intersection([recorded["dataset_id"], *(recorded.get("text_lineage") or ())])
+        return str(recorded.get("split") or NER_TRAIN_SPLIT) if mine else None
     return NER_TRAIN_SPLIT
+
+
+def _own_split(home: DataHome, dataset: str) -> str | None:
+    """The split of ``dataset`` the entities table's own `uedp ner train` NER learnt from, if any."""
+    return ner_trained_on(read_manifest(home.table_dir(dataset, "entities")) or {}, protected_ids(home, dataset))
 
 
 def coverage_by_split(home: DataHome, dataset: str) -> list[SplitCoverage]:
     """The stored figures per detector, split and class (each split alone, then valid and test together),
     each marked when it is measured on the split the detector's own NER was trained on."""
     figures = stored_coverage(home, dataset)
-    sentences_key = str((read_manifest(home.table_dir(dataset, "sentences")) or {}).get("key", ""))
-    trained_on = ner_trained_on(read_manifest(home.table_dir(dataset, "entities")) or {}, home.keyed_id(sentences_key))
+    trained_on = _own_split(home, dataset)
     parsing = {name for name, spec in detector_registry.detectors().items() if spec.needs_nlp} | {ANY}
     rows = []
     for scope, label in (*((split, split) for split in SPLITS), ("held_out", "+".join(HELD_OUT))):
         for name, per_class in figures.get(scope, {}).items():
-            own = trained_on is not None and scope == trained_on and name in parsing
+            own = trained_on is not None and name in parsing and (
+                scope == trained_on or (scope == "held_out" and trained_on in HELD_OUT))
             rows += [SplitCoverage(name, label, own, *(row[f] for f in FIELDS)) for row in per_class]
     order = {name: i for i, name in enumerate(dict.fromkeys(row.detector for row in rows))}
     return sorted(rows, key=lambda row: order[row.detector])  # stable: per detector, splits in order
@@ -166,7 +174,8 @@ class DetectorRecall:
 def detector_recall(catalog: Catalog, categories: list[str]) -> DetectorRecall:
     """Overlap recall, on held-out gold spans of the chosen categories' CoNLL classes, of the automatic
     detectors' spans *of the chosen categories* (their union: what a run protects besides the gold tags,
-    which are protected too). An estimate for text without gold tags, measured where gold exists."""
+    which are protected too). An estimate for text without gold tags, measured where gold exists, and never
+    on a held-out split the detectors' own NER learnt from (`uedp ner train --train-split valid`: test only)."""
     coarse = taxonomy().coarse
     classes = tuple(sorted({str(coarse[c]) for c in categories if coarse.get(c)}))
     unmeasured = tuple(c for c in categories if not coarse.get(c))
@@ -179,7 +188,8 @@ def detector_recall(catalog: Catalog, categories: list[str]) -> DetectorRecall:
     if "gold" not in detectors:
         return DetectorRecall(None, "no gold tags to measure it on: detect with --detector gold,... on a "
                                     "labelled sample", unmeasured=tuple(categories), ignored_surfaces=ignored)
-    rows = [row for row in catalog.coverage(automatic, coarse, splits=HELD_OUT, predicted_categories=categories)
+    held_out = tuple(split for split in HELD_OUT if split != _own_split(catalog.home, catalog.dataset))
+    rows = [row for row in catalog.coverage(automatic, coarse, splits=held_out, predicted_categories=categories)
             if row[0] in classes]
     total = sum(row[1] for row in rows)
     if not total:

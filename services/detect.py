@@ -26,6 +26,7 @@ from uedp.detection.pipeline import DetectorConfig, detect, read_ignore_list
 from uedp.errors import UedpError
 from uedp.progress import progress as progress_bar
 from uedp.services.coverage import store_coverage
+from uedp.services.ner import refuse_ner_fitted_to_training_text
 from uedp.storage.catalog import Catalog, CommonEntity
 from uedp.storage.formats.registry import formats
 from uedp.storage.home import DataHome
@@ -118,6 +119,7 @@ def detect_entities(home: DataHome, dataset: str, config: DetectorConfig | None 
 
 def _detect_here(home: DataHome, dataset: str, config: DetectorConfig, progress: bool) -> DetectResult:
     plan = plan_detection(home, dataset, config)
+    check_independent_of_training_text(home, dataset, config)
     if (reused := plan.reused()) is not None:
         return reused
     bar = progress_bar(plan.rows, f"detect {dataset}", "sentences", enabled=progress)
@@ -192,8 +194,16 @@ def shards_to_detect(home: DataHome, dataset: str, config: DetectorConfig, rows_
         store.pull_required(home, dataset, ("sentences",))
         store.pull(home, dataset, "entities")
     plan = plan_detection(home, dataset, config)
+    check_independent_of_training_text(home, dataset, config)
     reused = plan.reused()
     return reused if reused is not None else plan_shards(plan, rows_per_shard)
+
+
+def check_independent_of_training_text(home: DataHome, dataset: str, config: DetectorConfig) -> None:
+    """Refuse detection whose spaCy pipeline `uedp ner train` fitted to this dataset's training text (also a
+    table detected so before: reusing it would be the same): services.ner explains why."""
+    if config.needs_nlp:
+        refuse_ner_fitted_to_training_text(home, dataset, config.spacy_model, f"uedp detect {dataset}")
 
 
 class Staging:

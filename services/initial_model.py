@@ -3,9 +3,10 @@ model a finished run logged; with LoRA adapters when asked; and what the privacy
 
 Whatever the starting weights saw is outside the run's epsilon, so the statement names them as public: the
 checkpoint folder and its content hash, or the run and the dataset it trained on. Starting from weights
-trained, at any remove, on this same text would carry it into the model outside epsilon, so a run whose
-lineage (its dataset and those of the runs it started from, by keyed content id) holds this dataset's text
-is refused. The origin of a plain folder cannot be checked; the statement says so.
+trained, at any remove, on this same text would carry it into the model outside epsilon, so a model whose
+lineage (:mod:`services.lineage`: every text it saw, by keyed content id) holds this dataset's text is
+refused, by whichever flag it is named. The origin of a folder no run of this data home logged cannot be
+checked; the statement says so.
 """
 
 from __future__ import annotations
@@ -22,16 +23,22 @@ from typing import Any
 import torch
 
 from uedp.errors import UedpError
-from uedp.models.checkpoints import INIT_RUN_FILE, content_hash, is_checkpoint_folder
+from uedp.models.checkpoints import INIT_RUN_FILE, RESOLVED_CONFIG, content_hash, is_checkpoint_folder, is_run_download
 from uedp.models.factory import build_model, check_vocabulary
-from uedp.models.presets import SIZE_PRESETS
+from uedp.models.presets import CHECKPOINT_KINDS, SIZE_PRESETS
 from uedp.models.saving import ADAPTER_CONFIG, BaseIdentity, load_saved, saved_form
 from uedp.services.config import TrainConfig
+from uedp.services.lineage import (
+    DATASET_ID_TAG,
+    START_LINEAGE_TAG,
+    TEXT_LINEAGE_TAG,
+    RunMarker,
+    marker_in,
+    marker_of,
+    refuse_same_text,
+)
 from uedp.storage.home import DataHome
 
-RESOLVED_CONFIG = "resolved_config.json"
-# The tag a run carries: the keyed content ids of every dataset its starting weights were trained on.
-LINEAGE_TAG = "uedp.initial_lineage"
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
@@ -44,7 +51,7 @@ class Start:
     kind: str = ""  # how ``folder`` loads (the model kind it was saved as)
     public: tuple[str, ...] = field(default_factory=tuple)  # what the statement names as public
     content_hash: str = ""  # of ``folder``'s model files, computed once (statement, LoRA's base, resume check)
-    lineage: tuple[str, ...] = ()  # keyed ids of the datasets the starting weights were trained on
+    lineage: tuple[str, ...] = ()  # keyed ids of the texts the starting weights were trained on
 
 
 def init_folder(home: DataHome, run_id: str) -> Path:
@@ -68,8 +75,12 @@ def init_folder(home: DataHome, run_id: str) -> Path:
             raise UedpError(f"--init-from {run_id}: the run logged no model; train it with --log-model")
         shutil.move(str(config), model / RESOLVED_CONFIG)
         tags = tracker.client.get_run(run_id).data.tags
-        lineage = [tags.get("uedp.dataset_id", ""), *filter(None, tags.get(LINEAGE_TAG, "").split(","))]
-        (model / INIT_RUN_FILE).write_text(json.dumps({"run_id": run_id, "lineage": lineage}), encoding="utf-8")
+        # The run's tags, and the marker its model carries (runs of an older uedp logged none)
+        lineage = [tags.get(DATASET_ID_TAG, ""), *(i for tag in (TEXT_LINEAGE_TAG, START_LINEAGE_TAG)
+                                                   for i in tags.get(tag, "").split(",") if i)]
+        marker = RunMarker(run_id, tags.get("uedp.dataset", ""), tags.get("uedp.mechanism", ""),
+                           tuple(i for i in lineage if i)).merged(marker_in(model))
+        (model / INIT_RUN_FILE).write_text(json.dumps(marker.as_json()), encoding="utf-8")
         try:
             os.replace(model, folder)
         except OSError:  # another process (a torchrun rank) put it there first: the same files
@@ -78,42 +89,43 @@ def init_folder(home: DataHome, run_id: str) -> Path:
     return folder
 
 
-def resolve_start(home: DataHome, config: TrainConfig, dataset_id: str) -> Start:
-    """The weights and tokenizer a configuration starts from, after the checks ``--init-from`` needs
-    (``dataset_id``: this run's dataset's keyed content id, which a run on the same text under another
-    name shares)."""
+def resolve_start(home: DataHome, config: TrainConfig) -> Start:
+    """The weights and tokenizer a configuration starts from, after the lineage checks every named model
+    needs (a run's model is refused where it saw this dataset's text, whichever flag names it)."""
     if config.init_from is None:
         if config.model_size in SIZE_PRESETS[config.model]:
             return Start(config.tokenizer)
         if not is_checkpoint_folder(config.model_size):  # a hub name, where downloads are possible
             return Start(config.tokenizer, public=(f"the initial model: hub checkpoint {config.model_size}, and "
                                                    "whatever it was trained on (not checked)",))
-        return _from_folder(config, Path(config.model_size), config.model)
-    if _is_run_folder(Path(config.init_from)):  # a run's model as --init-from downloads it: checked as the run
-        return _from_run(config, Path(config.init_from), dataset_id, Path(config.init_from).name)
+        flag = "--model" if config.model in CHECKPOINT_KINDS else "--model-config"
+        return _from_folder(home, config, Path(config.model_size), config.model, flag)
+    if is_run_download(config.init_from):  # a run's model as --init-from downloads it: checked as the run
+        return _from_run(home, config, Path(config.init_from), Path(config.init_from).name)
     if is_checkpoint_folder(config.init_from):
-        return _from_folder(config, Path(config.init_from), config.model)
-    return _from_run(config, init_folder(home, config.init_from), dataset_id, config.init_from)
+        return _from_folder(home, config, Path(config.init_from), config.model, "--init-from")
+    return _from_run(home, config, init_folder(home, config.init_from), config.init_from)
 
 
-def _is_run_folder(folder: Path) -> bool:
-    return (folder / INIT_RUN_FILE).is_file() and (folder / RESOLVED_CONFIG).is_file()
-
-
-def _from_folder(config: TrainConfig, folder: Path, kind: str) -> Start:
+def _from_folder(home: DataHome, config: TrainConfig, folder: Path, kind: str, flag: str) -> Start:
+    """A checkpoint folder: checked as a run's model when it is one (its marker, or this home's record of
+    its files), otherwise named public as an unchecked checkpoint."""
     digest = content_hash(folder)
-    public = f"the initial model: checkpoint {folder.resolve()} ({digest}), and whatever it was trained on (not checked)"
-    return Start(config.tokenizer, folder, kind, (public,), digest)
+    named = f"checkpoint {folder.resolve()} ({digest})"
+    marker = marker_of(home, folder, digest)
+    if marker is None:
+        return Start(config.tokenizer, folder, kind, (f"the initial model: {named}, and whatever it was trained on "
+                                                      "(not checked)",), digest)
+    refuse_same_text(home, config.dataset, marker, f"{flag} {folder}")
+    return Start(config.tokenizer, folder, kind, (f"the initial model: {named}, the model of {marker.describe()}",),
+                 digest, marker.lineage)
 
 
-def _from_run(config: TrainConfig, folder: Path, dataset_id: str, run_id: str) -> Start:
+def _from_run(home: DataHome, config: TrainConfig, folder: Path, run_id: str) -> Start:
     logged = json.loads((folder / RESOLVED_CONFIG).read_text(encoding="utf-8"))
     init = TrainConfig.from_logged(logged["config"])
-    lineage = tuple(json.loads((folder / INIT_RUN_FILE).read_text(encoding="utf-8")).get("lineage", ()))
-    if init.dataset == config.dataset or dataset_id in lineage:
-        raise UedpError(f"--init-from {run_id}: that run's weights were trained on the text this run protects "
-                        f"({config.dataset!r}; it trained on {init.dataset!r}, or started from a run that did): its "
-                        "model would carry that text outside epsilon. Start from a run on public text")
+    marker = (marker_in(folder) or RunMarker(run_id)).merged(RunMarker(run_id, init.dataset, init.mechanism))
+    refuse_same_text(home, config.dataset, marker, f"--init-from {run_id}")
     if config.task == "classification":
         raise UedpError("--init-from a run starts language models; a classifier starts from a checkpoint folder "
                         "(--model FOLDER)")
@@ -126,7 +138,7 @@ def _from_run(config: TrainConfig, folder: Path, dataset_id: str, run_id: str) -
     earlier = [p.removeprefix(prefix) for p in logged.get("privacy", {}).get("public", ()) if p.startswith(prefix)]
     public = (f"{prefix}run {run_id} ({init.mechanism} on dataset {init.dataset!r}, whose text is treated as public"
               f"{'; it started from ' + earlier[0] if earlier else ''})",)
-    return Start(str(folder), folder, init.model, public, content_hash(folder), lineage)
+    return Start(str(folder), folder, init.model, public, content_hash(folder), marker.lineage)
 
 
 def start_model(config: TrainConfig, start: Start, tokenizer: Any, num_labels: int | None) -> torch.nn.Module:

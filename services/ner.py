@@ -1,16 +1,32 @@
 """``uedp ner train``: a spaCy NER from an ingested dataset's gold entity tags (CoNLL-2003 here), trained
-on CPU with no download, saved as a pipeline folder for ``--spacy-model``."""
+on CPU with no download, saved as a pipeline folder for ``--spacy-model``; and the check that keeps such a
+NER from deciding what is private in the text it was fitted to.
+
+Every entity- and token-level guarantee argues as if the spans detected in one sentence were a function of
+that sentence (and of public things). A NER fitted without noise to a training split makes each sentence's
+spans depend on every other sentence it learnt from: adding one user who tags "Northgate" as a person
+changed the spans of 33 other users' sentences. So a pipeline ``uedp ner train`` fitted records the texts it
+learnt from (their keyed lineage ids), its split, and the keyed hashes of its sentences with their writers;
+detecting a dataset of the same text (a copy under another name or split, a release drawn from it included)
+is refused when the NER learnt from that text's train split, or from a sentence a user of this dataset's
+train split wrote. A NER fitted to another corpus, or to this one's held-out split, detects as usual.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 
 from uedp.detection.categories import taxonomy
 from uedp.detection.ner_training import EpochReport, GoldSentence, NerTrainingResult, check_output, train_ner
 from uedp.errors import UedpError
+from uedp.services.coverage import NER_TRAINED_BY
+from uedp.services.lineage import protected_ids, text_lineage
+from uedp.storage.catalog import Catalog
 from uedp.storage.formats.registry import formats
 from uedp.storage.home import DataHome
 from uedp.storage.tables import DATA_FILE, read_manifest
@@ -63,6 +79,69 @@ def train_dataset_ner(home: DataHome, dataset: str, out: Path | None = None, *, 
         raise UedpError(f"dataset {dataset!r} has no {eval_split} sentences to score the NER on")
     dev = gold_sentences(home, dataset, dev_split) if dev_split else []
     sentences_key = str((read_manifest(home.table_dir(dataset, "sentences")) or {}).get("key", ""))
+    trained_on = {"dataset_id": home.keyed_id(sentences_key), "split": train_split,
+                  "text_lineage": list(text_lineage(home, dataset))}
+    learnt = "\n".join(sorted(set(_record_ids(home, _records(home, dataset, train_split))))) + "\n"
     return train_ner(train, held_out, target, dev=dev, epochs=epochs,
                      max_seconds=max_minutes * 60 if max_minutes else None, seed=seed, on_epoch=on_epoch,
-                     trained_on={"dataset_id": home.keyed_id(sentences_key), "split": train_split})
+                     trained_on=trained_on, side_files={LEARNT_SENTENCES_FILE: learnt})
+
+
+# In a pipeline folder `uedp ner train` wrote: one keyed hash a line, of each sentence it learnt from. Keyed
+# with the data home's secret, so the folder tells nobody else which sentences those were.
+LEARNT_SENTENCES_FILE = "uedp_learnt_sentences.txt"
+
+
+def _records(home: DataHome, dataset: str, split: str) -> list[tuple[str, str]]:
+    """A split's sentences as (user, text): a record, where the text alone would confuse two users' "Thanks."."""
+    with Catalog(home, dataset) as catalog:
+        return [(user, text) for _, user, text in catalog.sentences(split)]
+
+
+def _record_ids(home: DataHome, records: list[tuple[str, str]]) -> list[str]:
+    return home.keyed_ids([f"sentence:{user}\0{text}" for user, text in records])
+
+
+def fitted_to_training_text(home: DataHome, dataset: str, spacy_model: str | None) -> str | None:
+    """Why the pipeline ``spacy_model`` may not detect ``dataset``'s entities, or None: `uedp ner train` fitted
+    it to this dataset's text (or a copy of it under another name or split, or a release drawn from it), to
+    its train split, or to a held-out split that holds a sentence of a user in this dataset's train split
+    now. A NER of another corpus detects, whatever common sentences ("Thank you.") the two texts share: its
+    spans depend on that corpus, not on these users. A pipeline uedp did not train, or one trained in another
+    data home, cannot be checked."""
+    folder = Path(spacy_model).expanduser() if spacy_model else None
+    meta = _uedp_meta(folder) if folder is not None else None
+    if folder is None or meta is None:
+        return None
+    recorded = meta.get("uedp_trained_on") or {}
+    if not protected_ids(home, dataset).intersection([*(recorded.get("text_lineage") or ()), recorded.get("dataset_id")]):
+        return None
+    learnt_file = folder / LEARNT_SENTENCES_FILE
+    if recorded.get("split", "train") == "train" or not learnt_file.is_file():
+        return f"it was fitted to the train split of the text of {dataset!r} (or of a copy or a release of it)"
+    learnt = set(learnt_file.read_text(encoding="utf-8").split())
+    if learnt.intersection(_record_ids(home, _records(home, dataset, "train"))):
+        return f"it was fitted to sentences that users of the train split of {dataset!r} wrote"
+    return None
+
+
+def _uedp_meta(folder: Path) -> dict[str, Any] | None:
+    try:
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) and NER_TRAINED_BY in str(meta.get("description", "")) else None
+
+
+def refuse_ner_fitted_to_training_text(home: DataHome, dataset: str, spacy_model: str | None, doing: str) -> None:
+    """Refuse ``doing`` (detecting, or training on what was detected) with a NER fitted to the text it
+    would decide the private spans of."""
+    why = fitted_to_training_text(home, dataset, spacy_model)
+    if why is None:
+        return
+    raise UedpError(f"{doing}: the spaCy pipeline {spacy_model} was trained by `uedp ner train` and {why}. The spans it "
+                    "finds in one user's sentence would then depend on other users' text, which every entity- and "
+                    "token-level guarantee assumes they do not (one added user changes what is private in the others' "
+                    "sentences). Detect with a NER trained on another corpus (`uedp ner train OTHER`: CoNLL-2003 for "
+                    "a chat corpus, say), or on this one's held-out text (`uedp ner train "
+                    f"{dataset} --train-split valid`), or with --detector gold,presidio")

@@ -1,5 +1,5 @@
 """Budgets across runs: every release from a dataset goes into its privacy ledger
-(:mod:`storage.privacy_ledger`), the releases of one privacy unit compose
+(:mod:`storage.privacy_ledger`), the releases of one privacy unit of one text compose
 (:func:`privacy.accounting.compose_guarantees`), and a budget the curator sets is kept.
 
 What is charged, and when (docs/PRIVACY.md, "Several runs on the same data"):
@@ -12,47 +12,54 @@ What is charged, and when (docs/PRIVACY.md, "Several runs on the same data"):
 * a local-DP release (``uedp sanitize``, or custext/santext's first training), at its per-token epsilon,
   once; every run that trains on the release is post-processing of it and costs nothing;
 * nothing else: reports, attacks, ``--init-from`` of a trained model and logging it again reuse a
-  release. A run without a guarantee (noiseless, deid) is entered with an infinite epsilon under the
-  unit "none": it is the reason a ledger's totals cannot be the whole story (``uedp budget`` says so).
+  release.
 
-Releases compose within one unit *and scope*: an entity-level run protects only the categories it was
-given and the entities its detection found, so runs with other categories, or after another detection,
-are totals of their own. Units differ in adjacency (a writer, a sequence, a token's value) and are not
-combined: a person exposed by releases of several units has no single figure here.
+What composes: every release of one unit **from one text**, whatever dataset name holds that text (the
+same sentences ingested under another name or split are one text: :mod:`services.lineage`), and whatever
+categories or detection an entity- or token-level release used. One entity is one unit whatever category
+a detector gave it ("Leeds" as GPE and as LOC; homonyms share a unit), so a run with PER and a run with LOC
+can both expose it, and per-category totals would undercount it; composing them all errs towards counting
+too much. Units differ in adjacency (a writer, a sequence, a token's value) and are not combined: a person
+exposed by releases of several units has no single figure here.
 
-A budget is one epsilon that each such total must stay within; a release that would take its total
-past it is refused before it starts (a run without a guarantee always would).
+Releases that bound nothing are kept out of the totals and said apart: runs without a guarantee
+(noiseless, deid: the unit "none") and seeded runs, whose noise anyone who knows the seed (logged with the
+run) can recompute. A budget is one epsilon that each total must stay within; a release that would take
+its total past it is refused before it starts, and so is any release that bounds nothing.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from uedp.errors import UedpError
 from uedp.privacy.accounting import compose_guarantees
+from uedp.services.lineage import text_lineage
 from uedp.storage.home import DataHome
-from uedp.storage.privacy_ledger import FINISHED, RESERVED, LedgerEntry, LedgerState, PrivacyLedger
+from uedp.storage.privacy_ledger import FINISHED, LEDGER_FILE, RESERVED, LedgerEntry, LedgerState, PrivacyLedger
 from uedp.storage.tables import read_manifest
 
 NO_UNIT = "none"  # the unit of runs without a guarantee, as their statements give it
+SEEDED = "seeded"
 
 
 @dataclass(frozen=True)
 class UnitTotal:
-    """The composed guarantee of every release of one unit and scope."""
+    """The composed guarantee of every release of one unit from one text."""
 
     unit: str
-    scope: str
     epsilon: float
     delta: float
     releases: int
+    categories: tuple[str, ...] = ()  # entity- and token-level releases: every category any of them chose
+    mixed: bool = False  # its releases chose different categories or detections (composed all the same)
 
     @property
     def named(self) -> str:
-        return self.unit + (f" [{self.scope}]" if self.scope else "")
+        return self.unit + (f" [categories {','.join(self.categories)}]" if self.categories else "")
 
 
 @dataclass(frozen=True)
@@ -66,17 +73,32 @@ class Release:
     delta: float
     name: str
     randomness: str
-    scope: str = ""  # categories and detected entities, or what a local-DP release sanitized (LedgerEntry)
+    scope: str = ""  # in words: categories and detected entities, or what a local-DP release sanitized
     fingerprint: str = ""  # the training configuration's
+    text: str = ""  # the keyed id of the text it releases from (text_of)
+    categories: tuple[str, ...] = ()
 
     def entry(self) -> LedgerEntry:
         return LedgerEntry(key=self.key, mechanism=self.mechanism, unit=self.unit, epsilon=self.epsilon,
                            delta=self.delta, status=RESERVED, name=self.name, randomness=self.randomness,
-                           scope=self.scope, fingerprint=self.fingerprint)
+                           scope=self.scope, fingerprint=self.fingerprint, text=self.text,
+                           categories=self.categories)
 
-    @property
-    def named(self) -> str:
-        return self.unit + (f" [{self.scope}]" if self.scope else "")
+
+@dataclass(frozen=True)
+class LedgerView:
+    """Every release from one text that a dataset's budget must see: its own ledger's entries and those of
+    every other dataset of the data home released from the same text (``origin``: the dataset whose ledger
+    holds each entry), with the strictest budget set on a dataset that holds the text."""
+
+    entries: tuple[LedgerEntry, ...] = ()
+    limit: float | None = None
+    origin: dict[str, str] = field(default_factory=dict)  # entry key -> the dataset whose ledger holds it
+    limited_by: str = ""  # the dataset whose budget ``limit`` is
+
+    def others(self, release: Release) -> list[LedgerEntry]:
+        """The entries a release adds to: every one but its own (a resumed run's)."""
+        return [e for e in self.entries if e.key != release.key]
 
 
 def ledger_of(home: DataHome, dataset: str) -> PrivacyLedger:
@@ -91,70 +113,104 @@ def derived_from(home: DataHome, dataset: str) -> str | None:
     return str(source.get("dataset")) if isinstance(source, dict) and source.get("dataset") else None
 
 
-def unit_totals(entries: tuple[LedgerEntry, ...] | list[LedgerEntry]) -> list[UnitTotal]:
-    """Each unit and scope's releases composed, in the order they first appear (runs without a guarantee:
-    one infinite total under the unit "none")."""
-    groups: dict[tuple[str, str], list[LedgerEntry]] = {}
+def text_of(home: DataHome, dataset: str) -> str:
+    """The keyed id of the text a dataset holds (empty before it is ingested)."""
+    return next(iter(text_lineage(home, dataset)), "")
+
+
+def view(home: DataHome, dataset: str, own: LedgerState | None = None) -> LedgerView:
+    """What ``dataset``'s budget sees (``own``: its ledger as already read under its lock): every entry of
+    its own ledger, and every entry of another dataset's ledger released from the same text. An entry an
+    older uedp wrote records no text: it counts as its ledger's dataset's text now. The budget is the
+    smallest one set on a dataset that holds this text."""
+    text = text_of(home, dataset)
+    states = {dataset: own if own is not None else ledger_of(home, dataset).read()}
+    root = home.root / "datasets"
+    for folder in sorted(root.iterdir()) if root.is_dir() and text else ():
+        if folder.name != dataset and (folder / LEDGER_FILE).is_file():
+            states[folder.name] = ledger_of(home, folder.name).read()
+    texts = {name: text if name == dataset else text_of(home, name) for name in states}
+    entries, origin = [], {}
+    for name, state in states.items():
+        for entry in state.entries:
+            if name == dataset or (entry.text or texts[name]) == text:
+                entries.append(entry)
+                origin[entry.key] = name
+    limits = [(state.limit, name) for name, state in states.items() if state.limit is not None and texts[name] == text]
+    limit, by = min(limits) if limits else (None, "")
+    return LedgerView(tuple(entries), limit, origin, by)
+
+
+def bounds_nothing(entry: LedgerEntry | Release) -> bool:
+    """A release no total can include: no guarantee (noiseless, deid), or seeded (its noise can be recomputed
+    by anyone who knows the seed, which is logged with it)."""
+    return entry.unit == NO_UNIT or not math.isfinite(entry.epsilon) or entry.randomness == SEEDED
+
+
+def unit_totals(entries: Sequence[LedgerEntry]) -> list[UnitTotal]:
+    """Each unit's releases composed, in the order the units first appear, leaving out those that bound
+    nothing (:func:`bounds_nothing`). ``entries`` are one text's (a :class:`LedgerView`'s)."""
+    groups: dict[str, list[LedgerEntry]] = {}
     for entry in entries:
-        groups.setdefault((entry.unit, entry.scope), []).append(entry)
-    totals = []
-    for (unit, scope), group in groups.items():
-        epsilon, delta = compose_guarantees([(e.epsilon, e.delta) for e in group])
-        totals.append(UnitTotal(unit, scope, epsilon, delta, len(group)))
-    return totals
+        if not bounds_nothing(entry):
+            groups.setdefault(entry.unit, []).append(entry)
+    return [_total(unit, group) for unit, group in groups.items()]
 
 
-def _others(state: LedgerState, release: Release) -> list[LedgerEntry]:
-    """The entries a release adds to: every one but its own (a resumed run's)."""
-    return [e for e in state.entries if e.key != release.key]
+def _total(unit: str, group: Sequence[LedgerEntry | Release]) -> UnitTotal:
+    epsilon, delta = compose_guarantees([(e.epsilon, e.delta) for e in group])
+    categories = tuple(sorted({c for e in group for c in e.categories}))
+    mixed = len({(tuple(e.categories), e.scope) for e in group if e.categories}) > 1
+    return UnitTotal(unit, epsilon, delta, len(group), categories, mixed)
 
 
 def _same(others: list[LedgerEntry], release: Release) -> list[LedgerEntry]:
-    return [e for e in others if (e.unit, e.scope) == (release.unit, release.scope)]
+    return [e for e in others if e.unit == release.unit and not bounds_nothing(e)]
 
 
 def _unit_total_with(others: list[LedgerEntry], release: Release) -> UnitTotal:
-    same = _same(others, release)
-    epsilon, delta = compose_guarantees([(e.epsilon, e.delta) for e in same] + [(release.epsilon, release.delta)])
-    return UnitTotal(release.unit, release.scope, epsilon, delta, len(same) + 1)
+    return _total(release.unit, [*_same(others, release), release])
 
 
-def refusal(dataset: str, state: LedgerState, release: Release) -> str | None:
-    """Why ``release`` may not run under the dataset's budget, or None."""
-    if state.limit is None:
+def refusal(dataset: str, seen: LedgerView, release: Release) -> str | None:
+    """Why ``release`` may not run under the budget ``dataset`` sees, or None."""
+    if seen.limit is None:
         return None
-    others = _others(state, release)
-    if not math.isfinite(release.epsilon):
-        return (f"{dataset!r} has a privacy budget (epsilon {state.limit:g} for each unit) and {release.mechanism} "
-                f"has no guarantee: it would exceed it. Train it on public text (another dataset), or remove the "
-                f"budget: uedp budget {dataset} --no-limit")
-    total = _unit_total_with(others, release)
-    if total.epsilon <= state.limit:
+    where = seen.limited_by or dataset
+    set_on = f", set on {where!r}, which holds the same text" if where != dataset else ""
+    if bounds_nothing(release):
+        why = ("it is seeded: anyone who knows the seed, which is logged with the run, can recompute its noise. Drop "
+               "--seeded (secure randomness is the default)" if math.isfinite(release.epsilon) and
+               release.unit != NO_UNIT else "it has no guarantee. Train it on public text (another dataset)")
+        return (f"{dataset!r} has a privacy budget (epsilon {seen.limit:g} for each unit{set_on}) and "
+                f"{release.mechanism} would exceed it: {why}, or remove the budget: uedp budget {where} --no-limit")
+    total = _unit_total_with(seen.others(release), release)
+    if total.epsilon <= seen.limit:
         return None
     spent = total.releases - 1
-    return (f"{release.name} would take {dataset!r} to epsilon {total.epsilon:.4g} for {release.named} "
-            f"({spent} earlier release{'s' if spent != 1 else ''} and this run's {release.epsilon:.4g}), past its "
-            f"budget {state.limit:g}: give a smaller --target-epsilon or --max-epsilon, or raise the budget "
-            f"(uedp budget {dataset} --limit EPSILON); `uedp budget {dataset}` lists what was spent")
+    return (f"{release.name} would take {dataset!r} to epsilon {total.epsilon:.4g} for {release.unit} "
+            f"({spent} earlier release{'s' if spent != 1 else ''} of its text and this run's {release.epsilon:.4g}), "
+            f"past its budget {seen.limit:g}{set_on}: give a smaller --target-epsilon or --max-epsilon, or raise the "
+            f"budget (uedp budget {where} --limit EPSILON); `uedp budget {dataset}` lists what was spent")
 
 
 def check(home: DataHome, dataset: str, release: Release) -> None:
     """Refuse, before anything is opened or trained, a release the dataset's budget does not allow."""
-    if (why := refusal(dataset, ledger_of(home, dataset).read(), release)) is not None:
+    if (why := refusal(dataset, view(home, dataset), release)) is not None:
         raise UedpError(why)
 
 
 def file(home: DataHome, dataset: str, release: Release) -> list[str]:
     """File ``release`` (checked again under the ledger's lock: runs in parallel see each other) and
-    return what to tell the person who started it: what the dataset had already spent on its unit."""
+    return what to tell the person who started it: what its text had already spent on its unit."""
     with ledger_of(home, dataset).editing() as ledger:
         if ledger.state.entry(release.key) is not None:  # a resumed run: charged when it started
             return []
-        if (why := refusal(dataset, ledger.state, release)) is not None:
+        seen = view(home, dataset, ledger.state)
+        if (why := refusal(dataset, seen, release)) is not None:
             raise UedpError(why)
-        others = _others(ledger.state, release)
         ledger.add(release.entry())
-    return _spent_lines(dataset, others, release)
+    return _spent_lines(dataset, seen.others(release), release)
 
 
 def settle(home: DataHome, dataset: str, release: Release, epsilon: float, delta: float) -> None:
@@ -185,14 +241,14 @@ def reserved(home: DataHome, dataset: str, release: Release) -> Iterator[list[st
 
 def _spent_lines(dataset: str, others: list[LedgerEntry], release: Release) -> list[str]:
     same = _same(others, release)
-    if not same or not math.isfinite(release.epsilon):
+    if not same or bounds_nothing(release):
         return []
-    before = unit_totals(same)[0]
+    before = _total(release.unit, same)
     after = _unit_total_with(others, release)
     return [f"warning: {dataset!r} has already spent epsilon {before.epsilon:.4g} (delta {before.delta:.3g}) on "
-            f"{release.named}, over {len(same)} release{'s' if len(same) != 1 else ''}; this run adds up to "
-            f"{release.epsilon:.4g}: {after.epsilon:.4g} (delta {after.delta:.3g}) in all. Each run's epsilon is for "
-            f"that run alone; `uedp budget {dataset}` lists them and sets a limit"]
+            f"{release.unit}, over {len(same)} release{'s' if len(same) != 1 else ''} of its text; this run adds up "
+            f"to {release.epsilon:.4g}: {after.epsilon:.4g} (delta {after.delta:.3g}) in all. Each run's epsilon is "
+            f"for that run alone; `uedp budget {dataset}` lists them and sets a limit"]
 
 
 def finished(entry: LedgerEntry) -> bool:

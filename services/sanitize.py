@@ -37,6 +37,7 @@ from uedp.storage.catalog import Catalog
 from uedp.storage.home import DataHome
 from uedp.storage.schemas import ENTITIES, SENTENCES, USERS
 from uedp.storage.tables import TableWriter, hash_config, is_current, read_manifest, read_table
+from uedp.storage.text_identity import TEXT_KEY, table_text_key, text_key_of
 
 __all__ = ["SanitizeConfig", "SanitizeResult", "sanitize_dataset"]
 
@@ -158,7 +159,9 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
         key=f"release:{config.output_name}:{uuid.uuid4().hex[:12]}", mechanism=config.mechanism, unit=registry.get(config.mechanism).unit,
         epsilon=sampler.per_token_epsilon, delta=0.0, name=config.output_name, randomness=config.randomness,
         scope=f"keep {config.keep}" + (f"; categories {','.join(config.categories)}; entities "
-                                       f"{home.keyed_id(entities_key)[:12]}" if config.keep == "non-entities" else ""))
+                                       f"{home.keyed_id(entities_key)[:12]}" if config.keep == "non-entities" else ""),
+        text=privacy_budget.text_of(home, config.dataset),
+        categories=tuple(config.categories) if config.keep == "non-entities" else ())
     privacy_budget.check(home, config.dataset, release)
     with privacy_budget.reserved(home, config.dataset, release) as spent:
         for line in spent:
@@ -200,7 +203,11 @@ def _draw(home: DataHome, config: SanitizeConfig, key: str, identity: dict[str, 
     spans_column = pa.array([[] if is_train else s for is_train, s in zip(train, table["gold_spans"].to_pylist())],
                             SENTENCES.field("gold_spans").type)
     sanitized = sanitized.set_column(sanitized.schema.get_field_index("gold_spans"), "gold_spans", spans_column)
-    details = {"source": {"dataset": config.dataset, "sentences_key": source["key"]},
+    # The release's own text, and the text it was drawn from (lineage: a model trained on the release
+    # carries that text too, services.lineage).
+    details = {"source": {"dataset": config.dataset, "sentences_key": source["key"],
+                          TEXT_KEY: table_text_key(home.table_dir(config.dataset, "sentences"))},
+               TEXT_KEY: text_key_of(new_texts),
                "identity": {name: identity[name] for name in ("entities", "embeddings")},
                "sanitization": {k: v for k, v in asdict(result).items() if k not in ("dataset", "reused")},
                "figures_version": FIGURES_VERSION, "config": config.model_dump(),

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -153,11 +154,15 @@ class RunTracker:
     def log_file(self, path: Path, folder: str | None = None) -> None:
         self.client.log_artifact(self.run_id, str(path), folder)
 
-    def log_model(self, model: Any, tokenizer: Any, base: BaseIdentity | None = None) -> None:
+    def log_model(self, model: Any, tokenizer: Any, base: BaseIdentity | None = None,
+                  before_logging: Callable[[Path], None] | None = None) -> None:
         """The trained model and its tokenizer under the artifact folder ``model`` (a LoRA model as its
-        adapter and its base's identity: :mod:`models.saving`)."""
+        adapter and its base's identity: :mod:`models.saving`); ``before_logging`` sees the saved folder
+        first (the run's lineage marker goes in)."""
         with tempfile.TemporaryDirectory() as tmp:
             save_model(model, tokenizer, Path(tmp), base)
+            if before_logging is not None:
+                before_logging(Path(tmp))
             self.client.log_artifacts(self.run_id, tmp, "model")
 
     def require_run(self) -> None:

@@ -18,9 +18,10 @@ from uedp.models.parallel import Ranks
 from uedp.services import privacy_budget
 from uedp.services.audit_plan import keep_for_run
 from uedp.services.config import TrainConfig
+from uedp.services.lineage import keyed_table_id
 from uedp.services.training_record import RunRecorder, resumable_run_id
 from uedp.services.training_run import ProgressObserver, RunOutcome, run
-from uedp.services.training_setup import Setup, keyed_table_id, loss_function, set_up, unit_of
+from uedp.services.training_setup import Setup, loss_function, set_up, unit_of
 from uedp.storage.home import DataHome
 
 
@@ -114,15 +115,17 @@ def ledger_release(home: DataHome, config: TrainConfig, s: Setup) -> privacy_bud
         epsilon, delta = float(planner()), float(config.params.delta)  # type: ignore[attr-defined]
     else:
         epsilon, delta = math.inf, 0.0
-    # An entity-level run protects the entities of its categories that its detection found: runs with
-    # other categories or another entities table (the keyed id MLflow's uedp.entities_id tag shows) are
-    # totals of their own.
+    # In words, for the ledger's table: an entity-level run's categories and the entities table it trained
+    # with (the keyed id MLflow's uedp.entities_id tag shows). Totals compose across both (privacy_budget).
+    entity_level = config.is_private and config.spec.uses_categories(config.params)
     scope = (f"categories {','.join(config.categories)}; entities {keyed_table_id(home, config.dataset, 'entities')[:12]}"
-             if config.is_private and config.spec.uses_categories(config.params) else "")
+             if entity_level else "")
     return privacy_budget.Release(key="", mechanism=config.label, unit=unit_of(config, s), epsilon=epsilon,
                                   delta=delta, name=config.run_name(),
                                   randomness=config.randomness if config.is_private else "none",
-                                  scope=scope, fingerprint=config.fingerprint())
+                                  scope=scope, fingerprint=config.fingerprint(),
+                                  text=privacy_budget.text_of(home, config.dataset),
+                                  categories=tuple(config.categories) if entity_level else ())
 
 
 def _to_stderr(line: str) -> None:

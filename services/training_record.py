@@ -13,15 +13,27 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
+from pathlib import Path
 
+from uedp.models.checkpoints import RESOLVED_CONFIG, content_hash
 from uedp.models.parallel import Ranks
 from uedp.privacy.mechanisms.base import Checkpointer, RoundReport
 from uedp.services.audit_plan import Participation, participation, releasable
 from uedp.services.config import TrainConfig
-from uedp.services.initial_model import LINEAGE_TAG, base_identity
+from uedp.services.initial_model import base_identity
+from uedp.services.lineage import (
+    DATASET_ID_TAG,
+    START_LINEAGE_TAG,
+    TEXT_LINEAGE_TAG,
+    RunMarker,
+    keyed_table_id,
+    mark_logged_model,
+    run_lineage,
+    text_lineage,
+)
 from uedp.services.tracking import RunTracker
 from uedp.services.training_run import Observer, RunOutcome
-from uedp.services.training_setup import Setup, keyed_table_id, unit_of
+from uedp.services.training_setup import Setup, unit_of
 from uedp.storage.home import DataHome
 
 RUN_FILE = "mlflow_run.json"
@@ -100,7 +112,7 @@ class RunRecorder(Observer):
                             "privacy_statement": "docs/PRIVACY.md",
                             **({"privacy_detector_recall": s.recall.describe()} if s.recall is not None else {}),
                             **{f"privacy_{k}": v for k, v in statement.extra.items()}})
-        tracker.log_json({"config": config.model_dump(), "privacy": asdict(statement)}, "resolved_config.json")
+        tracker.log_json({"config": config.model_dump(), "privacy": asdict(statement)}, RESOLVED_CONFIG)
         if outcome.curve:
             rounds, epsilons = zip(*outcome.curve)
             tracker.log_curve_plot(list(rounds), list(epsilons), "epsilon_per_round.png", "round", "epsilon",
@@ -111,8 +123,15 @@ class RunRecorder(Observer):
                               for c in s.data.canaries], "canaries.json")
         record = self._audit_record(outcome) if s.audit is not None else None
         if config.log_model or s.data.canaries or s.audit is not None:
-            tracker.log_model(s.model, s.tokenizer, base_identity(config, s.start) if s.start else None)
+            tracker.log_model(s.model, s.tokenizer, base_identity(config, s.start) if s.start else None, self._mark)
         return record
+
+    def _mark(self, folder: Path) -> None:
+        """The logged model says which run made it and every text its weights saw (services.lineage)."""
+        trained_on = self.s.release.dataset if self.s.release is not None else self.config.dataset
+        lineage = run_lineage(self.home, trained_on, self.s.start.lineage if self.s.start else ())
+        mark_logged_model(self.home, folder, RunMarker(self.run_id, self.config.dataset, self.config.mechanism, lineage),
+                          content_hash(folder))
 
     def _audit_record(self, outcome: RunOutcome) -> Participation | None:
         """Release the audit canaries' design without the coins and without real hosts, and the hosts'
@@ -141,13 +160,16 @@ def _tags(home: DataHome, config: TrainConfig, s: Setup, flow_run_id: str | None
           parent_run_id: str | None) -> dict[str, str]:
     tags = {
         "uedp.dataset": config.dataset, "uedp.mechanism": config.mechanism, "uedp.model": config.model,
-        "uedp.dataset_id": keyed_table_id(home, config.dataset, "sentences"),
+        DATASET_ID_TAG: keyed_table_id(home, config.dataset, "sentences"),
+        # the texts this run trains on, by keyed content id (services.lineage; a run on a local-DP release:
+        # the release's text and the text it was drawn from)
+        TEXT_LINEAGE_TAG: ",".join(text_lineage(home, s.release.dataset if s.release is not None else config.dataset)),
         "uedp.entities_id": keyed_table_id(home, config.dataset, "entities"),
         "uedp.device": str(s.device), "uedp.config_fingerprint": config.fingerprint(),
         "uedp.randomness": config.randomness if config.is_private else "none",
     }
-    if s.start is not None and s.start.lineage:  # what --init-from of this run's model must refuse
-        tags[LINEAGE_TAG] = ",".join(s.start.lineage)
+    if s.start is not None and s.start.lineage:  # what its start had seen: a start from this run's model inherits it
+        tags[START_LINEAGE_TAG] = ",".join(s.start.lineage)
     if config.is_private and config.randomness == "seeded":
         tags["uedp.guarantee"] = "void against anyone who knows the seed (seeded randomness)"
     if flow_run_id:

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from uedp.detection import detectors as detector_registry
 from uedp.detection.categories import taxonomy
 from uedp.detection.identity import IDENTITY_VERSION
 from uedp.errors import UedpError
@@ -29,10 +30,13 @@ from uedp.services.audit_plan import absent_units, plan_for
 from uedp.services.config import SanitizeConfig, TrainConfig
 from uedp.services.coverage import DetectorRecall, detector_recall
 from uedp.services.initial_model import Start, resolve_start, start_model
+from uedp.services.lineage import keyed_table_id
+from uedp.services.ner import refuse_ner_fitted_to_training_text
 from uedp.services.sanitize import SanitizeResult, sanitize_dataset
 from uedp.services.training_data import PreparedData, prepare_data
 from uedp.storage.catalog import Catalog
 from uedp.storage.home import DataHome
+from uedp.storage.ingest import DEFAULT_FIX, USER_FIXES
 from uedp.storage.tables import read_manifest
 
 
@@ -88,12 +92,6 @@ def unit_population(config: TrainConfig, exact: int, randomness: Randomness, che
     return Population(value, "dp-count", config.count_noise)
 
 
-def keyed_table_id(home: DataHome, dataset: str, table: str) -> str:
-    """A table's content key, keyed with the data home's secret: released as-is, a content key hashes the
-    corpus itself and would let anyone who can guess D or D' tell them apart."""
-    return home.keyed_id(str((read_manifest(home.table_dir(dataset, table)) or {}).get("key", "")))
-
-
 @dataclass
 class Setup:
     """Everything one configuration trains with, built the same way in every torchrun process."""
@@ -127,7 +125,7 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
     device = resolve_device(config.device)
     threads = apply_threads(choose_threads(config.threads))
     torch.manual_seed(config.seed)  # the same initial weights in every process
-    start = resolve_start(home, config, keyed_table_id(home, config.dataset, "sentences"))
+    start = resolve_start(home, config)
     tokenizer = load_tokenizer(start.tokenizer)
     release = sanitize_for(home, config) if config.spec.text == "sanitized" else None
     if release is not None and ranks.world > 1 and not release.reused:
@@ -141,10 +139,12 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
     if release is None:
         check_entity_identity(home, config.dataset)
         check_labels_unchanged(home, config)
+        check_detection_independent(home, config)
     with Catalog(home, release.dataset if release else config.dataset) as catalog:
         audit = (plan_for(home, config, sorted({user for _, user, _ in catalog.sentences("train")}),
                           resuming=checkpoint.saved_scope() is not None) if config.audit_canaries else None)
         data = prepare_data(catalog, config, tokenizer, audit)
+        check_trainable(home, config, data)
         recall = (detector_recall(catalog, list(config.categories))
                   if config.is_private and config.spec.missed_entities is not None else None)
         caveats = coverage_caveats(config, recall)
@@ -160,6 +160,28 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
     mechanism = build_mechanism(config, population, len(data.train.sequences), randomness, data.train.entities)
     return Setup(device, tokenizer, data, model, mechanism, checkpoint, release, caveats, audit, recall, start,
                  noise_to_signal_of(mechanism, population, data.train.n_users), threads)
+
+
+def check_trainable(home: DataHome, config: TrainConfig, data: PreparedData) -> None:
+    """Stop, before anything is drawn, filed or trained, a run that could not be evaluated or that its
+    mechanism cannot train: one line saying why and what fixes it.
+
+    Whether a configuration is refused here depends on the data (whether the test split is empty, whether
+    the train split has two users): one bit per refused configuration, in a task's log (docs/PRIVACY.md,
+    "Failures and warnings"). The message names no count."""
+    if not data.test:
+        raise UedpError(f"dataset {config.dataset!r} has no test sentences{' with a class label' if data.classes else ''}: "
+                        f"{config.mechanism} could not be evaluated (its test {config.utility_metric} would be nan). Give "
+                        "it held-out users: ingest again with --split users (whole users to train, valid and test; a "
+                        "corpus of a few users may still leave test empty) or --split-of FILE=test for a file of its own")
+    if data.train.n_users < config.spec.min_train_users:
+        source = (read_manifest(home.table_dir(config.dataset, "sentences")) or {}).get("source") or {}
+        fix = USER_FIXES.get(str(source.get("options", {}).get("format", "")), DEFAULT_FIX)
+        raise UedpError(f"dataset {config.dataset!r} has fewer than {config.spec.min_train_users} users in its train "
+                        f"split: {config.mechanism} protects each user's whole contribution, so with one user every "
+                        f"round's update is that user's clipped change or nothing, under noise scaled to it, and there "
+                        f"is nothing to learn. Train it on a corpus of many users ({fix}), or use dpsgd, whose unit is "
+                        "one training sequence")
 
 
 def noise_to_signal_of(mechanism: Mechanism, population: Population | None, users: int) -> NoiseToSignal | None:
@@ -221,6 +243,18 @@ def check_labels_unchanged(home: DataHome, config: TrainConfig) -> None:
                         f"{config.dataset!r} were detected: {config.mechanism} would resolve its categories with the new "
                         f"mapping against entities stored under the old one. Run `uedp detect {config.dataset} ...` "
                         "again with the same detectors")
+
+
+def check_detection_independent(home: DataHome, config: TrainConfig) -> None:
+    """Refuse a run that chooses categories from an entities table a NER fitted to this dataset's training text
+    detected (a table an older uedp made; detection refuses it now): services.ner explains why."""
+    if not config.spec.uses_categories(config.params):
+        return
+    detector = (read_manifest(home.table_dir(config.dataset, "entities")) or {}).get("detector") or {}
+    specs = detector_registry.detectors()
+    if any(specs[name].needs_nlp for name in detector.get("detectors", ()) if name in specs):
+        refuse_ner_fitted_to_training_text(home, config.dataset, detector.get("spacy_model"),
+                                           f"{config.mechanism} on {config.dataset!r}")
 
 
 def coverage_caveats(config: TrainConfig, recall: DetectorRecall | None) -> tuple[str, ...]:

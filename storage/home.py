@@ -72,6 +72,12 @@ class DataHome:
         """One-run audit plans with their secret coins: kept here, never logged (the audit's key)."""
         return self.root / "audits"
 
+    @property
+    def model_lineage_dir(self) -> Path:
+        """Every model a run logged, by the content hash of its files: which run made it and which texts
+        its weights saw, so a copy of it is known wherever it turns up (services.lineage)."""
+        return self.root / "lineage"
+
     def reports_dir(self, dataset: str) -> Path:
         return self.root / "reports" / validate_dataset_name(dataset)
 
@@ -96,8 +102,14 @@ class DataHome:
         tell them apart; the keyed id still tells runs on the same data apart from runs on other data,
         but only to someone holding the home's secret (created on first use, readable by its owner only).
         """
-        if not key:
-            return ""
+        return self.keyed_ids([key])[0]
+
+    def keyed_ids(self, keys: list[str]) -> list[str]:
+        """:meth:`keyed_id` of many keys, reading the secret once (one per sentence of a corpus)."""
+        secret = self._secret() if any(keys) else b""
+        return [hmac.new(secret, key.encode(), hashlib.sha256).hexdigest()[:16] if key else "" for key in keys]
+
+    def _secret(self) -> bytes:
         if not self.secret_file.is_file():
             partial = self.secret_file.with_suffix(f".partial-{os.getpid()}")
             fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -109,4 +121,4 @@ class DataHome:
                 pass
             finally:
                 partial.unlink(missing_ok=True)
-        return hmac.new(self.secret_file.read_bytes(), key.encode(), hashlib.sha256).hexdigest()[:16]
+        return self.secret_file.read_bytes()

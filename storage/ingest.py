@@ -30,6 +30,7 @@ from uedp.storage.formats.registry import formats, get_format
 from uedp.storage.home import DataHome
 from uedp.storage.schemas import SCHEMA_VERSION, SENTENCES, SPLITS, USERS
 from uedp.storage.tables import TableWriter, hash_config, hash_files, is_current, read_manifest
+from uedp.storage.text_identity import TEXT_KEY, sentence_digest, text_key
 
 # Derived from the format registry (uedp's own formats, as registered at import; the registry itself is
 # the live list): the names, those whose files carry entity tags (what the ``gold`` detector reads), and
@@ -233,9 +234,13 @@ class IngestResult:
 
     @property
     def warning(self) -> str | None:
-        """What will fail later, said now: a dataset without a train split cannot be trained on."""
+        """What will fail later, said now: a dataset without a train split cannot be trained on, and one
+        without a test split cannot be evaluated."""
         if self.per_split.get("train"):
-            return None
+            if self.per_split.get("test"):
+                return None
+            return (f"dataset {self.dataset!r} has no test split: `uedp train` will refuse it (a run could not be "
+                    "evaluated); say which file is held out with --split-of FILE=test, or --split users")
         return (f"dataset {self.dataset!r} has no train split ({', '.join(f'{s} {n}' for s, n in self.per_split.items() if n) or 'no sentences'}): "
                 "`uedp train` will refuse it; say which file is which with --split-of FILE=train, or --split users")
 
@@ -290,6 +295,7 @@ def ingest(home: DataHome, dataset: str, files: list[Path], options: IngestOptio
     bar = progress_bar(None, f"ingest {dataset}", "sentences", enabled=progress)
     with TableWriter(sentences_dir, SENTENCES, key, details) as writer:
         rows: list[dict[str, object]] = []
+        digests: list[bytes] = []  # the text key: which text this is, whatever its name, split or users
         sentence_id = 0
         read, by_user = get_format(options.format).read, options.split_by_user
         for path in files:
@@ -299,6 +305,7 @@ def ingest(home: DataHome, dataset: str, files: list[Path], options: IngestOptio
                 user = assign_user(index, record)
                 split = _split_of(path, record, user, options, by_user)
                 counts[user][split] += 1
+                digests.append(sentence_digest(record.text))
                 rows.append({
                     "sentence_id": sentence_id, "user_id": user, "doc_id": record.doc_id, "split": split,
                     "position": positions[record.doc_id], "text": record.text, "label": record.label,
@@ -314,6 +321,7 @@ def ingest(home: DataHome, dataset: str, files: list[Path], options: IngestOptio
         bar.update(len(rows))
         per_split = {s: sum(c[s] for c in counts.values()) for s in SPLITS}
         writer.details["per_split"] = per_split
+        writer.details[TEXT_KEY] = text_key(digests)
         structure = UserStructure.of(counts)
         writer.details["user_structure"] = asdict(structure)
         # Written inside the sentences' context: a failure here discards both tables.

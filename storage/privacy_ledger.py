@@ -30,7 +30,7 @@ from typing import Any
 from uedp.errors import UedpError
 
 LEDGER_FILE = "privacy_ledger.json"
-VERSION = 1
+VERSION = 2  # 2: entries record the text they released from and their categories
 
 # An entry's status: "reserved" from before the first round until training ends (counted at the
 # planned epsilon: the run may still finish or resume, and an attempt that stopped had already released
@@ -52,17 +52,22 @@ class LedgerEntry:
     status: str = RESERVED
     name: str = ""  # the run's name, or the released dataset's
     randomness: str = "secure"  # seeded: the guarantee does not hold against anyone who knows the seed
-    scope: str = ""
+    scope: str = ""  # in words, for people: the categories and the entities table, or what a release sanitized
     fingerprint: str = ""  # the training configuration's (to find its runs; two attempts are two entries)
+    # The keyed id of the text released from (services.lineage.text_lineage's first): entries of one text
+    # compose, whatever dataset name holds it. Empty in entries an older uedp wrote: the ledger's own text.
+    text: str = ""
+    categories: tuple[str, ...] = ()  # an entity- or token-level release's chosen categories
     when: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
 
     def as_json(self) -> dict[str, Any]:
-        return {**asdict(self), "epsilon": _number(self.epsilon)}
+        return {**asdict(self), "epsilon": _number(self.epsilon), "categories": list(self.categories)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LedgerEntry:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        return cls(**{**known, "epsilon": float(known["epsilon"]), "delta": float(known["delta"])})
+        return cls(**{**known, "epsilon": float(known["epsilon"]), "delta": float(known["delta"]),
+                      "categories": tuple(str(c) for c in known.get("categories", ()))})
 
 
 @dataclass(frozen=True)

@@ -105,3 +105,15 @@ def tiny_checkpoint(folder: Path, family: str = "llama", seed: int = 0, num_labe
     auto.from_config(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def demo_halves(folder: Path) -> tuple[Path, Path]:
+    """The bundled demo corpus cut at a -DOCSTART- line into two CoNLL files that share no writer and no
+    sentence: a "private" text and a "public" one whose runs may start the private one's."""
+    from uedp.flows.demo import DEMO_CORPUS
+
+    text = DEMO_CORPUS.read_text(encoding="utf-8")
+    documents = text.split("-DOCSTART-")
+    cut = len(documents) // 2
+    first, second = "-DOCSTART-".join(documents[:cut]), "-DOCSTART-" + "-DOCSTART-".join(documents[cut:])
+    return write(folder / "private.conll", first), write(folder / "public.conll", second)

@@ -40,7 +40,7 @@ def demo_home(tmp_path_factory: pytest.TempPathFactory, prefect_server: None) ->
     lines = DEMO.read_text(encoding="utf-8").splitlines()[:400]
     public.write_text("\n".join(line.replace("the ", "a ") for line in lines) + "\n", encoding="utf-8")
     for args in (["ingest", "conll2003", str(DEMO), "--name", "demo"], ["detect", "demo", "--detector", "gold"],
-                 ["ingest", "conll2003", str(public), "--name", "pub"]):
+                 ["ingest", "conll2003", str(public), "--name", "pub", "--split", "users", "--split-seed", "2"]):
         result = runner.invoke(app, [*args, "--home", str(home)])
         assert result.exit_code == 0, result.output
     return home
@@ -140,7 +140,7 @@ def test_init_from_a_public_run_is_named_in_the_statement_and_a_run_on_the_same_
 
     copy = runner.invoke(app, ["ingest", "conll2003", str(DEMO), "--name", "demo-copy", "--home", str(demo_home)])
     assert copy.exit_code == 0, copy.output
-    refusal = "that run's weights were trained on the text this run protects"
+    refusal = "that model's weights were trained on the text this run protects"
     for dataset in ("demo", "demo-copy"):  # the same text under another name is the same text
         private_id = _run_id(runner.invoke(app, ["train", dataset, "--home", str(demo_home), "--model", str(llama),
                                                  "--mechanism", "noiseless", "--steps", "1", "--log-model"]))

@@ -120,7 +120,7 @@ def test_noise_drawn_ahead_is_the_same_noise_with_the_right_standard_deviation()
     assert float(secure[0].std()) == pytest.approx(2.5, rel=0.01)
 
 
-def test_device_noise_keys_are_126_secret_bits_per_chunk_from_the_rounds_stream() -> None:
+def test_device_noise_keys_are_a_64_bit_key_and_counter_per_chunk_from_the_rounds_stream() -> None:
     """The keys a CUDA device's Philox generator is seeded with (privacy.primitives.device_noise_keys): one
     per chunk of DEVICE_NOISE_VALUES, each a full 64-bit key and a 64-bit starting counter (a multiple of 4),
     a function of the round's secret stream only (a seeded run replays them, a secure one does not), distinct
@@ -138,6 +138,22 @@ def test_device_noise_keys_are_126_secret_bits_per_chunk_from_the_rounds_stream(
     secure = device_noise_keys(Randomness.secure().stream("noise", 4), count)
     assert not {k.seed for k in keys} & ({k.seed for k in other_round} | {k.seed for k in secure})
     assert str(keys[0].seed) not in repr(keys) and "secret" in repr(keys[0])
+
+
+def test_the_device_keys_strength_is_stated_as_the_64_bit_key_wherever_it_is_stated() -> None:
+    """Issue 47, item 6: the docstrings said 126 secret bits, docs/PRIVACY.md 64 (once the Philox key is
+    guessed, the counter can be read back from one block of output)."""
+    import uedp.privacy.randomness as randomness_module
+    from uedp.privacy.primitives import DeviceKey
+
+    from support import REPO
+
+    def flat(text: str | None) -> str:
+        return " ".join((text or "").split())
+
+    for stated in (flat(randomness_module.__doc__), flat(DeviceKey.__doc__)):
+        assert "126" not in stated and "the key's 64 bits" in stated
+    assert "The security is that of the 64-bit Philox key" in flat((REPO / "docs" / "PRIVACY.md").read_text())
 
 
 def test_noise_for_cpu_tensors_never_takes_the_device_path(monkeypatch: pytest.MonkeyPatch) -> None:

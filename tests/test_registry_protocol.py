@@ -141,7 +141,8 @@ def test_the_logged_epsilon_curve_holds_exact_figures_only_none_above_the_final_
     metric is logged at the shown rounds and the stop only, each dp_accounting's own figure."""
     blocks = DEMO_CORPUS.read_text(encoding="utf-8").split("\n\n")  # a few sentences: 76 full-batch steps
     files = [write(tmp_path / "train.conll", "\n\n".join(blocks[:8]) + "\n\n"),
-             write(tmp_path / "valid.conll", "\n\n".join(blocks[:1] + blocks[8:10]) + "\n\n")]
+             write(tmp_path / "valid.conll", "\n\n".join(blocks[:1] + blocks[8:10]) + "\n\n"),
+             write(tmp_path / "test.conll", "\n\n".join(blocks[:1] + blocks[10:12]) + "\n\n")]
     ingest(home, "small", files, IngestOptions(format="conll2003"))
     detect_entities(home, "small", DetectorConfig(detectors=["gold"]))
 

@@ -63,7 +63,8 @@ def test_file_roles_are_part_of_the_content_key_and_can_be_given(home, tmp_path:
 
     given = IngestOptions(format="wikitext", split="files", split_of=(("notes.txt", "train"),))
     first = ingest(home, "w", [valid, other], given)
-    assert first.per_split == {"train": 1, "valid": 1, "test": 0} and first.warning is None
+    assert first.per_split == {"train": 1, "valid": 1, "test": 0}
+    assert first.warning is not None and "has no test split: `uedp train` will refuse it" in first.warning
 
     renamed = write(tmp_path / "b" / "test.txt", other.read_text(encoding="utf-8"))  # same bytes, another role
     second = ingest(home, "w", [valid, renamed], options)

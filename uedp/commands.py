@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 import typer
 
@@ -23,6 +23,9 @@ from uedp.errors import UedpError
 from uedp.options import CONFIG_HELP, SET_HELP, default_of, derived_parameters, list_fields, merged, with_options
 from uedp.privacy.mechanisms import registry
 from uedp.services.config import DemoConfig, MechanismSettings, RunSettings, SanitizeConfig, SweepConfig, TrainConfig
+
+if TYPE_CHECKING:
+    from uedp.services.privacy_budget import LedgerView
 
 app = typer.Typer(
     name="uedp",
@@ -411,11 +414,17 @@ def ner_train(
     epochs: int = typer.Option(15, min=1, help="Passes over the train split (about 23 s each on CoNLL-2003, 2 CPU cores)."),
     max_minutes: float = typer.Option(10.0, min=0, help="Stop after the first epoch that ends past this (0: no limit)."),
     seed: int = typer.Option(0, help="Seed of initialisation and shuffling."),
+    train_split: str = typer.Option("train", help="The split it learns from: train, or valid to detect this same dataset "
+                                    "with it (a NER fitted to a dataset's train split may not detect that dataset: "
+                                    "its spans would depend on other users' text)."),
     home: Optional[Path] = HOME_OPTION,
 ) -> None:
-    """Train spaCy's NER on the train split's gold tags (CPU, nothing downloaded), print each epoch's
-    loss and F1 on the valid split, then exact-span precision/recall/F1 per category on the test split,
-    and save a pipeline folder that `uedp detect --spacy-model FOLDER` loads."""
+    """Train spaCy's NER on a split's gold tags (CPU, nothing downloaded), print each epoch's loss and F1
+    on the valid split (when it learns from train), then exact-span precision/recall/F1 per category on the
+    test split, and save a pipeline folder that `uedp detect --spacy-model FOLDER` loads: for another
+    corpus, or, trained on the valid split, for this one."""
+    if train_split not in ("train", "valid"):
+        raise UedpError(f"--train-split {train_split}: train or valid (the test split scores the NER)")
     data_home = _prepare_runtime(home)
     from rich.console import Console
     from rich.table import Table
@@ -426,10 +435,11 @@ def ner_train(
         dev = f", F1 on valid {report.dev_f1:.3f}" if report.dev_f1 is not None else ""
         typer.echo(f"epoch {report.epoch}/{epochs}: loss {report.loss:.1f}{dev} ({report.seconds:.0f} s)")
 
-    typer.echo(f"training a spaCy NER on {dataset}'s gold tags (train split; at most {epochs} epochs"
+    typer.echo(f"training a spaCy NER on {dataset}'s gold tags ({train_split} split; at most {epochs} epochs"
                + (f", {max_minutes:g} min)" if max_minutes else ")"))
     result = train_dataset_ner(data_home, dataset, out, epochs=epochs, max_minutes=max_minutes or None, seed=seed,
-                               on_epoch=progress)
+                               on_epoch=progress, train_split=train_split,
+                               dev_split="valid" if train_split != "valid" else "")
     if result.stopped:
         typer.echo(result.stopped)
     table = Table(title=f"held-out test split: exact-span scores after {result.epochs} epochs ({result.seconds:.0f} s)")
@@ -440,8 +450,10 @@ def ner_train(
     o = result.overall
     table.add_row("all", f"{o.precision:.3f}", f"{o.recall:.3f}", f"{o.f1:.3f}")
     Console(width=100).print(table)
-    typer.echo(f"pipeline: {result.path}   (use it: uedp detect DATASET --detector spacy,presidio "
-               f"--spacy-model {result.path})")
+    on = "DATASET" if train_split == "train" else dataset
+    typer.echo(f"pipeline: {result.path}   (use it: uedp detect {on} --detector spacy,presidio "
+               f"--spacy-model {result.path}" + (f"; not on {dataset}, whose train split it learnt from)"
+                                                 if train_split == "train" else ")"))
 
 
 @app.command()
@@ -970,35 +982,58 @@ def budget(
     if source is not None:
         typer.echo(f"{dataset!r} is a local-DP release of {source!r}: training on it is post-processing of that release "
                    f"and costs nothing more. Its cost is in `uedp budget {source}`.")
-    state = ledger.read()
+    seen = privacy_budget.view(data_home, dataset)
     table = Table(title=f"{dataset}: privacy ledger ({ledger.path})")
     for column in ("when", "release", "mechanism", "unit [scope]", "epsilon", "delta", "status"):
         table.add_column(column, justify="right" if column in ("epsilon", "delta") else "left", overflow="fold")
-    for entry in state.entries:
-        status = entry.status + (" (seeded)" if entry.randomness == "seeded" else "")
-        table.add_row(entry.when, f"{entry.name}\n{entry.key}", entry.mechanism,
-                      entry.unit + (f" [{entry.scope}]" if entry.scope else ""),
+    for entry in seen.entries:
+        status = entry.status + (" (seeded)" if entry.randomness == privacy_budget.SEEDED else "")
+        origin = seen.origin.get(entry.key, dataset)
+        table.add_row(entry.when, f"{entry.name}\n{entry.key}" + (f"\n(on {origin!r})" if origin != dataset else ""),
+                      entry.mechanism, entry.unit + (f" [{entry.scope}]" if entry.scope else ""),
                       "inf" if math.isinf(entry.epsilon) else f"{entry.epsilon:.4g}", f"{entry.delta:.3g}", status)
     Console(width=140).print(table)
-    if not state.entries:
-        typer.echo("nothing released from this dataset yet")
-    for total in privacy_budget.unit_totals(state.entries):
-        if total.unit == privacy_budget.NO_UNIT:
-            typer.echo(f"{total.releases} run(s) without a guarantee (noiseless, deid): their models are trained on this "
-                       "data with no epsilon, so no total here bounds what someone who sees them learns")
-            continue
-        typer.echo(f"{total.named}: epsilon {total.epsilon:.4g} at delta {total.delta:.3g} over {total.releases} "
-                   f"release(s), composed by dp_accounting")
-    if len([t for t in privacy_budget.unit_totals(state.entries) if t.unit != privacy_budget.NO_UNIT]) > 1:
-        typer.echo("each total holds for its own unit and scope; a person exposed by releases of several (a writer by a "
-                   "userdp and a uedp run) has no single figure here, and a budget bounds each total, not their sum")
-    if any(e.status == "reserved" for e in state.entries):
-        typer.echo("reserved: a run still training, or one that stopped before it finished, counted at its planned "
-                   "epsilon (running the same command again resumes it from its checkpoint, when it has one)")
-    if any(e.randomness == "seeded" for e in state.entries):
-        typer.echo("seeded: no guarantee against anyone who knows the seed")
-    typer.echo(f"budget: epsilon {state.limit:g} for each unit" if state.limit is not None
-               else f"budget: none (set one: uedp budget {dataset} --limit EPSILON)")
+    for line in _ledger_lines(dataset, seen):
+        typer.echo(line)
+
+
+def _ledger_lines(dataset: str, seen: LedgerView) -> list[str]:
+    """What `uedp budget` says under the ledger's table: each unit's total, what no total includes, the budget."""
+    from uedp.services import privacy_budget
+
+    lines = [] if seen.entries else ["nothing released from this dataset's text yet"]
+    others = sorted(set(seen.origin.values()) - {dataset})
+    if others:
+        lines.append(f"the same text is held by {', '.join(map(repr, others))} too (ingested under another name or "
+                     "split): their releases expose the same people and are counted here")
+    totals = privacy_budget.unit_totals(seen.entries)
+    for total in totals:
+        lines.append(f"{total.named}: epsilon {total.epsilon:.4g} at delta {total.delta:.3g} over {total.releases} "
+                     "release(s), composed by dp_accounting")
+        if total.mixed:
+            lines.append("  its releases chose different categories or detections; they are composed into one total "
+                         "because one entity can carry several categories (detectors disagree, homonyms share a unit). "
+                         "An entity outside a run's categories is not protected by that run as an entity: it trains "
+                         "there as ordinary text, like the text of another unit")
+    without = [e for e in seen.entries if e.unit == privacy_budget.NO_UNIT or math.isinf(e.epsilon)]
+    seeded = [e for e in seen.entries if privacy_budget.bounds_nothing(e) and e not in without]
+    if without:
+        lines.append(f"{len(without)} run(s) without a guarantee (noiseless, deid): their models are trained on this "
+                     "text with no epsilon, so no total here bounds what someone who sees them learns")
+    if seeded:
+        lines.append(f"{len(seeded)} seeded release(s), not in any total: anyone who knows the seed (logged with each "
+                     "run) can recompute the noise, so they bound nothing against them, and no total here bounds what "
+                     "someone who sees them learns")
+    if len(totals) > 1:
+        lines.append("each total holds for its own unit; a person exposed by releases of several (a writer by a userdp "
+                     "and a uedp run) has no single figure here, and a budget bounds each total, not their sum")
+    if any(e.status == "reserved" for e in seen.entries):
+        lines.append("reserved: a run still training, or one that stopped before it finished, counted at its planned "
+                     "epsilon (running the same command again resumes it from its checkpoint, when it has one)")
+    where = seen.limited_by or dataset
+    lines.append(f"budget: epsilon {seen.limit:g} for each unit" + (f" (set on {where!r})" if where != dataset else "")
+                 if seen.limit is not None else f"budget: none (set one: uedp budget {dataset} --limit EPSILON)")
+    return lines
 
 
 @app.command()

@@ -113,6 +113,9 @@ class MechanismSpec:
     # unit count): the CLI then checks it before any work starts.
     early_calibration: bool = False
     check: Callable[[Any, RunShape], None] = lambda p, shape: None  # raises ValueError on a combination it refuses
+    # The fewest training users it can train on. User-level mechanisms need two: with one, every round's
+    # update is that user's clipped delta or nothing, under noise scaled to it, and there is nothing to learn.
+    min_train_users: int = 1
     rank: int = 100  # where it is listed (help, forms): baselines first, then by unit
 
     @property

@@ -227,5 +227,5 @@ for _name, _summary, _missed in (
         name=_name, rank=40 + int(_name.endswith("naive")), summary=_summary, params=UeDpParams, unit=UeDp.unit, guarantee="central", build=_build,
         counts="anchored writers", needs=lambda shape: frozenset({"entities"}),
         audit=AuditDesign("entity"),
-        missed_entities=_missed, plan=_plan, check=check_vectorizable,
+        missed_entities=_missed, plan=_plan, check=check_vectorizable, min_train_users=2,
     ))

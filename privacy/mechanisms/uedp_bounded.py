@@ -219,5 +219,5 @@ register(MechanismSpec(
     needs=lambda shape: frozenset({"entities"}), audit=AuditDesign("entity", "replace"),
     missed_entities=" (uedp-bounded: their sentences are kept in every user and protected only as part of their "
                     "user's contribution)",
-    plan=_plan, check=check_vectorizable,
+    plan=_plan, check=check_vectorizable, min_train_users=2,
 ))

@@ -271,6 +271,6 @@ def check_vectorizable(params: UserDpParams, shape: RunShape) -> None:
 register(MechanismSpec(
     name="userdp", rank=30, summary="user-level DP by DP-FedAvg: per-user model deltas clipped and noised",
     params=UserDpParams, unit=UserDp.unit, guarantee="central", build=_build, counts="users",
-    audit=AuditDesign("user"), plan=_plan, check=check_vectorizable, early_calibration=True,
+    audit=AuditDesign("user"), plan=_plan, check=check_vectorizable, min_train_users=2, early_calibration=True,
     uses_categories=lambda p: False,  # no category changes what it trains: a sweep trains it once
 ))

@@ -1,0 +1,159 @@
+"""Lineage: which private texts a model's weights have seen, keyed by content, wherever the model turns up.
+
+A run's epsilon covers what its training does with its dataset; the weights it starts from are treated as
+public (docs/PRIVACY.md, "The starting model"). Weights trained, at any remove, on the text a run protects
+would carry that text into the model outside epsilon, so such a start is refused, however it is named:
+
+* **by content, not by name.** A dataset's texts are the keyed ids of its sentences' *text key*
+  (:mod:`storage.text_identity`: blind to its name, its split and its users) and, for a local-DP release,
+  of the text it was drawn from: a release that copies words verbatim (``--keep non-entities``) is no
+  public text for the dataset it came from;
+* **the model carries its lineage.** Every model a run logs holds a marker (``init_run.json``: the run, its
+  dataset and every text its weights saw), and the data home keeps the same record under the content hash
+  of the model's files, so a copy of the folder is known as that run's model whether it comes back through
+  ``--init-from RUN``, ``--init-from FOLDER``, ``--model FOLDER`` or ``--model-config FOLDER``, and
+  whether or not the marker was kept. A run started from it inherits its lineage.
+
+What no check here sees: a corpus that merely overlaps this one (a subset, a superset, the text with one
+line changed), a model trained in another data home (its keyed ids use another secret) or changed outside
+uedp (fine-tuned, or saved again with other bytes), and a checkpoint uedp did not train.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from uedp.errors import UedpError
+from uedp.models.checkpoints import INIT_RUN_FILE
+from uedp.storage.home import DataHome
+from uedp.storage.tables import read_manifest
+from uedp.storage.text_identity import TEXT_KEY, table_text_key
+
+# MLflow tags of a run: the texts its own dataset is (and was drawn from), and what its start had seen.
+TEXT_LINEAGE_TAG = "uedp.text_lineage"
+START_LINEAGE_TAG = "uedp.initial_lineage"
+DATASET_ID_TAG = "uedp.dataset_id"  # the keyed content id of the dataset's sentences table (ingest options included)
+
+
+def keyed_table_id(home: DataHome, dataset: str, table: str) -> str:
+    """A table's content key, keyed with the data home's secret: released as-is, a content key hashes the
+    corpus itself and would let anyone who can guess D or D' tell them apart."""
+    return home.keyed_id(str((read_manifest(home.table_dir(dataset, table)) or {}).get("key", "")))
+
+
+def text_lineage(home: DataHome, dataset: str) -> tuple[str, ...]:
+    """The keyed ids of the texts a dataset's sentences are: its own text and, for a local-DP release, the
+    text it was drawn from (and that text's own sources)."""
+    keys: list[str] = []
+    seen: set[str] = set()
+    name: str | None = dataset
+    while name is not None and name not in seen:
+        seen.add(name)
+        sentences = home.table_dir(name, "sentences")
+        keys.append(table_text_key(sentences))
+        source = (read_manifest(sentences) or {}).get("source")
+        name = None
+        if isinstance(source, dict) and source.get("dataset"):
+            # recorded when the release was drawn; an older release's: its source as it is now
+            keys.append(str(source.get(TEXT_KEY) or ""))
+            name = str(source["dataset"])
+    return tuple(dict.fromkeys(i for i in home.keyed_ids([f"text:{k}" if k else "" for k in keys]) if i))
+
+
+def protected_ids(home: DataHome, dataset: str) -> frozenset[str]:
+    """Every id under which a model's lineage may name this dataset's text: its texts, and the keyed
+    content id of its sentences table, which runs of an older uedp recorded instead."""
+    return frozenset(text_lineage(home, dataset)) | {keyed_table_id(home, dataset, "sentences")} - {""}
+
+
+@dataclass(frozen=True)
+class RunMarker:
+    """What a logged model says of itself: the run that trained it and every text its weights saw."""
+
+    run_id: str
+    dataset: str = ""
+    mechanism: str = ""
+    lineage: tuple[str, ...] = ()
+
+    def as_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "dataset": self.dataset, "mechanism": self.mechanism,
+                "lineage": list(self.lineage)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunMarker:
+        return cls(str(data.get("run_id", "")), str(data.get("dataset", "")), str(data.get("mechanism", "")),
+                   tuple(str(i) for i in data.get("lineage", ()) if i))
+
+    def merged(self, other: RunMarker | None) -> RunMarker:
+        if other is None:
+            return self
+        return RunMarker(self.run_id or other.run_id, self.dataset or other.dataset, self.mechanism or other.mechanism,
+                         tuple(dict.fromkeys((*self.lineage, *other.lineage))))
+
+    def describe(self) -> str:
+        """The run in a privacy statement's words."""
+        what = f"{self.mechanism} on dataset {self.dataset!r}" if self.dataset else "its dataset"
+        return f"run {self.run_id} ({what}, whose text is treated as public)"
+
+
+def run_lineage(home: DataHome, dataset: str, start_lineage: tuple[str, ...]) -> tuple[str, ...]:
+    """The texts a run's weights will have seen: its dataset's and its start's."""
+    return tuple(dict.fromkeys((*text_lineage(home, dataset), *start_lineage)))
+
+
+def marker_in(folder: Path) -> RunMarker | None:
+    """The marker a folder holds, if any."""
+    file = folder / INIT_RUN_FILE
+    if not file.is_file():
+        return None
+    try:
+        return RunMarker.from_json(json.loads(file.read_text(encoding="utf-8")))
+    except (OSError, ValueError, AttributeError) as exc:
+        raise UedpError(f"{file}: not a uedp run marker ({exc}); it says which run trained this model and which "
+                        "texts it saw: restore it, or remove the folder") from None
+
+
+def marker_of(home: DataHome, folder: Path, content_hash: str) -> RunMarker | None:
+    """Which run made the model in ``folder``: its own marker, or this data home's record of a model with
+    the same files (a copy whose marker was lost). None: a checkpoint no run of this home logged."""
+    recorded = _recorded(home, content_hash)
+    own = marker_in(folder)
+    return own.merged(recorded) if own is not None else recorded
+
+
+def _record_file(home: DataHome, content_hash: str) -> Path:
+    return home.model_lineage_dir / f"{content_hash.removeprefix('sha256:')}.json"
+
+
+def _recorded(home: DataHome, content_hash: str) -> RunMarker | None:
+    file = _record_file(home, content_hash) if content_hash else None
+    if file is None or not file.is_file():
+        return None
+    return RunMarker.from_json(json.loads(file.read_text(encoding="utf-8")))
+
+
+def mark_logged_model(home: DataHome, folder: Path, marker: RunMarker, content_hash: str) -> None:
+    """Before a model is logged: its marker into its folder, and this home's record of its files."""
+    (folder / INIT_RUN_FILE).write_text(json.dumps(marker.as_json()), encoding="utf-8")
+    record = _record_file(home, content_hash)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    merged = marker.merged(_recorded(home, content_hash))  # the same files from two runs: both lineages
+    handle, temporary = tempfile.mkstemp(prefix=record.name, dir=record.parent)
+    with os.fdopen(handle, "w", encoding="utf-8") as out:
+        json.dump(merged.as_json(), out)
+    os.replace(temporary, record)
+
+
+def refuse_same_text(home: DataHome, dataset: str, marker: RunMarker, named: str) -> None:
+    """Refuse a start whose weights saw the text ``dataset`` holds (``named``: how the user named it)."""
+    if marker.dataset != dataset and not protected_ids(home, dataset) & set(marker.lineage):
+        return
+    raise UedpError(f"{named}: that model's weights were trained on the text this run protects ({dataset!r}): "
+                    f"{marker.describe().replace(', whose text is treated as public', '')} trained on it, or on a copy "
+                    "of it under another name or split, or on a local-DP release of it, or started from a model "
+                    "that did. It would carry that text outside epsilon. Start from a model trained on public text")
