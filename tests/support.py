@@ -117,3 +117,18 @@ def demo_halves(folder: Path) -> tuple[Path, Path]:
     cut = len(documents) // 2
     first, second = "-DOCSTART-".join(documents[:cut]), "-DOCSTART-" + "-DOCSTART-".join(documents[cut:])
     return write(folder / "private.conll", first), write(folder / "public.conll", second)
+
+
+def demo_vectors(path: Path) -> Path:
+    """A word-vector file (GloVe's text format) of random 8-dimensional vectors for every word and mark of
+    the demo corpus: what the local-DP sanitizers need to draw a release of it."""
+    import re
+
+    import numpy as np
+
+    from uedp.flows.demo import DEMO_CORPUS
+
+    words = sorted({w for w in re.findall(r"\w+|[^\w\s]", DEMO_CORPUS.read_text()) if w.strip()})
+    rng = np.random.default_rng(0)
+    return write(path, "".join(f"{w} " + " ".join(f"{x:.4f}" for x in rng.normal(size=8)) + "\n"
+                               for w in words if "DOCSTART" not in w))

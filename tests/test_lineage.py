@@ -13,7 +13,6 @@ import re
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
@@ -24,7 +23,7 @@ from uedp.services.initial_model import init_folder
 from uedp.services.lineage import START_LINEAGE_TAG, TEXT_LINEAGE_TAG, text_lineage
 from uedp.storage.ingest import IngestOptions, ingest
 
-from support import demo_halves, write
+from support import demo_halves, demo_vectors, write
 
 runner = CliRunner()
 SMALL = ["--steps", "2", "--batch-size", "8", "--threads", "1", "--checkpoint-every", "0"]
@@ -100,12 +99,7 @@ def test_a_copy_of_a_runs_model_without_its_marker_is_known_by_its_files(
 
 @pytest.fixture
 def vectors(tmp_path: Path) -> Path:
-    from uedp.flows.demo import DEMO_CORPUS
-
-    words = sorted({w for w in re.findall(r"\w+|[^\w\s]", DEMO_CORPUS.read_text()) if w.strip()})
-    rng = np.random.default_rng(0)
-    return write(tmp_path / "vectors.txt", "".join(f"{w} " + " ".join(f"{x:.4f}" for x in rng.normal(size=8)) + "\n"
-                                                   for w in words if "DOCSTART" not in w))
+    return demo_vectors(tmp_path / "vectors.txt")
 
 
 def test_a_local_dp_release_of_the_text_is_no_public_start(home, texts: tuple[str, str], vectors: Path) -> None:  # type: ignore[no-untyped-def]

@@ -13,7 +13,6 @@ import multiprocessing
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
@@ -32,7 +31,7 @@ from uedp.services.training import train_configuration
 from uedp.storage.ingest import IngestOptions, ingest
 from uedp.storage.privacy_ledger import FINISHED, RESERVED, LedgerEntry, PrivacyLedger
 
-from support import demo_halves, write
+from support import demo_halves, demo_vectors, write
 
 runner = CliRunner()
 
@@ -318,10 +317,7 @@ def test_parallel_attempts_of_one_configuration_are_both_charged(home) -> None: 
 
 @pytest.fixture
 def vectors(tmp_path: Path) -> Path:
-    words = sorted({w for w in re.findall(r"\w+|[^\w\s]", DEMO_CORPUS.read_text()) if w.strip()})
-    rng = np.random.default_rng(0)
-    return write(tmp_path / "vectors.txt", "".join(f"{w} " + " ".join(f"{x:.4f}" for x in rng.normal(size=8)) + "\n"
-                                                   for w in words if "DOCSTART" not in w))
+    return demo_vectors(tmp_path / "vectors.txt")
 
 
 def test_a_local_dp_release_is_charged_once_and_training_on_it_costs_nothing(home, demo: str, vectors: Path) -> None:  # type: ignore[no-untyped-def]
