@@ -188,7 +188,8 @@ def detector_recall(catalog: Catalog, categories: list[str]) -> DetectorRecall:
     if "gold" not in detectors:
         return DetectorRecall(None, "no gold tags to measure it on: detect with --detector gold,... on a "
                                     "labelled sample", unmeasured=tuple(categories), ignored_surfaces=ignored)
-    held_out = tuple(split for split in HELD_OUT if split != _own_split(catalog.home, catalog.dataset))
+    own = _own_split(catalog.home, catalog.dataset)
+    held_out = tuple(split for split in HELD_OUT if split != own)
     rows = [row for row in catalog.coverage(automatic, coarse, splits=held_out, predicted_categories=categories)
             if row[0] in classes]
     total = sum(row[1] for row in rows)

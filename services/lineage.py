@@ -95,10 +95,10 @@ class RunMarker:
         return RunMarker(self.run_id or other.run_id, self.dataset or other.dataset, self.mechanism or other.mechanism,
                          tuple(dict.fromkeys((*self.lineage, *other.lineage))))
 
-    def describe(self) -> str:
-        """The run in a privacy statement's words."""
+    def describe(self, public: bool = True) -> str:
+        """The run in a privacy statement's words (``public``: saying its text is treated as public)."""
         what = f"{self.mechanism} on dataset {self.dataset!r}" if self.dataset else "its dataset"
-        return f"run {self.run_id} ({what}, whose text is treated as public)"
+        return f"run {self.run_id} ({what}{', whose text is treated as public' if public else ''})"
 
 
 def run_lineage(home: DataHome, dataset: str, start_lineage: tuple[str, ...]) -> tuple[str, ...]:
@@ -154,6 +154,6 @@ def refuse_same_text(home: DataHome, dataset: str, marker: RunMarker, named: str
     if marker.dataset != dataset and not protected_ids(home, dataset) & set(marker.lineage):
         return
     raise UedpError(f"{named}: that model's weights were trained on the text this run protects ({dataset!r}): "
-                    f"{marker.describe().replace(', whose text is treated as public', '')} trained on it, or on a copy "
+                    f"{marker.describe(public=False)} trained on it, or on a copy "
                     "of it under another name or split, or on a local-DP release of it, or started from a model "
                     "that did. It would carry that text outside epsilon. Start from a model trained on public text")
