@@ -142,3 +142,50 @@ def save_word_level_tokenizer(words: list[str], folder: Path, source: str,
     (folder / WORD_LIST_FILE).write_text(json.dumps({"source": source, "words": len(words)}, indent=1) + "\n",
                                          encoding="utf-8")
     return folder
+
+
+VOCABULARY_SOURCE_FILE = "vocabulary_source.json"  # beside a saved BPE tokenizer: the public text it learnt from
+
+
+def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer (GPT-2's scheme: any byte string is encodable, nothing is ``<unk>``)
+    whose merges are learnt from ``texts``, which must be *public*: a merge says that its string was
+    frequent in the text it came from, and the vocabulary is released with every model that uses it.
+
+    Digits are split one by one before the merges, so no number of the source becomes a token (as in
+    :func:`word_level_tokenizer`), and every digit costs one token whatever text the merges came from."""
+    from tokenizers import trainers
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    if vocab_size < len(alphabet) + 1:
+        raise ValueError(f"a byte-level BPE vocabulary holds the {len(alphabet)} bytes and {EOS}: "
+                         f"vocab_size must be at least {len(alphabet) + 1}, got {vocab_size}")
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                  pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS], initial_alphabet=alphabet,
+                                  show_progress=False)
+    core.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers leaves this __init__ unannotated
+        tokenizer_object=core, eos_token=EOS, pad_token=EOS, bos_token=EOS
+    )
+
+
+def save_bpe_tokenizer(tokenizer: PreTrainedTokenizerBase, folder: Path, source: dict[str, object]) -> Path:
+    """Save a :func:`train_bpe_tokenizer` with ``save_pretrained`` into ``folder`` (``--tokenizer FOLDER``
+    and ``load_tokenizer`` use it as it is), with ``source`` (which public text it learnt from: the dataset,
+    its text key and lineage) written beside it: training checks that lineage against the run's dataset."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(str(folder))
+    (folder / VOCABULARY_SOURCE_FILE).write_text(json.dumps(source, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return folder
+
+
+def vocabulary_source(folder: str | Path) -> dict[str, object] | None:
+    """What a tokenizer folder says it learnt from (:func:`save_bpe_tokenizer`), or None."""
+    path = Path(folder) / VOCABULARY_SOURCE_FILE
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return data if isinstance(data, dict) else None

@@ -27,6 +27,8 @@ from uedp.models.checkpoints import INIT_RUN_FILE, RESOLVED_CONFIG, content_hash
 from uedp.models.factory import build_model, check_vocabulary
 from uedp.models.presets import CHECKPOINT_KINDS, SIZE_PRESETS
 from uedp.models.saving import ADAPTER_CONFIG, BaseIdentity, load_saved, saved_form
+from uedp.models.tokenization import vocabulary_source
+from uedp.privacy.mechanisms import registry
 from uedp.services.config import TrainConfig
 from uedp.services.lineage import (
     DATASET_ID_TAG,
@@ -35,6 +37,7 @@ from uedp.services.lineage import (
     RunMarker,
     marker_in,
     marker_of,
+    protected_ids,
     refuse_same_text,
 )
 from uedp.storage.home import DataHome
@@ -91,7 +94,9 @@ def init_folder(home: DataHome, run_id: str) -> Path:
 
 def resolve_start(home: DataHome, config: TrainConfig) -> Start:
     """The weights and tokenizer a configuration starts from, after the lineage checks every named model
-    needs (a run's model is refused where it saw this dataset's text, whichever flag names it)."""
+    needs (a run's model is refused where it saw this dataset's text, whichever flag names it), and its
+    vocabulary needs (one learnt from this dataset's text is refused: :func:`refuse_private_vocabulary`)."""
+    refuse_private_vocabulary(home, config)
     if config.init_from is None:
         if config.model_size in SIZE_PRESETS[config.model]:
             return Start(config.tokenizer)
@@ -105,6 +110,25 @@ def resolve_start(home: DataHome, config: TrainConfig) -> Start:
     if is_checkpoint_folder(config.init_from):
         return _from_folder(home, config, Path(config.init_from), config.model, "--init-from")
     return _from_run(home, config, init_folder(home, config.init_from), config.init_from)
+
+
+def refuse_private_vocabulary(home: DataHome, config: TrainConfig) -> None:
+    """Refuse a tokenizer folder whose vocabulary was learnt from the text this run protects: its merges
+    say which strings were frequent there, and it is released with the model (``uedp pretrain``'s BPE
+    vocabulary records the lineage of the text it learnt from). A run with no guarantee (noiseless, deid: the
+    pretraining itself) protects nothing and may use it."""
+    source = vocabulary_source(config.tokenizer) if config.tokenizer != "byte" else None
+    if not source or not registry.get(config.mechanism).private:
+        return
+    lineage = source.get("lineage")
+    learnt = RunMarker("", str(source.get("dataset", "")), "",
+                       tuple(str(i) for i in lineage) if isinstance(lineage, list) else ())
+    if learnt.dataset != config.dataset and not protected_ids(home, config.dataset) & set(learnt.lineage):
+        return
+    raise UedpError(f"--tokenizer {config.tokenizer}: its vocabulary was learnt from the text this run protects "
+                    f"({config.dataset!r}; it learnt from dataset {learnt.dataset!r}): its tokens would publish that "
+                    "text's frequent strings outside epsilon. Use a vocabulary learnt from public text (uedp pretrain "
+                    "on a public corpus) or 'byte'")
 
 
 def _from_folder(home: DataHome, config: TrainConfig, folder: Path, kind: str, flag: str) -> Start:

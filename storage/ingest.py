@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from uedp.errors import UedpError
@@ -28,7 +30,7 @@ from uedp.progress import progress as progress_bar
 from uedp.storage.formats import FormatError, SourceRecord, split_from_filename
 from uedp.storage.formats.registry import formats, get_format
 from uedp.storage.home import DataHome
-from uedp.storage.schemas import SCHEMA_VERSION, SENTENCES, SPLITS, USERS
+from uedp.storage.schemas import DOCUMENT_TAGS, DOCUMENT_TAGS_FILE, SCHEMA_VERSION, SENTENCES, SPLITS, USERS
 from uedp.storage.tables import TableWriter, hash_config, hash_files, is_current, read_manifest
 from uedp.storage.text_identity import TEXT_KEY, sentence_digest, text_key
 
@@ -295,6 +297,7 @@ def ingest(home: DataHome, dataset: str, files: list[Path], options: IngestOptio
     bar = progress_bar(None, f"ingest {dataset}", "sentences", enabled=progress)
     with TableWriter(sentences_dir, SENTENCES, key, details) as writer:
         rows: list[dict[str, object]] = []
+        tags: list[dict[str, str]] = []  # documents' metadata, long form
         digests: list[bytes] = []  # the text key: which text this is, whatever its name, split or users
         sentence_id = 0
         read, by_user = get_format(options.format).read, options.split_by_user
@@ -312,6 +315,8 @@ def ingest(home: DataHome, dataset: str, files: list[Path], options: IngestOptio
                     "source_file": path.name, "source_line": record.line, "gold_spans": record.gold_spans,
                 })
                 positions[record.doc_id] += 1
+                tags.extend({"doc_id": record.doc_id, "tag": tag, "value": value}
+                            for tag, values in record.doc_tags.items() for value in values)
                 sentence_id += 1
                 if len(rows) >= BATCH_ROWS:
                     writer.write_rows(rows)
@@ -319,6 +324,9 @@ def ingest(home: DataHome, dataset: str, files: list[Path], options: IngestOptio
                     rows = []
         writer.write_rows(rows)
         bar.update(len(rows))
+        if tags:
+            pq.write_table(pa.Table.from_pylist(tags, schema=DOCUMENT_TAGS), writer.side_file(DOCUMENT_TAGS_FILE))
+            writer.details["documents"] = {"file": DOCUMENT_TAGS_FILE, "tags": sorted({t["tag"] for t in tags})}
         per_split = {s: sum(c[s] for c in counts.values()) for s in SPLITS}
         writer.details["per_split"] = per_split
         writer.details[TEXT_KEY] = text_key(digests)

@@ -47,4 +47,9 @@ ENTITIES = pa.schema(
     ]
 )
 
+# Per-document metadata a format carries (Reuters-21578's TOPICS, PLACES, PEOPLE, ORGS, DATE), in long form
+# (one row per value): a side file of the sentences table, ``documents.parquet``, joined on doc_id.
+DOCUMENT_TAGS = pa.schema([("doc_id", pa.string()), ("tag", pa.string()), ("value", pa.string())])
+DOCUMENT_TAGS_FILE = "documents.parquet"
+
 SPLITS = ("train", "valid", "test")

@@ -132,3 +132,43 @@ def demo_vectors(path: Path) -> Path:
     rng = np.random.default_rng(0)
     return write(path, "".join(f"{w} " + " ".join(f"{x:.4f}" for x in rng.normal(size=8)) + "\n"
                                for w in words if "DOCSTART" not in w))
+
+
+def reuters_sgml(articles: list[dict[str, Any]]) -> str:
+    """A Reuters-21578 SGML file (``reut2-NNN.sgm``) of ``articles``: each a dict with ``id``, ``split``
+    (TRAIN, TEST or NOT-USED), ``title``, ``body`` (paragraphs), and optional ``author`` and ``places``/
+    ``people``/``orgs`` lists, laid out as the distribution's files are (control characters, ``&lt;``, the
+    indented paragraphs and the ``Reuter`` sign-off included)."""
+    out = ['<!DOCTYPE lewis SYSTEM "lewis.dtd">']
+    for a in articles:
+        tags = "".join(f"<{t.upper()}>{''.join(f'<D>{v}</D>' for v in a.get(t, []))}</{t.upper()}>\n"
+                       for t in ("topics", "places", "people", "orgs", "exchanges", "companies"))
+        author = f"<AUTHOR>    by {a['author']}, Reuters</AUTHOR>\n" if a.get("author") else ""
+        body = "\n    ".join(a["body"]).replace("<", "&lt;")
+        out.append(f'<REUTERS TOPICS="YES" LEWISSPLIT="{a["split"]}" CGISPLIT="TRAINING-SET" OLDID="{5000 + a["id"]}" '
+                   f'NEWID="{a["id"]}">\n<DATE>26-FEB-1987 15:01:01.79</DATE>\n{tags}'
+                   f"<UNKNOWN> \n&#5;&#5;&#5;C T\n&#22;&#22;&#1;f0704&#31;reute\nu f BC-X  02-26 0105</UNKNOWN>\n"
+                   f"<TEXT>&#2;\n<TITLE>{a['title']}</TITLE>\n{author}<DATELINE>    LONDON, Feb 26 - </DATELINE>"
+                   f"<BODY>{body}\n Reuter\n&#3;</BODY></TEXT>\n</REUTERS>")
+    return "\n".join(out) + "\n"
+
+
+def reuters_corpus(folder: Path, articles: int = 40, seed: int = 0) -> list[Path]:
+    """Two small generated Reuters-21578 files (train, test and not-used articles; a few with authors),
+    in the distribution's own format."""
+    import random
+
+    rng = random.Random(seed)
+    goods, places = ["cocoa", "coffee", "sugar", "wheat", "copper"], ["usa", "uk", "brazil", "japan"]
+    made: list[dict[str, Any]] = []
+    for i in range(1, articles + 1):
+        good, place = rng.choice(goods), rng.choice(places)
+        made.append({"id": i, "split": "TEST" if i % 5 == 0 else "NOT-USED" if i % 13 == 0 else "TRAIN",
+                     "title": f"{good.upper()} PRICES {rng.choice(['RISE', 'FALL'])} IN {place.upper()}",
+                     "author": "Janie Gabbett" if i % 7 == 0 else None, "places": [place], "topics": [good],
+                     "body": [f"Prices of {good} in {place} moved {rng.randint(1, 9)} pct this week, traders said.",
+                              f"The {good} market expects more supply from {rng.choice(places)} next month.",
+                              f"Dealers said demand for {good} was steady."]})
+    half = len(made) // 2
+    return [write(folder / "reut2-000.sgm", reuters_sgml(made[:half])),
+            write(folder / "reut2-001.sgm", reuters_sgml(made[half:]))]

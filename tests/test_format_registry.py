@@ -23,7 +23,7 @@ from uedp.storage.tables import hash_config, read_manifest, read_table
 
 from support import write
 
-BUILT_IN = ("conll2003", "ag_news", "sec", "wikitext", "jsonl", "csv", "simdial")
+BUILT_IN = ("conll2003", "ag_news", "sec", "wikitext", "jsonl", "csv", "simdial", "reuters21578")
 
 
 # --- a format registered from outside uedp -------------------------------------------------------------------
@@ -71,14 +71,14 @@ def test_a_registered_format_is_ingested_end_to_end(home, tmp_path: Path, notes_
         IngestOptions(format="notes", users="chunk:2")
     with pytest.raises(UedpError, match="format notes has no columns; drop --text-col"):
         IngestOptions(format="notes", text_col="text")
-    with pytest.raises(UedpError, match=r"unknown format 'pdf'; valid: conll2003, ag_news, sec, wikitext, jsonl, csv, simdial, notes$"):
+    with pytest.raises(UedpError, match=r"unknown format 'pdf'; valid: conll2003, ag_news, sec, wikitext, jsonl, csv, simdial, reuters21578, notes$"):
         IngestOptions(format="pdf")
     assert IngestConfig(dataset="n", format="notes", files=[str(path)]).options().user_strategy == "writer"
 
 
 def test_unknown_formats_name_the_valid_ones_and_names_register_once(notes_format: CorpusFormat) -> None:
     unregister_format("notes")
-    with pytest.raises(UedpError, match=r"unknown format 'notes'; valid: conll2003, ag_news, sec, wikitext, jsonl, csv, simdial$"):
+    with pytest.raises(UedpError, match=r"unknown format 'notes'; valid: conll2003, ag_news, sec, wikitext, jsonl, csv, simdial, reuters21578$"):
         IngestOptions(format="notes")
     register_format(notes_format)
     register_format(notes_format)  # the same entry again is no change
@@ -87,10 +87,10 @@ def test_unknown_formats_name_the_valid_ones_and_names_register_once(notes_forma
 
 
 def test_the_names_other_modules_import_are_derived_from_the_registry() -> None:
-    assert FORMATS == BUILT_IN == format_names()[:7]
+    assert FORMATS == BUILT_IN == format_names()[:8]
     assert set(GOLD_FORMATS) == {"conll2003"}
     assert DEFAULT_USERS == {"conll2003": "document", "sec": "filer", "wikitext": "article", "ag_news": "source",
-                             "jsonl": "column", "csv": "column", "simdial": "dialog"}
+                             "jsonl": "column", "csv": "column", "simdial": "dialog", "reuters21578": "author"}
     assert [name for name in BUILT_IN if get_format(name).fixed_users] == ["conll2003", "sec", "wikitext", "simdial"]
 
 

@@ -42,3 +42,19 @@ def test_progress_off_a_terminal_is_lines_and_disabled_is_silent(capsys) -> None
     silent.close()
     err = capsys.readouterr().err
     assert err.splitlines()[-1].startswith("detect demo: 4/4 sentences (100%)") and "x:" not in err
+
+
+def test_time_left_is_timed_from_the_first_step_not_from_what_came_before_it(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """An hour-long pretraining spent minutes on a first evaluation before step 1: the estimate taken from
+    the start said 'about 8955m left'. Timed from the first step, it says what the steps take."""
+    clock = iter([0.0, 600.0, 601.0, 602.0, 610.0])  # created; step 1 after 10 minutes; steps 2-3 a second each
+    monkeypatch.setattr("uedp.progress.time.monotonic", lambda: next(clock))
+    out = io.StringIO()
+    bar = LineProgress(10, "train noiseless-s0", "steps", stream=out, every_percent=10.0)
+    bar.update(1)
+    bar.update(1)
+    bar.update(1)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "train noiseless-s0: 1/10 steps (10%), 10m00s"  # no estimate from one step
+    assert lines[1] == "train noiseless-s0: 2/10 steps (20%), 10m01s, about 8s left"
+    assert lines[2] == "train noiseless-s0: 3/10 steps (30%), 10m02s, about 7s left"

@@ -23,6 +23,7 @@ from uedp.errors import UedpError
 from uedp.options import CONFIG_HELP, SET_HELP, default_of, derived_parameters, list_fields, merged, with_options
 from uedp.privacy.mechanisms import registry
 from uedp.services.config import DemoConfig, MechanismSettings, RunSettings, SanitizeConfig, SweepConfig, TrainConfig
+from uedp.services.pretrain import PretrainConfig
 
 if TYPE_CHECKING:
     from uedp.services.privacy_budget import LedgerView
@@ -59,6 +60,8 @@ DEMO_OPTIONS = derived_parameters([MechanismSettings], aliases=ALIASES)
 PLAN_OPTIONS = derived_parameters([MechanismSettings], skip={"embeddings", "k", "mapping", "metric", "strategy", "keep",
                                                              "vocab_limit", "attack_model", "epsilon"})
 SANITIZE_OPTIONS = derived_parameters([SanitizeConfig], skip={"dataset", "randomness"}, aliases=ALIASES)
+PRETRAIN_OPTIONS = derived_parameters([PretrainConfig], skip={"home", "files", "eval_files"},
+                                      aliases={"dataset": ["--name"]})
 LISTED = list_fields(RunSettings, TrainConfig, MechanismSettings, SanitizeConfig)
 
 
@@ -741,6 +744,42 @@ REPRODUCE_NAMES = ("uedp-conll", "selective-conll", "sanitize-conll", "selective
 
 def _corpus_dir(env: str) -> Optional[Path]:
     return Path(os.environ[env]) if os.environ.get(env) else None
+
+
+@app.command()
+@user_errors
+@with_options(PRETRAIN_OPTIONS)
+def pretrain(
+    corpus: list[Path] = typer.Argument(..., help="The public corpus: Reuters-21578's reut2-*.sgm files or their "
+                                        "folder (../shared/data/reuters21578), or files of --format."),
+    eval_file: Optional[list[Path]] = typer.Option(None, "--eval-file", help="Held-out text to report the base's "
+                                                   "perplexity on before any fine-tuning (repeatable), e.g. "
+                                                   "CoNLL-2003's eng.testb.", show_default=False),
+    home: Optional[Path] = HOME_OPTION,
+    **settings: Any,
+) -> None:
+    """Build a public base model once: a BPE vocabulary and noiseless pretraining on a public corpus.
+
+    Ingests the corpus, learns a byte-level BPE vocabulary from its train split, pretrains a GPT-2 or
+    Llama-style model on it noiselessly (an MLflow run with its perplexities, on the corpus and on each
+    --eval-file), and prints the flags that start a private run from it. The same inputs reuse the base;
+    an interrupted pretraining resumes from its checkpoint.
+
+    Example: uedp pretrain ../shared/data/reuters21578 --eval-file ../shared/data/conll2003/eng.testb
+    """
+    data_home = _prepare_runtime(home)
+    from uedp.services.pretrain import pretrain as build_base
+
+    config = PretrainConfig(files=[str(p) for p in corpus], eval_files=[str(p) for p in eval_file or ()],
+                            **{k: v for k, v in settings.items() if v is not None})
+    base = build_base(data_home, config, say=lambda line: typer.echo(line, err=True))
+    typer.echo(f"base {base.key}: {base.model} {base.size}, {base.parameters / 1e6:.1f}M parameters, "
+               f"{base.steps:,} steps" + (" (reused)" if base.reused else f", {base.minutes:.1f} minutes"))
+    typer.echo(f"perplexity on {base.dataset}: valid {_fmt(base.perplexity_valid)}, test {_fmt(base.perplexity_test)}")
+    for file_name, value in base.held_out.items():
+        typer.echo(f"perplexity on {file_name} before fine-tuning: {_fmt(value)}")
+    typer.echo(f"MLflow run: {base.run_id}")
+    typer.echo(f"start a private run from it: uedp train DATASET {' '.join(base.start_flags())} ...")
 
 
 @app.command()

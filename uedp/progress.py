@@ -40,10 +40,15 @@ class LineProgress:
         self.started = self.last_line = time.monotonic()
         self.next_percent = every_percent
         self.closed = False
+        # The estimate of time left is timed from the first update on: what comes before it (loading data,
+        # a first evaluation, a checkpoint's restore) is no measure of the rate.
+        self.rate_origin: tuple[float, int] | None = None
 
     def update(self, n: int = 1) -> None:
         self.n += n
         now = time.monotonic()
+        if self.rate_origin is None:
+            self.rate_origin = (now, self.n)
         percent = 100.0 * self.n / self.total if self.total else None
         if (percent is not None and percent >= self.next_percent and self.n < (self.total or 0)) \
                 or now - self.last_line >= self.every_seconds:
@@ -64,8 +69,10 @@ class LineProgress:
         elapsed = now - self.started
         if self.total:
             done = f"{self.n}/{self.total} {self.unit} ({100 * self.n / self.total:.0f}%)"
-            left = (f", about {_duration(elapsed / self.n * (self.total - self.n))} left"
-                    if 0 < self.n < self.total else "")
+            left = ""
+            if self.rate_origin is not None and self.rate_origin[1] < self.n < self.total:
+                rate = (now - self.rate_origin[0]) / (self.n - self.rate_origin[1])
+                left = f", about {_duration(rate * (self.total - self.n))} left"
         else:
             done, left = f"{self.n} {self.unit}", ""
         extra = f", {self.postfix}" if self.postfix else ""

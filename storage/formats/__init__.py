@@ -39,6 +39,9 @@ class SourceRecord:
     label: str | None = None
     gold_spans: list[dict[str, object]] = field(default_factory=list)
     source_user_hint: str | None = None  # e.g. the news source of an AG News record
+    # Metadata of the record's document (Reuters' PLACES, PEOPLE, ORGS): tag -> values, given once per
+    # document (on its first record); ingest writes it as the table's ``documents.parquet``.
+    doc_tags: dict[str, list[str]] = field(default_factory=dict)
 
 
 def open_binary(path: Path) -> IO[bytes] | gzip.GzipFile:  # GzipFile is no IO[bytes]: its mode is not a str

@@ -19,7 +19,7 @@ from uedp.errors import UedpError
 from uedp.storage.formats import SourceRecord
 
 # The modules of this package that register uedp's own formats, in listing order (help, errors, forms).
-MODULES: tuple[str, ...] = ("conll", "agnews", "sec", "wikitext", "tabular", "simdial")
+MODULES: tuple[str, ...] = ("conll", "agnews", "sec", "wikitext", "tabular", "simdial", "reuters")
 PACKAGE = "uedp.storage.formats"
 
 
