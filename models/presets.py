@@ -29,9 +29,9 @@ class Gpt2Preset(TypedDict):
 PRESETS: dict[str, Gpt2Preset] = {
     "tiny": {"n_layer": 2, "n_head": 4, "n_embd": 64, "n_positions": 128},
     "small": {"n_layer": 4, "n_head": 4, "n_embd": 128, "n_positions": 256},
-    # `uedp pretrain`'s public bases. base: the size that pretrains in about an hour on 2 CPU cores (13.9M
-    # parameters with an 8192-token vocabulary, 1.4 s per step of 32 sentences); large: GPT-2 117M's shape,
-    # for a GPU.
+    # `uedp pretrain`'s public bases. base: the largest that pretrains in about an hour on 2 CPU cores (13.9M
+    # parameters with an 8192-token vocabulary, 0.95 s per step of 32 x 48 tokens: benchmarks/pretrain_sizes.py;
+    # 2,000 steps took 88 minutes in uedp's loop); large: GPT-2 117M's shape, for a GPU.
     "base": {"n_layer": 6, "n_head": 6, "n_embd": 384, "n_positions": 256},
     "large": {"n_layer": 12, "n_head": 12, "n_embd": 768, "n_positions": 1024},
 }
