@@ -213,22 +213,20 @@ def recorded_base(home: DataHome, key: str) -> Base | None:
     return base if Path(base.model_folder).is_dir() and Path(base.tokenizer_folder).is_dir() else None
 
 
-def held_out_perplexity(model_folder: Path, tokenizer_folder: Path, files: Sequence[Path], file_format: str,
+def held_out_perplexity(model: Any, tokenizer_folder: Path, files: Sequence[Path], file_format: str,
                         max_len: int, device: str = "auto") -> dict[str, float]:
-    """The model's token-weighted perplexity on each file's text (read as ``file_format``), as runs
+    """``model``'s token-weighted perplexity on each file's text (read as ``file_format``), as runs
     measure their test split. The files are held-out text: like any test perplexity, outside every epsilon."""
     import torch
 
     from uedp.models.batching import encode
     from uedp.models.device import resolve_device
     from uedp.models.metrics import perplexity
-    from uedp.models.saving import load_saved
     from uedp.models.tokenization import load_tokenizer
     from uedp.storage.formats.registry import get_format
     from uedp.storage.ingest import IngestOptions
 
     tokenizer = load_tokenizer(tokenizer_folder)
-    model = load_saved(model_folder, _kind_of(model_folder))
     target = resolve_device(device)
     model.to(target)
     options = IngestOptions(format=file_format)
@@ -240,15 +238,11 @@ def held_out_perplexity(model_folder: Path, tokenizer_folder: Path, files: Seque
     return out
 
 
-def _kind_of(folder: Path) -> str:
-    from uedp.models.checkpoints import checkpoint_kind
-
-    return checkpoint_kind(folder)
-
-
 def pretrain(home: DataHome, config: PretrainConfig, say: Callable[[str], None] = print,
              progress: bool = True) -> Base:
     """Build (or reuse) the base ``config`` describes; see the module's docstring for the steps."""
+    from uedp.models.checkpoints import checkpoint_kind
+    from uedp.models.saving import load_saved
     from uedp.services.initial_model import init_folder
     from uedp.services.tracking import RunTracker
     from uedp.services.training import train_configuration
@@ -270,9 +264,10 @@ def pretrain(home: DataHome, config: PretrainConfig, say: Callable[[str], None] 
         f"{config.batch_size} sentences); the corpus and the base are public from here on")
     trained = train_configuration(home, train_config, progress=progress)
     folder = init_folder(home, trained.run_id)
-    held_out = (held_out_perplexity(folder, tokenizer, [Path(f) for f in config.eval_files], config.eval_format, config.max_len,
-                                    config.device) if config.eval_files else {})
-    parameters = _parameter_count(folder)
+    model = load_saved(folder, checkpoint_kind(folder))  # the logged model, loaded once, as a start loads it
+    parameters = sum(p.numel() for p in model.parameters())
+    held_out = (held_out_perplexity(model, tokenizer, [Path(f) for f in config.eval_files], config.eval_format,
+                                    config.max_len, config.device) if config.eval_files else {})
     tracker = RunTracker.attach(home, trained.run_id)
     tracker.log_metrics({f"perplexity_held_out_{_metric_name(name)}": value for name, value in held_out.items()}
                         | {"parameters": float(parameters)})
@@ -286,12 +281,6 @@ def pretrain(home: DataHome, config: PretrainConfig, say: Callable[[str], None] 
 
 def _metric_name(file_name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in file_name)
-
-
-def _parameter_count(folder: Path) -> int:
-    from uedp.models.saving import load_saved
-
-    return sum(p.numel() for p in load_saved(folder, _kind_of(folder)).parameters())
 
 
 def _write_record(home: DataHome, key: str, base: Base) -> None:
