@@ -61,7 +61,7 @@ class PretrainConfig(BaseModel):
     model: Literal["gpt2", "llama"] = Field("gpt2", description="the base's architecture")
     size: Literal["auto", "tiny", "small", "base", "large"] = Field(
         "auto", description="auto (base on a CPU, large on a GPU), base (13.9M parameters as gpt2: about an hour on "
-        "2 CPU cores), large (GPT-2 117M's shape), or small/tiny (tests)")
+        "2 CPU cores), large (GPT-2 117M's shape), small (1.9M: the cpu reproductions' base) or tiny (tests)")
     vocab_size: int = Field(8192, ge=257, description="tokens of the byte-level BPE vocabulary learnt from the "
                             "corpus' train split")
     steps: int = Field(2000, ge=1, description="optimizer steps (Adam)")

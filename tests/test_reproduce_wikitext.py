@@ -162,6 +162,50 @@ def _verdicts(runs: list[RunRow], share: dict[str, float] = SHARE) -> dict[str, 
     return {v.statement: v.holds for v in judge(claims(SCALES["cpu"]), results, "cpu")}
 
 
+def test_without_the_training_file_the_page_trains_on_validation_articles_and_learns_no_word_from_them(
+        home, tmp_path: Path) -> None:
+    """WikiText-2's train.txt is the file offline copies lack: the page then trains on the validation
+    file's first articles, holds the rest out as the validation split, and takes its vocabulary from those
+    held-out articles only (never from text a run trains on or is tested on)."""
+    from uedp.reproduce.selective_wikitext import SCALES, build_tokenizer, layout
+
+    folder = tmp_path / "wikitext-2"
+    write_wikitext(folder / "valid.txt", 9, 1)
+    write_wikitext(folder / "test.txt", 4, 2)
+    text = (folder / "valid.txt").read_text(encoding="utf-8")
+    first_end = text.index(" = ", text.index(" = ", 3) + 3)  # a word only in the first (training) article
+    (folder / "valid.txt").write_text(text[:first_end] + " Zanzibarine Zanzibarine .\n" + text[first_end:],
+                                      encoding="utf-8")
+    (folder / "test.txt").write_text((folder / "test.txt").read_text(encoding="utf-8") + " Quokkaville Quokkaville .\n",
+                                     encoding="utf-8")
+    ctx = Context("selective-wikitext", "ci", home, folder)
+    split = layout(ctx, SCALES["ci"])
+    assert len(split.train) == 6 and len(split.vocabulary) == 3  # two thirds of 9 trains (ci asks for 8)
+    assert split.valid == split.vocabulary[:SCALES["ci"].eval_articles]
+    assert "Zanzibarine" in "".join(split.train[0]) and "training file is absent" in split.train_source
+    assert split.tag.startswith("fromvalid6")
+    tokenizer, _ = build_tokenizer(ctx, SCALES["ci"], split)
+    vocabulary = json.loads((tokenizer / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
+    assert "Zanzibarine" not in vocabulary and "Quokkaville" not in vocabulary and "station" in vocabulary
+    (folder / "valid.txt").write_text(" = Only = \n The station .\n", encoding="utf-8")
+    with pytest.raises(UedpError, match=r"valid\.txt: 1 article\(s\); without train\.txt or wiki\.train\.tokens"):
+        layout(ctx, SCALES["ci"])
+
+
+def test_the_page_without_the_training_file_says_what_it_trained_on(home, tmp_path: Path, prefect_server) -> None:
+    folder = tmp_path / "wikitext-2"
+    write_wikitext(folder / "valid.txt", 16, 1)
+    write_wikitext(folder / "test.txt", 6, 2)
+    out = tmp_path / "page"
+    page = reproduce("selective-wikitext", "ci", home, folder, out, say=lambda _: None)
+    text = (out / "README.md").read_text(encoding="utf-8")
+    assert "the first 8 of the 16 articles of its validation file (valid.txt), because its training file is " \
+           "absent here" in text
+    assert "most frequent words of WikiText-2's validation file's other 8 articles" in text
+    failed = [f"{v.statement}: {v.ours}" for v in page.verdicts if not v.holds]
+    assert not failed, failed
+
+
 def test_claims_follow_the_figures_and_break_when_they_do() -> None:
     sound = [_row("noiseless", 100.0, math.inf, 15.0, 12.0), _row("deid", 110.0, math.inf, 3.0, 11.0),
              _row("dpsgd", 400.0, 4.9, 1.5, 1.4), _row("selective", 150.0, 4.88, 2.0, 9.0)]

@@ -792,8 +792,10 @@ def reproduce(
                                    help="Folder with CoNLL-2003's eng.train, eng.testa and eng.testb "
                                    "(default: $UEDP_CONLL_DIR or ../shared/data/conll2003)."),
     wikitext_dir: Optional[Path] = typer.Option(_corpus_dir("UEDP_WIKITEXT_DIR"), help="selective-wikitext: folder "
-                                                "with WikiText-2's train.txt, valid.txt and test.txt (or "
-                                                "wiki.*.tokens) (default: $UEDP_WIKITEXT_DIR)."),
+                                                "with WikiText-2's valid.txt, test.txt and, where you have "
+                                                "it, train.txt (or wiki.*.tokens); without train.txt the page "
+                                                "trains on valid.txt's first articles (default: "
+                                                "$UEDP_WIKITEXT_DIR)."),
     simdial_dir: Optional[Path] = typer.Option(_corpus_dir("UEDP_SIMDIAL_DIR"), help="selective-customersim: "
                                                "folder with CustomerSim's train/, valid/ and test/ dialogs "
                                                "(default: $UEDP_SIMDIAL_DIR)."),
@@ -802,6 +804,14 @@ def reproduce(
     ag_dir: Optional[Path] = typer.Option(_corpus_dir("UEDP_AG_DIR"), help="uedp-agnews: folder with AG News' "
                                           "train.csv and test.csv (or train.jsonl and test.jsonl) "
                                           "(default: $UEDP_AG_DIR)."),
+    start: str = typer.Option("auto", help="Where the models start, beside the from-scratch rows every page keeps "
+                              "(uedp-conll, selective-conll): base (the public base `uedp pretrain` builds from "
+                              "Reuters-21578, once per data home), a checkpoint FOLDER (e.g. GPT-2 117M saved with "
+                              "save_pretrained), scratch (no second start), or auto (base at the cpu scale, scratch "
+                              "otherwise)."),
+    public_dir: Optional[Path] = typer.Option(None, help="--start base: folder with Reuters-21578's reut2-*.sgm "
+                                              "(default: $UEDP_REUTERS_DIR or ../shared/data/reuters21578).",
+                                              show_default=False),
     out: Optional[Path] = typer.Option(None, help="Folder of the results page (default: docs/results/NAME, "
                                        "or NAME-ci / NAME-gpu for those scales).", show_default=False),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
@@ -817,6 +827,10 @@ def reproduce(
 
     Each experiment reads its corpus from a folder you name (--conll-dir, --wikitext-dir, --simdial-dir,
     --sst2-dir, --ag-dir); uedp never downloads one, and the error for a missing folder says where to get it.
+
+    The CoNLL pages also train every mechanism from a pretrained start (--start): the public base at the cpu
+    scale, or a checkpoint folder you downloaded (the paper's GPT-2 117M at the gpu scale); the start's own
+    text is treated as public, and the claims are judged on each start apart.
 
     Example: uedp reproduce uedp-conll --scale cpu --conll-dir ../shared/data/conll2003
     """
@@ -843,7 +857,7 @@ def reproduce(
         with prefect_api(data_home):
             page = run_experiment(name, scale, data_home, data_dir, target, device, threads,  # type: ignore[arg-type]
                                   say=lambda line: typer.echo(line, err=True), command=command_line(),
-                                  conll_dir=conll_dir)
+                                  conll_dir=conll_dir, start=start, public_dir=public_dir)
     for verdict in page.verdicts:
         typer.echo(f"  [{verdict.verdict}] {verdict.statement}: {verdict.ours}")
     typer.echo(f"page: {target / 'README.md'}")

@@ -32,6 +32,7 @@ from uedp.reproduce import (
     uedp_conll,
 )
 from uedp.reproduce.common import CORPORA, SCALES, Context, Page, Results, RunRow, Scale, machine
+from uedp.reproduce.starts import SCRATCH, start_choice
 from uedp.storage.home import DataHome
 
 
@@ -42,15 +43,16 @@ class Experiment:
     run: Callable[[Context], Page]  # train and measure, then build the page
     render: Callable[[Context, Results], Page]  # the page from figures already measured
     corpus: str = "conll"  # common.CORPORA: the folder option it reads its corpus from
+    takes_start: bool = False  # runs its mechanisms from a pretrained start too (starts.py)
 
 
 EXPERIMENTS = {
     "uedp-conll": Experiment("uedp-conll", "UeDP paper Fig. 2 and Fig. 4: noiseless, deid, userdp, uedp, uedp-naive, "
                              "uedp-bounded over epsilon; epsilon against rounds", uedp_conll.run,
-                             uedp_conll.render),
+                             uedp_conll.render, takes_start=True),
     "selective-conll": Experiment("selective-conll", "Selective-DP Tables 2 and 3: noiseless, dpsgd, selective "
                                   "(LSTM and GPT-2 two-phase) at equal epsilon, canary exposure",
-                                  selective_conll.run, selective_conll.render),
+                                  selective_conll.run, selective_conll.render, takes_start=True),
     "sanitize-conll": Experiment("sanitize-conll", "CusText / SanText: kept tokens, mask-inference attack, "
                                  "perplexity over epsilon", sanitize_conll.run, sanitize_conll.render),
     "selective-wikitext": Experiment("selective-wikitext", "Selective-DP Table 2 (left): word-level LSTM on "
@@ -78,22 +80,26 @@ def default_out(name: str, scale: Scale) -> Path:
 
 def reproduce(name: str, scale: Scale, home: DataHome, data_dir: Path, out: Path, device: str = "auto",
               threads: int = 1, say: Callable[[str], None] = print, command: list[str] | None = None,
-              conll_dir: Path | None = None) -> Page:
+              conll_dir: Path | None = None, start: str = SCRATCH, public_dir: Path | None = None) -> Page:
     """Run one experiment at one scale and write its page into ``out`` (whole, or not at all).
     ``data_dir`` is the folder of the experiment's corpus (``Experiment.corpus``); ``conll_dir``
-    CoNLL-2003's, for an experiment that learns from it besides (its own corpus' folder otherwise)."""
+    CoNLL-2003's, for an experiment that learns from it besides (its own corpus' folder otherwise).
+    ``start`` (scratch, base, a checkpoint folder, or auto: ``starts.start_choice``) adds rows from a
+    pretrained start beside the from-scratch ones; ``public_dir`` is the base's public corpus."""
     if name not in EXPERIMENTS:
         raise UedpError(f"unknown experiment {name!r}; valid: {', '.join(EXPERIMENTS)}")
     if scale not in SCALES:
         raise UedpError(f"unknown scale {scale!r}; valid: {', '.join(SCALES)}")
     experiment = EXPERIMENTS[name]
+    start = start_choice(start, scale, experiment.takes_start)
     conll = data_dir if experiment.corpus == "conll" else conll_dir
-    ctx = Context(name, scale, home, data_dir, device, threads, say, conll)
+    ctx = Context(name, scale, home, data_dir, device, threads, say, conll, start, public_dir)
     started = time.monotonic()
     page = experiment.run(ctx)
     minutes = (time.monotonic() - started) / 60
     shown = command or ["uedp", "reproduce", name, "--scale", scale, CORPORA[experiment.corpus].option, str(data_dir),
-                        *(["--conll-dir", str(conll_dir)] if conll_dir and experiment.corpus != "conll" else [])]
+                        *(["--conll-dir", str(conll_dir)] if conll_dir and experiment.corpus != "conll" else []),
+                        *(["--start", start] if start != SCRATCH else [])]
     made_by = (f"Made by `{shlex.join(shown)}` ({scale} scale) in **{minutes:.1f} minutes** on {machine()}, "
                f"{threads} torch thread(s), device {device}, on {datetime.now(UTC):%Y-%m-%d}. "
                "Every run is in MLflow under the data home (`uedp serve`). The claims below are checked by the "

@@ -46,8 +46,8 @@ CORPORA = {
     "conll": Corpus("conll", "--conll-dir", "UEDP_CONLL_DIR", "eng.train, eng.testa and eng.testb",
                     "CoNLL-2003 (https://www.clips.uantwerpen.be/conll2003/ner/; the Reuters text needs its licence)"),
     "wikitext": Corpus("wikitext", "--wikitext-dir", "UEDP_WIKITEXT_DIR",
-                       "train.txt, valid.txt and test.txt, or wiki.train.tokens, wiki.valid.tokens and "
-                       "wiki.test.tokens", "WikiText-2 (https://github.com/pytorch/examples/tree/main/"
+                       "valid.txt and test.txt (and train.txt where you have it), or wiki.valid.tokens and "
+                       "wiki.test.tokens (and wiki.train.tokens)", "WikiText-2 (https://github.com/pytorch/examples/tree/main/"
                        "word_language_model/data/wikitext-2, or the wikitext-2-v1 archive of Merity et al. 2017)"),
     "simdial": Corpus("simdial", "--simdial-dir", "UEDP_SIMDIAL_DIR",
                       "train/, valid/ and test/ folders of dialogs, one dial-N.txt per dialog",
@@ -93,6 +93,8 @@ class Context:
     threads: int = 1
     say: Callable[[str], None] = print
     conll_dir: Path | None = None
+    start: str = "scratch"  # starts.py: scratch, base or a checkpoint folder (pages that take a start)
+    public_dir: Path | None = None  # the public base's corpus (Reuters-21578); None: $UEDP_REUTERS_DIR or ../shared
 
 
 @dataclass(frozen=True)
@@ -345,11 +347,12 @@ def number(value: float, digits: int = 3) -> str:
     return f"{value:.{digits}g}"
 
 
-def perplexity_text(value: float) -> str:
-    """Perplexity as a page shows it, saying when a model is worse than a uniform guess over bytes."""
-    if value >= 1e4:
+def perplexity_text(value: float, uniform: float = UNIFORM_BYTE_PERPLEXITY) -> str:
+    """Perplexity as a page shows it, saying when a model is worse than a uniform guess over its tokens
+    (bytes unless ``uniform`` says otherwise: a BPE vocabulary's size)."""
+    if value >= max(1e4, 10 * uniform):
         return f"{value:.1e} (diverged)"
-    return number(value, 4) + (" (worse than uniform)" if value > UNIFORM_BYTE_PERPLEXITY else "")
+    return number(value, 4) + (" (worse than uniform)" if value > uniform else "")
 
 
 def markdown_table(header: list[str], rows: list[list[str]], align: str | None = None) -> str:

@@ -14,7 +14,7 @@ import math
 import re
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from uedp.reproduce.common import (
@@ -25,6 +25,7 @@ from uedp.reproduce.common import (
     Page,
     Results,
     clearly_above,
+    conll_inputs,
     exposure_unmeasurable,
     ingest_conll_gold,
     judge,
@@ -33,6 +34,16 @@ from uedp.reproduce.common import (
     perplexity_text,
     run_sweep,
     verdict_table,
+)
+from uedp.reproduce.starts import (
+    BaseSettings,
+    Start,
+    labelled,
+    prepare_start,
+    record_start,
+    recorded_start,
+    split_by_start,
+    start_paragraph,
 )
 
 # The paper's Table 2 (WikiText-2, LSTM) and Table 3 (WikiText-2, GPT-2 small), from its text.
@@ -72,6 +83,15 @@ SCALES = {
                     canaries=10, canary_repeats=10, lstm_size="paper", gpt2_size="small", randomness="secure"),
 }
 FAMILIES = {"lstm": ["noiseless", "dpsgd", "selective"], "gpt2": ["noiseless", "deid", "dpsgd", "selective"]}
+# From a pretrained start (starts.py): GPT-2's mechanisms only (the LSTM has no public base), the base shared
+# with uedp-conll's at each scale, fewer steps than from scratch (a pretrained model costs more per token).
+BASES = {"ci": BaseSettings(size="tiny", steps=20, vocab_size=400, max_len=32),
+         "cpu": BaseSettings(size="small", steps=3000),
+         "gpu": BaseSettings(size="large", steps=10000)}
+FROM_START = {"ci": replace(SCALES["ci"], steps=20, public_steps=10),
+              "cpu": replace(SCALES["cpu"], steps=300, public_steps=150),
+              "gpu": replace(SCALES["gpu"], steps=2000, public_steps=1000)}
+NEAR_NOISELESS = 1.15  # the issue's target from a pretrained start: within 15% of noiseless
 
 
 def _budget(s: Settings) -> str:
@@ -91,21 +111,20 @@ def render(ctx: Context, results: Results) -> Page:
 
 def run(ctx: Context) -> Page:
     from uedp.services.attack import attack_run
-    from uedp.services.config import SweepConfig
 
     s = SCALES[ctx.scale]
     dataset, _ = ingest_conll_gold(ctx, s.first)
     results = Results()
     for model, mechanisms in FAMILIES.items():
         size = s.lstm_size if model == "lstm" else s.gpt2_size
-        config = SweepConfig.model_validate(dict(home=str(ctx.home.root), dataset=dataset, mechanisms=mechanisms,
-                             category_sets=[GOLD_CATEGORIES], seeds=list(s.seeds),
-                             target_epsilons=[] if s.noise_multiplier else [s.epsilon],
-                             noise_multiplier=s.noise_multiplier,
-                             model=model, model_size=size, steps=s.steps, public_steps=s.public_steps,
-                             batch_size=s.batch_size, canaries=s.canaries, canary_repeats=s.canary_repeats,
-                             randomness=s.randomness, device=ctx.device, threads=ctx.threads, checkpoint_every=0))
-        results.runs += run_sweep(ctx, config, f"{model} {size}")
+        results.runs += run_sweep(ctx, _sweep(ctx, dataset, s, mechanisms, dict(model=model, model_size=size)),
+                                  f"{model} {size}")
+    start = prepare_start(ctx, BASES[ctx.scale], conll_inputs(ctx, s.first)[0][-1], "conll2003")
+    if start is not None:
+        ctx.say(f"GPT-2's mechanisms from {start.family}")
+        results.runs += run_sweep(ctx, _sweep(ctx, dataset, FROM_START[ctx.scale], FAMILIES["gpt2"],
+                                              start.run_settings), start.family)
+    record_start(results, start)
     for index, row in enumerate(results.runs):
         ctx.say(f"canary exposure of {row.label} ({row.family})")
         outcome = attack_run(ctx.home, row.run_id, ["canary"], device_name=ctx.device, seed=0)
@@ -113,6 +132,17 @@ def run(ctx: Context) -> Page:
     results.figures["private_token_share"] = private_token_share(ctx, dataset)
     results.figures["dataset"] = dataset
     return page(ctx, s, results)
+
+
+def _sweep(ctx: Context, dataset: str, s: Settings, mechanisms: list[str], model: dict[str, Any]) -> Any:
+    from uedp.services.config import SweepConfig
+
+    return SweepConfig.model_validate(dict(
+        home=str(ctx.home.root), dataset=dataset, mechanisms=mechanisms, category_sets=[GOLD_CATEGORIES],
+        seeds=list(s.seeds), target_epsilons=[] if s.noise_multiplier else [s.epsilon],
+        noise_multiplier=s.noise_multiplier, steps=s.steps, public_steps=s.public_steps, batch_size=s.batch_size,
+        canaries=s.canaries, canary_repeats=s.canary_repeats, randomness=s.randomness, device=ctx.device,
+        threads=ctx.threads, checkpoint_every=0, **model))
 
 
 def _with(row: Any, extra: dict[str, float]) -> Any:
@@ -152,32 +182,39 @@ Check = Callable[[Results], tuple[bool, str]]
 
 
 def _first_family(r: Results, model: str) -> str:
+    """The first family of ``model``; rows from one start are one family, whatever its name."""
+    families = {row.family for row in r.runs}
+    if len(families) == 1:
+        return families.pop()
     return next(row.family for row in r.runs if row.family.startswith(model))
 
 
-def family_order(model: str) -> Check:
-    """noiseless < selective < dpsgd in test perplexity."""
+def family_order(model: str, uniform: float = UNIFORM_BYTE_PERPLEXITY) -> Check:
+    """noiseless < selective < dpsgd in test perplexity (``uniform``: a uniform guess over the tokens)."""
     def check(r: Results) -> tuple[bool, str]:
         f = _first_family(r, model)
         n, sel, dp = (r.perplexity(m, family=f) for m in ("noiseless", "selective", "dpsgd"))
-        return n < sel < dp, f"{f}: noiseless {perplexity_text(n)} < selective {perplexity_text(sel)} < " \
-                             f"dpsgd {perplexity_text(dp)}"
+        return n < sel < dp, f"{f}: noiseless {perplexity_text(n, uniform)} < selective " \
+                             f"{perplexity_text(sel, uniform)} < dpsgd {perplexity_text(dp, uniform)}"
     return check
 
 
-def selective_beats_dpsgd(model: str) -> Check:
+def selective_beats_dpsgd(model: str, uniform: float = UNIFORM_BYTE_PERPLEXITY) -> Check:
     def check(r: Results) -> tuple[bool, str]:
         f = _first_family(r, model)
         sel, dp = r.perplexity("selective", family=f), r.perplexity("dpsgd", family=f)
-        return sel < dp, f"{f}: selective {perplexity_text(sel)}, dpsgd {perplexity_text(dp)}"
+        return sel < dp, f"{f}: selective {perplexity_text(sel, uniform)}, dpsgd {perplexity_text(dp, uniform)}"
     return check
 
 
-def improves_on_redacted(r: Results) -> tuple[bool, str]:
+def improves_on_redacted(uniform: float = UNIFORM_BYTE_PERPLEXITY) -> Check:
     """GPT-2's two-phase selective against the redacted model (deid) it starts from."""
-    f = _first_family(r, "gpt2")
-    sel, red = r.perplexity("selective", family=f), r.perplexity("deid", family=f)
-    return sel < red, f"{f}: two-phase {perplexity_text(sel)}, redacted (deid) {perplexity_text(red)}"
+    def check(r: Results) -> tuple[bool, str]:
+        f = _first_family(r, "gpt2")
+        sel, red = r.perplexity("selective", family=f), r.perplexity("deid", family=f)
+        return sel < red, f"{f}: two-phase {perplexity_text(sel, uniform)}, redacted (deid) " \
+                          f"{perplexity_text(red, uniform)}"
+    return check
 
 
 def dpsgd_hides_canaries(r: Results) -> tuple[bool, str]:
@@ -203,6 +240,36 @@ def missed_secret(r: Results) -> tuple[bool, str]:
     return all(clearly_above(sel, d) for _, _, sel, d in triples), ours
 
 
+def start_claims(s: Settings, start: Start) -> list[Claim]:
+    """GPT-2's claims on the rows from a pretrained start, and the two targets a start must meet: dpsgd
+    and selective within 15% of noiseless from the same start, and every private model better than the
+    start before fine-tuning."""
+    def near_noiseless(r: Results) -> tuple[bool, str]:
+        n = r.perplexity("noiseless")
+        ratios = {m: r.perplexity(m) / n for m in ("dpsgd", "selective")}
+        return all(v <= NEAR_NOISELESS for v in ratios.values()), f"noiseless {perplexity_text(n, start.uniform)}; " \
+            + ", ".join(f"{m} {ratio:.2f}x" for m, ratio in ratios.items())
+
+    def beats_start(r: Results) -> tuple[bool, str]:
+        values = {m: r.perplexity(m) for m in ("dpsgd", "selective")}
+        return all(v < start.before for v in values.values()), f"before fine-tuning {number(start.before)}; " \
+            + ", ".join(f"{m} {number(v)}" for m, v in values.items())
+
+    return [
+        Claim(f"at {_at(s)}, GPT-2's two-phase selective beats dpsgd", "S-DPSGD beats DPSGD (Table 2, LSTM)",
+              "extends", selective_beats_dpsgd("gpt2", start.uniform)),
+        Claim("GPT-2's two-phase selective improves on the redacted model it starts from (deid)", "22.56 against the "
+              "redacted model's 24.30 (Table 3)", "reproduces", improves_on_redacted(start.uniform), ("cpu", "gpu")),
+        Claim(f"at {_at(s)}, dpsgd and selective are within {NEAR_NOISELESS - 1:.0%} of noiseless from the same "
+              "start", "private fine-tuning of a pretrained GPT-2 comes close to non-private (Table 3)", "reproduces",
+              near_noiseless, ("cpu", "gpu")),
+        Claim("dpsgd and selective are better than the pretrained start before fine-tuning", "(implied: Table 3's "
+              "models improve on GPT-2)", "reproduces", beats_start, ("cpu", "gpu")),
+        Claim("dpsgd hides the planted secrets better than noiseless (lower exposure)", "No-DP exposure up to ~20; "
+              "DPSGD and S-DPSGD low (Fig. 3b)", "reproduces", dpsgd_hides_canaries, ("cpu", "gpu")),
+    ]
+
+
 def claims(s: Settings) -> list[Claim]:
     return [
         Claim(f"at {_at(s)}, the LSTM orders noiseless < selective < dpsgd in perplexity",
@@ -214,7 +281,7 @@ def claims(s: Settings) -> list[Claim]:
               "dpsgd", "S-DPSGD beats DPSGD (Table 2, LSTM); Table 3 has no GPT-2 DPSGD row", "extends",
               selective_beats_dpsgd("gpt2")),
         Claim("GPT-2's two-phase selective improves on the redacted model it starts from (deid)", "22.56 against the "
-              "redacted model's 24.30 (Table 3)", "reproduces", improves_on_redacted, ("cpu", "gpu")),
+              "redacted model's 24.30 (Table 3)", "reproduces", improves_on_redacted(), ("cpu", "gpu")),
         Claim("dpsgd hides the planted secrets better than noiseless (lower exposure)", "No-DP exposure up to ~20; "
               "DPSGD and S-DPSGD low (Fig. 3b)", "reproduces", dpsgd_hides_canaries, ("cpu", "gpu")),
         Claim("a secret the policy does not mark private (the canaries here) is exposed more by selective than by "
@@ -224,16 +291,21 @@ def claims(s: Settings) -> list[Claim]:
 
 
 def page(ctx: Context, s: Settings, results: Results) -> Page:
-    verdicts = judge(claims(s), results, ctx.scale)
-    order = {"noiseless": 0, "deid": 1, "dpsgd": 2, "selective": 3}
-    rows = []
-    for row in sorted(results.runs, key=lambda r: (r.family, order.get(r.label, 9))):
-        form = {"selective": "recurrent" if row.family.startswith("lstm") else "two-phase",
-                "deid": "redacted model"}.get(row.label, "")
-        rows.append([row.family, row.label + (f" ({form})" if form else ""), number(row.epsilon),
-                     perplexity_text(row.perplexity), number(row.extra.get("canary_exposure_mean", math.nan)),
-                     number(row.extra.get("canary_exposure_max", math.nan)), f"{row.seconds:.0f} s",
-                     f"`{row.run_id[:8]}`"])
+    scratch, started = split_by_start(results)
+    start = recorded_start(results)
+    verdicts = judge(claims(s), scratch, ctx.scale)
+    figures = {"selective.png": figure(scratch, s)}
+    from_start = []
+    if start is not None and started is not None:
+        f = FROM_START[ctx.scale]
+        verdicts += labelled(judge(start_claims(f, start), started, ctx.scale), start)
+        figures["selective-start.png"] = utility_exposure_figure(started, _at(f), "test perplexity (its own tokens)")
+        from_start = [
+            f"## From a pretrained start: {start.family}\n\n{start_paragraph(start)} {f.steps} steps of "
+            f"{f.batch_size} (selective: {f.public_steps} noiseless steps on the redacted text first); the same "
+            f"canaries.\n\n![perplexity and exposure from the start](selective-start.png)\n\n"
+            + _run_table(started, start)]
+    scratch_table = _run_table(scratch, None)
     share = results.figures["private_token_share"]
     sections = [
         INTRO,
@@ -245,10 +317,11 @@ def page(ctx: Context, s: Settings, results: Results) -> Page:
         f"{s.steps} steps of batch {s.batch_size} (selective with GPT-2: {s.public_steps} noiseless steps on the "
         f"redacted text first). {_budget(s)} at delta 1e-5 for dpsgd (one sentence, add/remove) "
         f"and selective (one private token, replace-one). {s.canaries} canaries (`digits:6`), each planted "
-        f"{s.canary_repeats} times, in every run; seeds {', '.join(map(str, s.seeds))}; randomness {s.randomness}.",
+        f"{s.canary_repeats} times, in every run; seeds {', '.join(map(str, s.seeds))}; randomness {s.randomness}."
+        + ("" if start else " " + start_paragraph(None)),
         "## Utility and exposure at equal epsilon\n\n![perplexity and exposure](selective.png)\n\n"
-        + markdown_table(["model", "mechanism", "accounted epsilon", "test perplexity", "canary exposure (mean)",
-                          "exposure (max)", "wall time", "MLflow run"], rows, "---|---|---:|---:|---:|---:|---:|---"),
+        + scratch_table,
+        *from_start,
         "Exposure is log2 of the candidates' count minus log2 of the canary's rank among them (Carlini et al.; "
         "about 1.44 for a random rank, log2(10^6) = 19.9 at most for six digits).",
         "The paper's figures (WikiText-2), from its text:\n\n"
@@ -259,8 +332,25 @@ def page(ctx: Context, s: Settings, results: Results) -> Page:
         "## The seeds' claims, checked\n\n" + verdict_table(verdicts),
         DISCUSSION,
     ]
-    return Page("Selective-DP on CoNLL-2003: Table 2 and Table 3 at equal epsilon", sections,
-                {"selective.png": figure(results, s)}, results, verdicts)
+    return Page("Selective-DP on CoNLL-2003: Table 2 and Table 3 at equal epsilon", sections, figures, results,
+                verdicts)
+
+
+def _run_table(results: Results, start: Start | None) -> str:
+    order = {"noiseless": 0, "deid": 1, "dpsgd": 2, "selective": 3}
+    uniform = start.uniform if start else UNIFORM_BYTE_PERPLEXITY
+    rows = [] if start is None else [[start.family, "(the start, before fine-tuning)", "-",
+                                      perplexity_text(start.before, uniform), "-", "-", "-",
+                                      f"`{start.run_id[:8]}`" if start.run_id else "-"]]
+    for row in sorted(results.runs, key=lambda r: (r.family, order.get(r.label, 9))):
+        form = {"selective": "recurrent" if row.family.startswith("lstm") else "two-phase",
+                "deid": "redacted model"}.get(row.label, "")
+        rows.append([row.family, row.label + (f" ({form})" if form else ""), number(row.epsilon),
+                     perplexity_text(row.perplexity, uniform), number(row.extra.get("canary_exposure_mean", math.nan)),
+                     number(row.extra.get("canary_exposure_max", math.nan)), f"{row.seconds:.0f} s",
+                     f"`{row.run_id[:8]}`"])
+    return markdown_table(["model", "mechanism", "accounted epsilon", "test perplexity", "canary exposure (mean)",
+                           "exposure (max)", "wall time", "MLflow run"], rows, "---|---|---:|---:|---:|---:|---:|---")
 
 
 def figure(results: Results, s: Settings) -> Any:

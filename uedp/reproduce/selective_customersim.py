@@ -307,7 +307,7 @@ def claims(s: Settings) -> list[Claim]:
               "S-DPSGD beats DPSGD (Table 2, LSTM); no GPT-2 on CustomerSim", "extends", selective_beats_dpsgd("gpt2")),
         Claim("GPT-2's two-phase selective improves on the redacted model it starts from (deid)", "22.56 against the "
               "redacted model's 24.30 on WikiText-2 (Table 3); not run on CustomerSim", "extends",
-              improves_on_redacted, ("cpu", "gpu")),
+              improves_on_redacted(), ("cpu", "gpu")),
         Claim("dpsgd hides the planted secrets better than noiseless (lower exposure)", "DPSGD's exposure below "
               "No-DP's (Fig. 4b)", "reproduces", dpsgd_hides_canaries, ("cpu", "gpu")),
         Claim("a secret the policy does not mark (the canaries here) is exposed more by selective than by dpsgd",

@@ -113,9 +113,53 @@ def render(ctx: Context, results: Results) -> Page:
 
 
 def corpus_files(ctx: Context) -> dict[str, Path]:
-    """Each split's file in the corpus folder, in either layout (pytorch/examples' or the archive's)."""
-    folder = corpus_folder(ctx, "wikitext", ["|".join(names) for names in SPLIT_FILES.values()])
-    return {split: next(folder / n for n in names if (folder / n).exists()) for split, names in SPLIT_FILES.items()}
+    """Each split's file in the corpus folder, in either layout (pytorch/examples' or the archive's). The
+    training file may be absent (it is the one most often missing from offline copies): see :func:`layout`."""
+    folder = corpus_folder(ctx, "wikitext", ["|".join(SPLIT_FILES[split]) for split in ("valid", "test")])
+    return {split: next(folder / n for n in names if (folder / n).exists())
+            for split, names in SPLIT_FILES.items() if any((folder / n).exists() for n in names)}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The articles each split reads, and the public text the vocabulary comes from. With WikiText-2's
+    training file, as the paper split it (the vocabulary from the whole validation file, which no run
+    trains on). Without it, a document split of the validation file: its first articles are the training
+    text, the rest the validation split and the vocabulary's source, so the vocabulary still never comes
+    from text a run trains on or is tested on."""
+
+    train: list[list[str]]
+    valid: list[list[str]]
+    test: list[list[str]]
+    vocabulary: list[list[str]]
+    train_source: str  # in words, for the page
+    vocabulary_source: str
+    tag: str  # names the dataset and the tokenizer: a different split is never taken for another
+
+
+def layout(ctx: Context, s: Settings) -> Layout:
+    from uedp.storage.formats.wikitext import wikitext_articles
+
+    files = corpus_files(ctx)
+    valid, test = wikitext_articles(files["valid"]), wikitext_articles(files["test"])
+    test = test[:s.eval_articles] if s.eval_articles else test
+    evaluated = f"train{s.articles or 'all'}-eval{s.eval_articles or 'all'}"
+    if "train" in files:
+        train = wikitext_articles(files["train"])
+        return Layout(train[:s.articles] if s.articles else train, valid[:s.eval_articles] if s.eval_articles else valid,
+                      test, valid, f"{len(train[:s.articles] if s.articles else train)} of the {TRAIN_ARTICLES} articles "
+                      f"of its training file ({files['train'].name})", f"the whole validation file "
+                      f"({files['valid'].name})", evaluated)
+    if len(valid) < 2:
+        raise UedpError(f"{files['valid']}: {len(valid)} article(s); without {' or '.join(SPLIT_FILES['train'])} the "
+                        "page trains on the validation file's first articles and needs at least one more to hold out")
+    cut = min(s.articles or len(valid), len(valid) * 2 // 3) or 1
+    held = valid[cut:]
+    return Layout(valid[:cut], held[:s.eval_articles] if s.eval_articles else held, test, held,
+                  f"the first {cut} of the {len(valid)} articles of its validation file ({files['valid'].name}), "
+                  f"because its training file is absent here: a small part of the paper's {TRAIN_ARTICLES} "
+                  "training articles", f"the validation file's other {len(held)} articles (no run trains on them)",
+                  f"fromvalid{cut}-eval{s.eval_articles or 'all'}")
 
 
 def canary_article() -> str:
@@ -123,34 +167,28 @@ def canary_article() -> str:
     return " = My ID = \n \n" + "".join(f" {CANARY_TEXT} \n" for _ in range(CANARY_REPEATS))
 
 
-def prepare_inputs(ctx: Context, s: Settings) -> tuple[list[Path], str]:
-    """Copies of the corpus' files under the data home, in WikiText's format: the first ``s.articles``
-    training articles with the canary's article after them, and the first ``s.eval_articles`` of the
-    valid and test files. Returns the files (train.txt, valid.txt, test.txt) and the dataset name."""
-    from uedp.storage.formats.wikitext import wikitext_articles
-
-    files = corpus_files(ctx)
-    tag = f"train{s.articles or 'all'}-eval{s.eval_articles or 'all'}"
-    folder = ctx.home.root / "reproduce" / "inputs" / f"wikitext2-{tag}"
+def prepare_inputs(ctx: Context, split: Layout) -> tuple[list[Path], str]:
+    """Copies of the layout's articles under the data home, in WikiText's format: the training articles
+    with the canary's article after them, the validation and test articles. Returns the files (train.txt,
+    valid.txt, test.txt) and the dataset name."""
+    folder = ctx.home.root / "reproduce" / "inputs" / f"wikitext2-{split.tag}"
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for split, source in files.items():
-        first = s.articles if split == "train" else s.eval_articles
-        articles = wikitext_articles(source)[:first] if first else wikitext_articles(source)
+    for name, articles in (("train", split.train), ("valid", split.valid), ("test", split.test)):
         text = "".join(line for article in articles for line in article)
-        if split == "train":
+        if name == "train":
             text += canary_article()
-        written.append(write_if_changed(folder / f"{split}.txt", text))
-    return written, f"wikitext2-{tag}"
+        written.append(write_if_changed(folder / f"{name}.txt", text))
+    return written, f"wikitext2-{split.tag}"
 
 
-def ingest_and_detect(ctx: Context, s: Settings) -> tuple[str, list[Path]]:
+def ingest_and_detect(ctx: Context, split: Layout) -> tuple[str, list[Path]]:
     """Ingest the copies (one user per article) and mark every digit run with the digit policy."""
     from uedp.detection.pipeline import DetectorConfig
     from uedp.flows.detect import detect_flow
     from uedp.flows.ingest import IngestConfig, ingest_flow
 
-    paths, dataset = prepare_inputs(ctx, s)
+    paths, dataset = prepare_inputs(ctx, split)
     ctx.say(f"ingest {dataset} from {paths[0].parent}")
     ingest_flow(IngestConfig(home=str(ctx.home.root), dataset=dataset, format="wikitext", files=[str(p) for p in paths]))
     ctx.say(f"detect digits in {dataset} with {POLICY.name}")
@@ -160,21 +198,20 @@ def ingest_and_detect(ctx: Context, s: Settings) -> tuple[str, list[Path]]:
     return dataset, paths
 
 
-def build_tokenizer(ctx: Context, s: Settings) -> tuple[Path, int]:
-    """The word-level tokenizer from the most frequent words of the corpus' whole validation file (public
-    text no run trains on), saved where ``tokenizer=FOLDER`` reads it; the folder is named by its word
-    list, so a changed vocabulary is never taken for an earlier one (a run's fingerprint holds the folder)."""
+def build_tokenizer(ctx: Context, s: Settings, split: Layout) -> tuple[Path, int]:
+    """The word-level tokenizer from the most frequent words of the layout's vocabulary text (public text no
+    run trains on or is tested on), saved where ``tokenizer=FOLDER`` reads it; the folder is named by its
+    word list, so a changed vocabulary is never taken for an earlier one (a run's fingerprint holds the folder)."""
     from uedp.models.tokenization import most_frequent_words, save_word_level_tokenizer
-    from uedp.storage.formats.wikitext import wikitext_articles
 
-    source = corpus_files(ctx)["valid"]
-    texts = [line for article in wikitext_articles(source) for line in article if not line.strip().startswith("= ")]
+    texts = [line for article in split.vocabulary for line in article if not line.strip().startswith("= ")]
     words = most_frequent_words(texts, s.vocabulary)
     digest = hashlib.sha256("\n".join(words).encode()).hexdigest()[:12]
     folder = ctx.home.root / "reproduce" / "tokenizers" / f"wikitext2-valid-{len(words)}-{digest}"
     if not (folder / "tokenizer.json").is_file():
-        save_word_level_tokenizer(words, folder, f"the {len(words)} most frequent words of {source.name}")
-    ctx.say(f"word-level tokenizer: the {len(words)} most frequent words of {source.name}, digits 0-9, <unk>")
+        save_word_level_tokenizer(words, folder, f"the {len(words)} most frequent words of {split.vocabulary_source}")
+    ctx.say(f"word-level tokenizer: the {len(words)} most frequent words of {split.vocabulary_source}, digits 0-9, "
+            "<unk>")
     return folder, len(words)
 
 
@@ -186,8 +223,9 @@ def run(ctx: Context) -> Page:
     from uedp.services.config import SweepConfig
 
     s = SCALES[ctx.scale]
-    dataset, _ = ingest_and_detect(ctx, s)
-    tokenizer, words = build_tokenizer(ctx, s)
+    split = layout(ctx, s)
+    dataset, _ = ingest_and_detect(ctx, split)
+    tokenizer, words = build_tokenizer(ctx, s, split)
     base = dict(home=str(ctx.home.root), dataset=dataset, category_sets=[[CATEGORY]], seeds=list(s.seeds),
                 target_epsilons=[] if s.noise_multiplier else [s.epsilon], noise_multiplier=s.noise_multiplier,
                 model="lstm", model_size=s.lstm_size, tokenizer=str(tokenizer), steps=s.steps,
@@ -209,7 +247,8 @@ def run(ctx: Context) -> Page:
         extra = {k: v for k, v in outcome.metrics.items() if k.startswith("canary_")}
         extra["marked_canary_exposure"] = marked_canary_exposure(ctx, row.run_id)
         results.runs[index] = replace(row, extra={**row.extra, **extra})
-    results.figures.update(dataset=dataset, vocabulary=words, tokenizer=tokenizer.name,
+    results.figures.update(dataset=dataset, vocabulary=words, tokenizer=tokenizer.name, train_source=split.train_source,
+                           vocabulary_source=split.vocabulary_source,
                            private_token_share=private_token_share(ctx, dataset, tokenizer))
     return page(ctx, s, results)
 
@@ -370,7 +409,10 @@ def page(ctx: Context, s: Settings, results: Results) -> Page:
                      f"`{row.run_id[:8]}`"])
     share = results.figures["private_token_share"]
     words = results.figures["vocabulary"]
-    used = f"the first {s.articles} of its {TRAIN_ARTICLES} training articles" if s.articles else "its whole training file"
+    # pages made before the layout was recorded trained on the training file's first articles
+    used = results.figures.get("train_source") or (
+        f"the first {s.articles} of its {TRAIN_ARTICLES} training articles" if s.articles else "its whole training file")
+    vocabulary_source = results.figures.get("vocabulary_source", "the whole validation file")
     evaluated = f"the first {s.eval_articles} articles of" if s.eval_articles else "the whole"
     budget = (f"noise multiplier {s.noise_multiplier:g} (no calibration at this scale; epsilon accounted)"
               if s.noise_multiplier else f"noise calibrated to epsilon {s.epsilon:g}")
@@ -385,7 +427,8 @@ def page(ctx: Context, s: Settings, results: Results) -> Page:
         "tokens: its BPE tokens hold several digits each (\"12\", \"34\"), ours one, so the same digits are more "
         "of our tokens.",
         f"**Tokenizer.** Word-level, its vocabulary the **{words:,} most frequent words of WikiText-2's "
-        f"validation file**{' (all its words)' if words < s.vocabulary else ''}, which no run trains on, plus "
+        f"{vocabulary_source.removeprefix('the ')}**{' (all its words)' if words < s.vocabulary else ''}, which no "
+        "run trains on, plus "
         "`<unk>`, the end mark and the ten digits: digits are always single-digit tokens, so no number is ever a vocabulary entry, and "
         "every other word is `<unk>`. The vocabulary is released with every model; built from the training "
         "text, each entry would say that some training sentence holds that word, which no epsilon here covers. "

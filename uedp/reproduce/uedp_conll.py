@@ -9,7 +9,7 @@ q_s 1, z 2) with uedp's sound accountant, against the paper's 0.52 / 0.62 / 1.18
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from uedp.reproduce.common import (
@@ -19,6 +19,7 @@ from uedp.reproduce.common import (
     Context,
     Page,
     Results,
+    conll_inputs,
     ingest_conll_gold,
     judge,
     markdown_table,
@@ -26,6 +27,16 @@ from uedp.reproduce.common import (
     perplexity_text,
     run_sweep,
     verdict_table,
+)
+from uedp.reproduce.starts import (
+    BaseSettings,
+    Start,
+    labelled,
+    prepare_start,
+    record_start,
+    recorded_start,
+    split_by_start,
+    start_paragraph,
 )
 
 PAPER_RATES = {"q_user": 0.05, "q_entity": 0.5, "q_extended": 1.0}
@@ -82,23 +93,47 @@ def render(ctx: Context, results: Results) -> Page:
     return page(ctx, SCALES[ctx.scale], results)
 
 
+# From a pretrained start (starts.py): the base each scale pretrains, and the runs from it. A pretrained
+# model costs more per token than the tiny one (gpt2 small: 1.9M parameters), so the cpu scale trains it for
+# fewer steps and rounds, with fewer local steps per user.
+BASES = {"ci": BaseSettings(size="tiny", steps=20, vocab_size=400, max_len=32),
+         "cpu": BaseSettings(size="small", steps=3000),
+         "gpu": BaseSettings(size="large", steps=10000)}
+FROM_START = {
+    "ci": replace(SCALES["ci"], steps=20, rounds=3),
+    "cpu": replace(SCALES["cpu"], steps=300, rounds=10, local_steps=3, batch_size=32),
+    "gpu": replace(SCALES["gpu"], steps=2000, rounds=100),
+}
+
+
 def run(ctx: Context) -> Page:
     s = SCALES[ctx.scale]
     dataset, users = ingest_conll_gold(ctx, s.first)
-    from uedp.services.config import SweepConfig
-
-    config = SweepConfig.model_validate(dict(home=str(ctx.home.root), dataset=dataset, mechanisms=["noiseless", "deid", *PRIVATE],
-                         category_sets=[GOLD_CATEGORIES], target_epsilons=list(s.epsilons), seeds=list(s.seeds),
-                         noise_multiplier=s.noise_multiplier, grid={"holders_per_entity": [s.holders]}, model="gpt2", model_size=s.model_size,
-                         steps=s.steps, rounds=s.rounds, q_user=s.q_user, q_entity=PAPER_RATES["q_entity"],
-                         q_extended=PAPER_RATES["q_extended"], local_steps=s.local_steps, batch_size=s.batch_size,
-                         randomness=s.randomness, device=ctx.device, threads=ctx.threads, checkpoint_every=0))
-    results = Results(run_sweep(ctx, config, f"gpt2 {s.model_size}"))
+    results = Results(run_sweep(ctx, _sweep(ctx, dataset, s, dict(model="gpt2", model_size=s.model_size)),
+                                f"gpt2 {s.model_size}"))
+    test_file = conll_inputs(ctx, s.first)[0][-1]
+    start = prepare_start(ctx, BASES[ctx.scale], test_file, "conll2003")
+    if start is not None:
+        ctx.say(f"the same mechanisms from {start.family}")
+        results.runs += run_sweep(ctx, _sweep(ctx, dataset, FROM_START[ctx.scale], start.run_settings), start.family)
+    record_start(results, start)
     ctx.say("epsilon against rounds at the paper's sampling rates")
     results.figures["epsilon_curves"] = epsilon_curves(users, s.curve_rounds, s.holders)
     results.figures["train_users"] = users
     results.figures["dataset"] = dataset
     return page(ctx, s, results)
+
+
+def _sweep(ctx: Context, dataset: str, s: Settings, model: dict[str, Any]) -> Any:
+    from uedp.services.config import SweepConfig
+
+    return SweepConfig.model_validate(dict(
+        home=str(ctx.home.root), dataset=dataset, mechanisms=["noiseless", "deid", *PRIVATE],
+        category_sets=[GOLD_CATEGORIES], target_epsilons=list(s.epsilons), seeds=list(s.seeds),
+        noise_multiplier=s.noise_multiplier, grid={"holders_per_entity": [s.holders]}, steps=s.steps,
+        rounds=s.rounds, q_user=s.q_user, q_entity=PAPER_RATES["q_entity"], q_extended=PAPER_RATES["q_extended"],
+        local_steps=s.local_steps, batch_size=s.batch_size, randomness=s.randomness, device=ctx.device,
+        threads=ctx.threads, checkpoint_every=0, **model))
 
 
 def epsilon_curves(users: int, rounds: tuple[int, ...], holders: int) -> dict[str, list[list[float]]]:
@@ -131,8 +166,14 @@ def _label(mechanism: str, holders: int) -> str:
     return f"uedp-bounded-k{holders}" if mechanism == "uedp-bounded" else mechanism
 
 
-def claims(s: Settings) -> list[Claim]:
+def claims(s: Settings, start: Start | None = None) -> list[Claim]:
+    """The seeds' claims on the from-scratch rows; with ``start``, those that concern training, judged on
+    the rows from that start, and whether each private model improved on the start itself."""
     k = s.holders
+    uniform = start.uniform if start else UNIFORM_BYTE_PERPLEXITY
+
+    def text(value: float) -> str:
+        return perplexity_text(value, uniform)
 
     def noiseless_best(r: Results) -> tuple[bool, str]:
         base = r.perplexity("noiseless")
@@ -147,12 +188,12 @@ def claims(s: Settings) -> list[Claim]:
     def uedp_worse_than_userdp(r: Results) -> tuple[bool, str]:
         pairs = [(e, r.perplexity("uedp", e), r.perplexity("userdp", e)) for e in r.targets()]
         return all(u > d for _, u, d in pairs), "; ".join(
-            f"epsilon {e:g}: uedp {perplexity_text(u)}, userdp {perplexity_text(d)}" for e, u, d in pairs)
+            f"epsilon {e:g}: uedp {text(u)}, userdp {text(d)}" for e, u, d in pairs)
 
     def bounded_beats_uedp(r: Results) -> tuple[bool, str]:
         pairs = [(e, r.perplexity(f"uedp-bounded-k{k}", e), r.perplexity("uedp", e)) for e in r.targets()]
         return all(b < u for _, b, u in pairs), "; ".join(
-            f"epsilon {e:g}: uedp-bounded k={k} {perplexity_text(b)}, uedp {perplexity_text(u)}" for e, b, u in pairs)
+            f"epsilon {e:g}: uedp-bounded k={k} {text(b)}, uedp {text(u)}" for e, b, u in pairs)
 
     def sound_at_50(r: Results) -> tuple[bool, str]:
         curves = r.figures["epsilon_curves"]
@@ -166,30 +207,56 @@ def claims(s: Settings) -> list[Claim]:
         return all(a <= b * (1 + 1e-9) for _, a, b in pairs), \
             f"uedp <= uedp-naive at all {len(pairs)} round counts ({equal} equal: the entity case dominates both)"
 
+    def beats_start(r: Results) -> tuple[bool, str]:
+        assert start is not None
+        private = sorted({(row.label, row.target) for row in r.runs if math.isfinite(row.epsilon)},
+                         key=lambda lt: (_ORDER.get(lt[0].split("-k")[0], 9), lt[1] or 0))
+        worse = [label + (f" at {target:g}" if target else "") for label, target in private
+                 if r.perplexity(label, target) >= start.before]
+        return not worse and bool(private), (f"before fine-tuning {number(start.before)}; " + (
+            f"not better: {', '.join(worse)}" if worse else f"all {len(private)} private models better"))
+
+    noiseless = Claim("noiseless has the lowest test perplexity of every model", "noiseless GPT-2 is the upper "
+                      "bound (27.13)", "reproduces", noiseless_best)
+    deid = Claim("deid is worse than noiseless", "38.30 against 27.13", "reproduces", deid_worse, ("cpu", "gpu"))
+    userdp = Claim("uedp is worse than userdp in perplexity at every target epsilon", "UeDP-Alg beats user-level "
+                   "DP: 35.09 against 52.01 at epsilon 0.185 (Fig. 2a)", "contradicts", uedp_worse_than_userdp,
+                   ("cpu", "gpu"))
+    bounded = Claim(f"uedp-bounded (k = {k}), which protects users and entities too, beats uedp at every target "
+                    "epsilon", "(not in the paper)", "extends", bounded_beats_uedp, ("cpu", "gpu"))
+    if start is not None:
+        return [noiseless, deid, userdp, bounded,
+                Claim("every private model is better than the pretrained start before fine-tuning",
+                      "the paper's private models all improve on its pretrained GPT-2 (Fig. 2a)", "reproduces",
+                      beats_start, ("cpu", "gpu"))]
     return [
-        Claim("noiseless has the lowest test perplexity of every model", "noiseless GPT-2 is the upper bound "
-              "(27.13)", "reproduces", noiseless_best),
-        Claim("deid is worse than noiseless", "38.30 against 27.13", "reproduces", deid_worse, ("cpu", "gpu")),
+        noiseless,
+        deid,
         Claim("with sound accounting, uedp (f_E+) has a higher epsilon than userdp at the paper's rates "
               "(q_u 0.05, q_e 0.5, q_s 1, z 2) after T = 50 rounds",
               "f_E+ 0.52 < f_E 0.62 < user-level DP 1.18 (Fig. 4)", "contradicts", sound_at_50),
         Claim("uedp (f_E+) never costs more epsilon than uedp-naive (f_E)", "f_E+ is tighter than f_E (Fig. 4)",
               "reproduces", plus_no_worse),
-        Claim("uedp is worse than userdp in perplexity at every target epsilon", "UeDP-Alg beats user-level DP: "
-              "35.09 against 52.01 at epsilon 0.185 (Fig. 2a)", "contradicts", uedp_worse_than_userdp, ("cpu", "gpu")),
-        Claim(f"uedp-bounded (k = {k}), which protects users and entities too, beats uedp at every target epsilon",
-              "(not in the paper)", "extends", bounded_beats_uedp, ("cpu", "gpu")),
+        userdp,
+        bounded,
     ]
 
 
 def page(ctx: Context, s: Settings, results: Results) -> Page:
-    verdicts = judge(claims(s), results, ctx.scale)
-    rows = []
-    for row in sorted(results.runs, key=lambda r: (_ORDER.get(r.label.split("-k")[0], 9), r.target or 0, r.label)):
-        rows.append([row.label, "-" if row.target is None else f"{row.target:g}", number(row.epsilon),
-                     perplexity_text(row.perplexity),
-                     f"{row.extra['data_share_used']:.1%}" if "data_share_used" in row.extra else "all",
-                     f"{row.seconds:.0f} s", f"`{row.run_id[:8]}`"])
+    scratch, started = split_by_start(results)
+    start = recorded_start(results)
+    verdicts = judge(claims(s), scratch, ctx.scale)
+    figures = {"perplexity.png": perplexity_figure(scratch, s, f"GPT-2 {s.model_size} from scratch")}
+    from_start = []
+    if start is not None and started is not None:
+        f = FROM_START[ctx.scale]
+        verdicts += labelled(judge(claims(f, start), started, ctx.scale), start)
+        figures["perplexity-start.png"] = perplexity_figure(started, s, start.family, start)
+        from_start = [
+            f"## From a pretrained start: {start.family}\n\n{start_paragraph(start)} noiseless and deid: {f.steps} "
+            f"steps of {f.batch_size}; federated mechanisms: {f.rounds} rounds, q_user {f.q_user:g}, {f.local_steps} "
+            f"local steps; the rest as from scratch.\n\n![perplexity against epsilon from the start]"
+            "(perplexity-start.png)\n\n" + _run_table(started, start) + "\n\n" + FROM_START_READING]
     curves = results.figures["epsilon_curves"]
     curve_rows = [[_label(m, s.holders), *(number(e) for _, e in curves[m]),
                    str(PAPER_EPSILON_AT_50.get(m, "-"))] for m in CURVE_MECHANISMS]
@@ -202,12 +269,13 @@ def page(ctx: Context, s: Settings, results: Results) -> Page:
         f"mechanisms: {s.rounds} rounds, q_user {s.q_user:g}, {s.local_steps} local steps, q_entity "
         f"{PAPER_RATES['q_entity']:g} and q_extended {PAPER_RATES['q_extended']:g} (the paper's), uedp-bounded with "
         f"k = {s.holders}. {_budget(s)} at delta 1e-5; seeds "
-        f"{', '.join(map(str, s.seeds))}; randomness {s.randomness}.",
+        f"{', '.join(map(str, s.seeds))}; randomness {s.randomness}."
+        + ("" if start else " " + start_paragraph(None)),
         "## Perplexity against epsilon (the paper's Fig. 2)\n\n![perplexity against epsilon](perplexity.png)\n\n"
-        + markdown_table(["mechanism", "target epsilon", "accounted epsilon", "test perplexity", "data used",
-                          "wall time", "MLflow run"], rows),
+        + _run_table(scratch, None),
+        *from_start,
         "The paper's Fig. 2a, from its text (pretrained GPT-2 117M, fine-tuned; not comparable in absolute terms "
-        "with a tiny model trained from scratch):\n\n"
+        "with these models: other tokens, other sizes):\n\n"
         + markdown_table(["paper", "perplexity at epsilon 0.185", "at epsilon 0.20"], [list(r) for r in PAPER_FIG2]),
         "## Epsilon against rounds (the paper's Fig. 4)\n\n![epsilon against rounds](epsilon_rounds.png)\n\n"
         f"Sound epsilon at delta 1e-5 from uedp's accountants (dp_accounting PLD), z = {PAPER_Z:g}, "
@@ -215,22 +283,38 @@ def page(ctx: Context, s: Settings, results: Results) -> Page:
         "## The seeds' claims, checked\n\n" + verdict_table(verdicts),
         DISCUSSION,
     ]
-    figures = {"perplexity.png": perplexity_figure(results, s), "epsilon_rounds.png": curve_figure(curves, s)}
+    figures["epsilon_rounds.png"] = curve_figure(curves, s)
     return Page("UeDP on CoNLL-2003: the paper's Fig. 2 and Fig. 4 with sound epsilons", sections, figures, results,
                 verdicts)
+
+
+def _run_table(results: Results, start: Start | None) -> str:
+    uniform = start.uniform if start else UNIFORM_BYTE_PERPLEXITY
+    rows = [] if start is None else [["(the start, before fine-tuning)", "-", "-", perplexity_text(start.before, uniform),
+                                      "-", "-", f"`{start.run_id[:8]}`" if start.run_id else "-"]]
+    for row in sorted(results.runs, key=lambda r: (_ORDER.get(r.label.split("-k")[0], 9), r.target or 0, r.label)):
+        rows.append([row.label, "-" if row.target is None else f"{row.target:g}", number(row.epsilon),
+                     perplexity_text(row.perplexity, uniform),
+                     f"{row.extra['data_share_used']:.1%}" if "data_share_used" in row.extra else "all",
+                     f"{row.seconds:.0f} s", f"`{row.run_id[:8]}`"])
+    return markdown_table(["mechanism", "target epsilon", "accounted epsilon", "test perplexity", "data used",
+                           "wall time", "MLflow run"], rows)
 
 
 _ORDER = {"noiseless": 0, "deid": 1, "userdp": 2, "uedp": 3, "uedp-naive": 4, "uedp-bounded": 5}
 
 
-def perplexity_figure(results: Results, s: Settings) -> Any:
+def perplexity_figure(results: Results, s: Settings, what: str, start: Start | None = None) -> Any:
+    """Test perplexity against accounted epsilon, one line per mechanism; from a start, its perplexity
+    before fine-tuning is the line every private model should be under."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5.2), dpi=110)
-    ceiling = 1000.0
+    uniform = start.uniform if start else UNIFORM_BYTE_PERPLEXITY
+    ceiling = 4.0 * uniform
     for index, name in enumerate(["noiseless", "deid", *(_label(m, s.holders) for m in PRIVATE)]):
         rows = sorted((r for r in results.runs if r.label == name), key=lambda r: r.epsilon)
         if not rows:
@@ -244,8 +328,10 @@ def perplexity_figure(results: Results, s: Settings) -> Any:
         for r, y in zip(rows, ys):
             if r.perplexity > y:
                 ax.plot(r.epsilon, y, marker="^", color=color, markersize=9)
-    ax.axhspan(UNIFORM_BYTE_PERPLEXITY, ceiling * 1.2, color="0.92", zorder=0)
-    ax.text(0.02, 0.97, "shaded: worse than a uniform guess (257); triangles: diverged, off the scale",
+    ax.axhspan(uniform, ceiling * 1.2, color="0.92", zorder=0)
+    if start is not None:
+        ax.axhline(start.before, color="black", linestyle=":", label=f"the start before fine-tuning ({start.before:.1f})")
+    ax.text(0.02, 0.97, f"shaded: worse than a uniform guess ({uniform:g}); triangles: diverged, off the scale",
             transform=ax.transAxes, fontsize=8, va="top")
     ax.set_yscale("log")
     ax.set_ylim(top=ceiling * 1.2)
@@ -257,7 +343,7 @@ def perplexity_figure(results: Results, s: Settings) -> Any:
         ax.get_xaxis().set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.get_yaxis().set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
     ax.set(xlabel="accounted epsilon (delta 1e-5; each mechanism's own unit)", ylabel="test perplexity (log scale)",
-           title=f"CoNLL-2003, GPT-2 {s.model_size} from scratch: perplexity against epsilon")
+           title=f"CoNLL-2003, {what}: perplexity against epsilon")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3)
     fig.tight_layout()
@@ -304,6 +390,16 @@ entities with their category, and `uedp-bounded` is uedp's own mechanism that pr
 entities at close to user-level noise (docs/PRIVACY.md). Every epsilon here is accounted with
 dp_accounting for what the code releases."""
 
+FROM_START_READING = """How to read the rows from the start. Per-sentence training (noiseless, deid) keeps
+what pretraining gave and improves on it. The federated mechanisms (userdp, uedp, uedp-naive,
+uedp-bounded) run DP-FedAvg with uedp's defaults (local SGD at 0.5, server learning rate 1): each round
+adds the averaged noise to every weight at full scale, and a run that ends above the start's own
+perplexity was walked away from its start by that noise faster than the private signal improved it.
+The same was measured on the learning page (docs/results/learning), where a server learning rate of
+0.1 kept the start on one corpus and not on CoNLL. Server optimizers and learning rates chosen on public
+data, for these mechanisms from a pretrained start, are the project's next step; these rows are the
+baseline they must beat."""
+
 DISCUSSION = """## What this shows, and what it cannot
 
 - **Reproduced**: the ordering noiseless < deid, and f_E+ never needing more budget than f_E.
@@ -317,8 +413,9 @@ DISCUSSION = """## What this shows, and what it cannot
   public), so one change reaches 1 + k users; it protects the same pair (a user and an entity) and
   learns where uedp does not.
 - **Cannot be checked here**: the paper fine-tunes pretrained GPT-2 117M, which cannot be downloaded
-  on the machines these pages run on (no network), so absolute perplexities are not comparable (a tiny
-  GPT-2 trained from scratch on bytes); the paper's budgets of 0.18 to 0.20 are far below what any
+  on the machines these pages run on (no network; `--start FOLDER` runs it where it can be), so absolute
+  perplexities are not comparable (a tiny GPT-2 from scratch on bytes, and a 1.9M-parameter base
+  pretrained here on public news, when the page has a start); the paper's budgets of 0.18 to 0.20 are far below what any
   mechanism here can train at with sound accounting; its per-category curves (PERSON, LOC, ... one at
   a time) and the AG News / SEC datasets are not on this page; its AWD-LSTM runs are not repeated.
 - Test perplexity is computed without noise on held-out documents: evaluation is outside every

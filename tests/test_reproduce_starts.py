@@ -1,0 +1,164 @@
+"""``uedp reproduce --start``: a CoNLL page run from a pretrained start keeps its from-scratch rows and adds
+the same mechanisms from the public base (built by ``uedp pretrain`` on a small generated Reuters-21578
+corpus in the real format) or from a checkpoint folder saved as users save downloaded models; the claims
+are judged on each start apart, and the page says what is public and where the start began."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support import reuters_corpus
+from uedp.errors import UedpError
+from uedp.reproduce import reproduce
+from uedp.reproduce.common import Results, RunRow, judge
+from uedp.reproduce.starts import Start, record_start, split_by_start, start_choice
+
+
+@pytest.fixture
+def reuters(tmp_path: Path) -> Path:
+    """A small Reuters-21578 folder in the distribution's format: the public base's corpus."""
+    folder = tmp_path / "reuters"
+    folder.mkdir()
+    reuters_corpus(folder, articles=60)
+    return folder
+
+
+def test_uedp_conll_from_the_public_base_keeps_scratch_rows_beside_the_base_rows(
+        home, shared_conll: Path, reuters: Path, prefect_server, tmp_path: Path) -> None:
+    out = tmp_path / "page"
+    lines: list[str] = []
+    page = reproduce("uedp-conll", "ci", home, shared_conll, out, say=lines.append, start="base", public_dir=reuters)
+    data = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    start = data["figures"]["start"]
+    assert start["kind"] == "base" and start["run_id"] and start["uniform"] == 400
+    families = {run["family"] for run in data["runs"]}
+    assert families == {"gpt2 tiny", start["family"]}
+    for family in families:  # every mechanism from both starts
+        assert {r["label"] for r in data["runs"] if r["family"] == family} == {
+            "noiseless", "deid", "userdp", "uedp", "uedp-naive", "uedp-bounded-k1"}
+    from_base = [r for r in data["runs"] if r["family"] == start["family"]]
+    assert all(r["run_id"] != s["run_id"] for r in from_base for s in data["runs"] if s["family"] == "gpt2 tiny")
+    # the base's runs are MLflow runs started from the pretraining run, with its BPE vocabulary
+    from mlflow.tracking import MlflowClient
+
+    from uedp.services.tracking import tracking_uri
+
+    params = MlflowClient(tracking_uri=tracking_uri(home)).get_run(from_base[0]["run_id"]).data.params
+    assert start["run_id"] in json.dumps(params) and "bpe400-reuters21578" in json.dumps(params)
+    # the page: both tables, both figures, the start's perplexity before fine-tuning, what is public
+    text = (out / "README.md").read_text(encoding="utf-8")
+    assert "(the start, before fine-tuning)" in text and "Treated as public: Reuters-21578" in text
+    assert "--start base" in text and (out / "perplexity-start.png").stat().st_size > 10_000
+    assert any(v.statement.startswith("from the Reuters base: ") for v in page.verdicts)
+    failed = [v.statement for v in page.verdicts if not v.holds]
+    assert not failed, failed
+    from uedp.reproduce import rerender  # --page-only: the start comes back from results.json
+
+    again = rerender("uedp-conll", home, out)
+    assert [v.statement for v in again.verdicts] == [v.statement for v in page.verdicts]
+    assert "(the start, before fine-tuning)" in (out / "README.md").read_text(encoding="utf-8")
+    assert any("already built" in line for line in _rerun_base_lines(home, shared_conll, reuters, tmp_path))
+
+
+def test_selective_conll_from_the_base_adds_gpt2s_mechanisms_with_their_canaries(
+        home, shared_conll: Path, reuters: Path, prefect_server, tmp_path: Path) -> None:
+    out = tmp_path / "page"
+    page = reproduce("selective-conll", "ci", home, shared_conll, out, say=lambda _: None, start="base",
+                     public_dir=reuters)
+    data = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    family = data["figures"]["start"]["family"]
+    assert {r["family"] for r in data["runs"]} == {"lstm tiny", "gpt2 tiny", family}
+    from_base = [r for r in data["runs"] if r["family"] == family]
+    assert sorted(r["label"] for r in from_base) == ["deid", "dpsgd", "noiseless", "selective"]
+    assert all("canary_exposure_mean" in r["extra"] for r in from_base)  # attacked like the scratch rows
+    statements = [v.statement for v in page.verdicts]
+    assert "from the Reuters base: at noise multiplier 1, GPT-2's two-phase selective beats dpsgd" in statements
+    assert (out / "selective-start.png").is_file() and "(the start, before fine-tuning)" in (
+        out / "README.md").read_text(encoding="utf-8")
+
+
+def _rerun_base_lines(home, conll: Path, reuters: Path, tmp_path: Path) -> list[str]:
+    """The base is pretrained once per data home: a second page reuses it by content key."""
+    from uedp.reproduce.common import Context
+    from uedp.reproduce.starts import prepare_start
+    from uedp.reproduce.uedp_conll import BASES
+
+    lines: list[str] = []
+    ctx = Context("uedp-conll", "ci", home, conll, say=lines.append, conll_dir=conll, start="base", public_dir=reuters)
+    prepare_start(ctx, BASES["ci"], conll / "eng.testb", "conll2003")
+    return lines
+
+
+def test_a_checkpoint_folder_is_a_start_with_its_own_tokenizer(home, shared_conll: Path, prefect_server,
+                                                               tmp_path: Path) -> None:
+    """``--start FOLDER``: a Hugging Face checkpoint saved with save_pretrained (here a tiny random GPT-2
+    and a BPE vocabulary learnt from public generated text) is fine-tuned with its own tokenizer."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from uedp.models.tokenization import load_tokenizer, save_bpe_tokenizer, train_bpe_tokenizer
+
+    folder = tmp_path / "gpt2-download"
+    texts = [f"The {w} market rose {i} points in {p} ." for i, w in enumerate(["cocoa", "sugar", "oil"] * 30)
+             for p in ("London", "Tokyo")]
+    save_bpe_tokenizer(train_bpe_tokenizer(texts, 300), folder, {"dataset": "made-up public text", "public": True})
+    tokenizer = load_tokenizer(folder)
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=1, n_head=2,
+                               pad_token_id=tokenizer.pad_token_id)).save_pretrained(folder)
+    out = tmp_path / "page"
+    reproduce("uedp-conll", "ci", home, shared_conll, out, say=lambda _: None, start=str(folder))
+    data = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    start = data["figures"]["start"]
+    assert start["kind"] == "checkpoint" and start["family"] == "gpt2-download (checkpoint)"
+    assert start["uniform"] == len(tokenizer) and start["before"] > 1
+    assert sum(r["family"] == start["family"] for r in data["runs"]) == 6
+
+
+def test_start_choice_defaults_and_refusals(tmp_path: Path) -> None:
+    assert start_choice("auto", "cpu", takes_start=True) == "base"
+    assert start_choice("auto", "ci", takes_start=True) == "scratch"
+    assert start_choice("auto", "cpu", takes_start=False) == "scratch"
+    with pytest.raises(UedpError, match="trains from scratch only"):
+        start_choice("base", "cpu", takes_start=False)
+    with pytest.raises(UedpError, match="expected scratch, base or a checkpoint folder"):
+        start_choice(str(tmp_path / "nowhere"), "gpu", takes_start=True)
+    assert start_choice(str(tmp_path), "gpu", takes_start=True) == str(tmp_path)
+
+
+def test_a_missing_public_corpus_is_named_before_anything_trains(home, tmp_path: Path) -> None:
+    from uedp.reproduce.common import Context
+    from uedp.reproduce.starts import BaseSettings, prepare_start
+
+    ctx = Context("uedp-conll", "ci", home, tmp_path, start="base", public_dir=tmp_path / "no-reuters")
+    with pytest.raises(UedpError, match=r"no-reuters: no reut2-\*\.sgm files.*--public-dir.*never downloads"):
+        prepare_start(ctx, BaseSettings(size="tiny", steps=1), tmp_path / "eng.testb", "conll2003")
+
+
+def test_claims_are_judged_on_each_start_apart() -> None:
+    """A mean over both starts would hide a start where a claim fails: the rows split by family, and a
+    start whose private model is no better than the start itself fails its claim."""
+    from uedp.reproduce.uedp_conll import SCALES, claims
+
+    start = Start("base", "gpt2 small from the Reuters base", {}, 8192.0, "Reuters", before=300.0, run_id="r" * 32)
+
+    def row(label: str, family: str, ppl: float, target: float | None = None) -> RunRow:
+        return RunRow(label, family, target, float("inf") if target is None else target, ppl, 1.0, label + family)
+
+    results = Results([row("noiseless", "gpt2 tiny", 10), row("userdp", "gpt2 tiny", 20, 8.0),
+                       row("noiseless", start.family, 80), row("userdp", start.family, 320, 8.0)])
+    record_start(results, start)
+    scratch, started = split_by_start(results)
+    assert [r.family for r in scratch.runs] == ["gpt2 tiny"] * 2 and started is not None
+    assert scratch.perplexity("noiseless") == 10 and started.perplexity("noiseless") == 80
+    verdicts = {v.statement: v for v in judge(claims(SCALES["cpu"], start), started, "cpu")}
+    beaten = verdicts["every private model is better than the pretrained start before fine-tuning"]
+    assert not beaten.holds and "userdp at 8" in beaten.ours
+    results.runs[-1] = row("userdp", start.family, 120, 8.0)
+    _, started = split_by_start(results)
+    assert started is not None
+    verdicts = {v.statement: v for v in judge(claims(SCALES["cpu"], start), started, "cpu")}
+    assert verdicts["every private model is better than the pretrained start before fine-tuning"].holds

@@ -1,0 +1,161 @@
+"""Where a page's models start: from scratch (random weights, byte tokens: every page's first rows), from
+the public base (``uedp pretrain`` on Reuters-21578, its BPE vocabulary), or from a downloaded
+checkpoint folder (GPT-2 117M, as the UeDP paper fine-tuned).
+
+Users fine-tune public pretrained models, so a page that takes a start runs its from-scratch rows and,
+beside them, the same mechanisms from the start, and judges the seeds' claims on each start apart. The
+start's own text is treated as public: the base learnt from Reuters-21578 of 1987 (disjoint in time from
+CoNLL-2003's Reuters text of 1996-97), a checkpoint from whatever its publisher trained it on. uedp's
+lineage check refuses a private run whose start, or whose vocabulary, learnt from the text it protects.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from uedp.errors import UedpError
+from uedp.reproduce.common import Context, Results, Verdict
+
+SCRATCH = "scratch"
+BASE = "base"
+AUTO = "auto"
+REUTERS_ENV = "UEDP_REUTERS_DIR"
+REUTERS_WHERE = ("Reuters-21578 (UCI KDD archive, https://kdd.ics.uci.edu/databases/reuters21578/reuters21578.html: "
+                 "the reut2-000.sgm ... reut2-021.sgm files)")
+
+
+@dataclass(frozen=True)
+class BaseSettings:
+    """The public base a page starts from at one scale: ``uedp pretrain``'s settings (the base is built
+    once per data home and reused by content key, so pages sharing these settings share the base)."""
+
+    size: str  # a preset of models/presets.py
+    steps: int
+    model: str = "gpt2"
+    vocab_size: int = 8192
+    batch_size: int = 32
+    max_len: int = 64
+
+
+@dataclass(frozen=True)
+class Start:
+    """A start a page's second set of rows trains from, as the page reports it."""
+
+    kind: str  # base, checkpoint
+    family: str  # the rows' family on the page: "gpt2 small from the Reuters base"
+    run_settings: dict[str, Any]  # what every run from it adds to its configuration
+    uniform: float  # a uniform guess's perplexity over its vocabulary (tokens differ from bytes)
+    public: str  # what is treated as public, in words
+    before: float  # the start's test perplexity before any fine-tuning
+    run_id: str | None = None  # the base's pretraining run
+
+
+def start_choice(start: str, scale: str, takes_start: bool) -> str:
+    """``--start auto``: the public base at the cpu scale for a page that takes a start, scratch
+    otherwise; any other value as given (a page that does not take a start accepts scratch only)."""
+    if start == AUTO:
+        return BASE if takes_start and scale == "cpu" else SCRATCH
+    if start != SCRATCH and not takes_start:
+        raise UedpError(f"--start {start}: this page trains from scratch only (it takes no start); the pages that "
+                        "do are uedp-conll and selective-conll")
+    if start not in (SCRATCH, BASE) and not Path(start).expanduser().is_dir():
+        raise UedpError(f"--start {start}: expected scratch, base or a checkpoint folder (a Hugging Face model "
+                        "saved with save_pretrained, e.g. GPT-2 117M); no such folder")
+    return start
+
+
+def reuters_folder(ctx: Context) -> Path:
+    """The public corpus the base learns from: ``--public-dir``, else $UEDP_REUTERS_DIR, else the
+    shared data folder beside the clone; an error names the option and where to get it."""
+    folder = ctx.public_dir or Path(os.environ.get(REUTERS_ENV, "../shared/data/reuters21578"))
+    if not folder.is_dir() or not any(folder.glob("reut2-*.sgm")):
+        raise UedpError(f"{folder}: no reut2-*.sgm files; the public base learns from Reuters-21578: give --public-dir "
+                        f"(or {REUTERS_ENV}), the folder holding them. Get it from {REUTERS_WHERE}; uedp never "
+                        "downloads it.")
+    return folder
+
+
+def prepare_start(ctx: Context, base: BaseSettings, test_file: Path, test_format: str) -> Start | None:
+    """The start ``ctx.start`` names, built or found: None for scratch; the public base (pretrained now
+    unless this data home already holds it); or a checkpoint folder. Its perplexity on ``test_file``
+    before fine-tuning is measured here, as runs measure their test split."""
+    if ctx.start == SCRATCH:
+        return None
+    if ctx.start == BASE:
+        from uedp.services.pretrain import PretrainConfig, pretrain
+
+        config = PretrainConfig(home=str(ctx.home.root), files=[str(reuters_folder(ctx))], model=base.model,
+                                size=base.size, steps=base.steps, vocab_size=base.vocab_size,
+                                batch_size=base.batch_size, max_len=base.max_len, threads=ctx.threads,
+                                device=ctx.device, checkpoint_every=0)
+        built = pretrain(ctx.home, config, say=ctx.say)
+        ctx.say(f"start: the public base {built.key} (run {built.run_id}, {built.parameters / 1e6:.1f}M parameters)")
+        before = _before(Path(built.model_folder), Path(built.tokenizer_folder), test_file, test_format, base.max_len,
+                         ctx.device)
+        return Start(BASE, f"{built.model} {built.size} from the Reuters base", dict(
+            model=built.model, init_from=built.run_id, tokenizer=built.tokenizer_folder, max_len=base.max_len),
+            float(base.vocab_size), f"Reuters-21578 ({built.dataset}): the base's pretraining text and its vocabulary",
+            before, built.run_id)
+    folder = Path(ctx.start).expanduser().resolve()
+    from uedp.models.checkpoints import has_tokenizer
+    from uedp.models.tokenization import load_tokenizer
+
+    if not has_tokenizer(str(folder)):
+        raise UedpError(f"--start {folder}: the checkpoint has no tokenizer files (save the tokenizer beside the "
+                        "model with save_pretrained)")
+    before = _before(folder, folder, test_file, test_format, base.max_len, ctx.device)
+    return Start("checkpoint", f"{folder.name} (checkpoint)", dict(model=str(folder), max_len=base.max_len),
+                 float(len(load_tokenizer(folder))), f"whatever {folder.name}'s publisher trained it on", before)
+
+
+def _before(model_folder: Path, tokenizer_folder: Path, test_file: Path, test_format: str, max_len: int,
+            device: str) -> float:
+    from uedp.models.checkpoints import checkpoint_kind
+    from uedp.models.saving import load_saved
+    from uedp.services.pretrain import held_out_perplexity
+
+    model = load_saved(model_folder, checkpoint_kind(model_folder))
+    return held_out_perplexity(model, tokenizer_folder, [test_file], test_format, max_len, device)[test_file.name]
+
+
+def record_start(results: Results, start: Start | None) -> None:
+    """Keep the start on the page's figures (results.json), so a re-rendered page still knows it."""
+    results.figures["start"] = asdict(start) if start else None
+
+
+def recorded_start(results: Results) -> Start | None:
+    data = results.figures.get("start")
+    return Start(**data) if data else None
+
+
+def split_by_start(results: Results) -> tuple[Results, Results | None]:
+    """The from-scratch rows and the rows from the start, each with the page's other figures: the seeds'
+    claims are judged on each apart (a mean over both starts would mean nothing)."""
+    start = recorded_start(results)
+    if start is None:
+        return results, None
+    scratch = Results([r for r in results.runs if r.family != start.family], results.figures)
+    started = Results([r for r in results.runs if r.family == start.family], results.figures)
+    return scratch, started
+
+
+def labelled(verdicts: list[Verdict], start: Start) -> list[Verdict]:
+    """Verdicts judged on the start's rows, their statements saying so."""
+    return [Verdict(f"from {start.family.split(' from ')[-1]}: {v.statement}", v.seeds, v.ours, v.holds, v.verdict)
+            for v in verdicts]
+
+
+def start_paragraph(start: Start | None) -> str:
+    """What a page says about its second start: what it is, what is public, and where it began."""
+    if start is None:
+        return ("Every model here starts from scratch (random weights, byte tokens). `uedp reproduce ... --start "
+                "base` adds the same runs from the public base beside these.")
+    source = f"pretraining run `{start.run_id[:8]}`" if start.run_id else "a downloaded checkpoint"
+    return (f"**From a pretrained start.** The rows marked *{start.family}* fine-tune {source} instead of "
+            f"training from scratch. Treated as public: {start.public}; it is never private data of this page, and "
+            f"uedp refuses a private run whose start or vocabulary learnt from the text it protects. Its tokens are "
+            f"not bytes, so its perplexities compare with each other and with the start's own **{start.before:.1f} "
+            f"before fine-tuning** (a uniform guess: {start.uniform:g}), not with the from-scratch rows'.")
