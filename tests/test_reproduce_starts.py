@@ -83,8 +83,7 @@ def test_selective_conll_from_the_base_adds_gpt2s_mechanisms_with_their_canaries
 def _rerun_base_lines(home, conll: Path, reuters: Path, tmp_path: Path) -> list[str]:
     """The base is pretrained once per data home: a second page reuses it by content key."""
     from uedp.reproduce.common import Context
-    from uedp.reproduce.starts import prepare_start
-    from uedp.reproduce.uedp_conll import BASES
+    from uedp.reproduce.starts import BASES, prepare_start
 
     lines: list[str] = []
     ctx = Context("uedp-conll", "ci", home, conll, say=lines.append, conll_dir=conll, start="base", public_dir=reuters)

@@ -36,7 +36,7 @@ from uedp.reproduce.common import (
     verdict_table,
 )
 from uedp.reproduce.starts import (
-    BaseSettings,
+    BASES,
     Start,
     labelled,
     prepare_start,
@@ -83,11 +83,8 @@ SCALES = {
                     canaries=10, canary_repeats=10, lstm_size="paper", gpt2_size="small", randomness="secure"),
 }
 FAMILIES = {"lstm": ["noiseless", "dpsgd", "selective"], "gpt2": ["noiseless", "deid", "dpsgd", "selective"]}
-# From a pretrained start (starts.py): GPT-2's mechanisms only (the LSTM has no public base), the base shared
-# with uedp-conll's at each scale, fewer steps than from scratch (a pretrained model costs more per token).
-BASES = {"ci": BaseSettings(size="tiny", steps=20, vocab_size=400, max_len=32),
-         "cpu": BaseSettings(size="small", steps=3000),
-         "gpu": BaseSettings(size="large", steps=10000)}
+# From a pretrained start (starts.py): GPT-2's mechanisms only (the LSTM has no public base), fewer steps
+# than from scratch (a pretrained model costs more per token).
 FROM_START = {"ci": replace(SCALES["ci"], steps=20, public_steps=10),
               "cpu": replace(SCALES["cpu"], steps=300, public_steps=150),
               "gpu": replace(SCALES["gpu"], steps=2000, public_steps=1000)}

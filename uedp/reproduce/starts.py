@@ -40,6 +40,15 @@ class BaseSettings:
     max_len: int = 64
 
 
+# The public base each scale's pages start from (uedp-conll and selective-conll share it, so a data home
+# pretrains it once): ci a few steps of a tiny model; cpu gpt2 small (1.9M parameters), since a page
+# fine-tunes it a dozen times and a federated round of the 13.9M `base` costs about 2 minutes on 2 cores;
+# gpu GPT-2 117M's shape.
+BASES = {"ci": BaseSettings(size="tiny", steps=20, vocab_size=400, max_len=32),
+         "cpu": BaseSettings(size="small", steps=3000),
+         "gpu": BaseSettings(size="large", steps=10000)}
+
+
 @dataclass(frozen=True)
 class Start:
     """A start a page's second set of rows trains from, as the page reports it."""

@@ -29,7 +29,7 @@ from uedp.reproduce.common import (
     verdict_table,
 )
 from uedp.reproduce.starts import (
-    BaseSettings,
+    BASES,
     Start,
     labelled,
     prepare_start,
@@ -93,12 +93,9 @@ def render(ctx: Context, results: Results) -> Page:
     return page(ctx, SCALES[ctx.scale], results)
 
 
-# From a pretrained start (starts.py): the base each scale pretrains, and the runs from it. A pretrained
-# model costs more per token than the tiny one (gpt2 small: 1.9M parameters), so the cpu scale trains it for
-# fewer steps and rounds, with fewer local steps per user.
-BASES = {"ci": BaseSettings(size="tiny", steps=20, vocab_size=400, max_len=32),
-         "cpu": BaseSettings(size="small", steps=3000),
-         "gpu": BaseSettings(size="large", steps=10000)}
+# The runs from a pretrained start (starts.py). A pretrained model costs more per token than the tiny one
+# (gpt2 small: 1.9M parameters), so the cpu scale trains it for fewer steps and rounds, with fewer local
+# steps per user.
 FROM_START = {
     "ci": replace(SCALES["ci"], steps=20, rounds=3),
     "cpu": replace(SCALES["cpu"], steps=300, rounds=10, local_steps=3, batch_size=32),
