@@ -165,6 +165,7 @@ def start_paragraph(start: Start | None) -> str:
     source = f"pretraining run `{start.run_id[:8]}`" if start.run_id else "a downloaded checkpoint"
     return (f"**From a pretrained start.** The rows marked *{start.family}* fine-tune {source} instead of "
             f"training from scratch. Treated as public: {start.public}; it is never private data of this page, and "
-            f"uedp refuses a private run whose start or vocabulary learnt from the text it protects. Its tokens are "
+            f"uedp refuses a private run whose start or vocabulary learnt from the text it protects. Its runs cut "
+            f"sentences at {start.run_settings.get('max_len', 'the default')} tokens. Its tokens are "
             f"not bytes, so its perplexities compare with each other and with the start's own **{start.before:.1f} "
             f"before fine-tuning** (a uniform guess: {start.uniform:g}), not with the from-scratch rows'.")
