@@ -15,16 +15,27 @@ configuration with ``uedp train`` from scratch and with ``--init-from`` that run
 below is uedp's default (uedp-bounded's k is ``auto``); ``--q-user`` is lowered from the default 0.5 to keep
 a run within a few minutes on 2 cores. The two corpora run side by side, one torch thread each.
 
+A third start is **the Reuters base** (``--base``, on by default): the public base ``uedp pretrain`` builds
+from Reuters-21578 (1987 newswire, disjoint from both corpora) with its own BPE vocabulary, the cpu
+reproductions' base (GPT-2 small, 3000 steps; ``uedp.reproduce.starts.BASES``). It is built once in
+``--base-home`` (reused by content key: point it at a data home that already has it) and every
+configuration runs again from it with ``--init-from`` its model folder and ``--tokenizer`` its vocabulary.
+Its perplexities count BPE tokens, so they are compared with each other and with the base before
+fine-tuning, never with the byte-level columns.
+
     python experiments/learning_results.py --conll-dir ../shared/data/conll2003 --out docs/results/learning
 
-It writes ``results.md`` (both corpora), ``results.png`` and ``command.txt`` under ``--out``;
-``--home DIR --page-only`` rewrites the page from an earlier run's data homes. The page's discussion
+It writes ``results.md`` (both corpora), ``results.png`` and ``command.txt`` under ``--out``
+(``results-base.*`` and ``command-base.txt`` with ``--starts base``); ``--home DIR --page-only`` rewrites
+the page from an earlier run's data homes, and a run with ``--home`` of an interrupted one goes on where
+it stopped. The page's discussion
 (``README.md``) is written by a person from these figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import re
@@ -35,7 +46,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from page_files import write_command_file
@@ -43,6 +54,22 @@ from page_files import write_command_file
 ROOT = Path(__file__).resolve().parents[1]
 PRIVATE = ("userdp", "uedp-bounded", "dpsgd", "selective")
 CATEGORIES = "PERSON,LOC,ORG,MISC"
+STARTS = ("scratch", "public", "base")  # from scratch, the corpus' own public half, the Reuters base
+
+
+@dataclass(frozen=True)
+class ReutersBase:
+    """The public base every corpus starts from a third time: its model and vocabulary folders, and its
+    perplexity on each corpus' test file before any fine-tuning."""
+    model_folder: str
+    tokenizer_folder: str
+    max_len: int
+    description: str
+    before: dict[str, float]
+
+    def flags(self) -> list[str]:
+        return ["--model", "gpt2", "--model-size", "small", "--init-from", self.model_folder,
+                "--tokenizer", self.tokenizer_folder, "--max-len", str(self.max_len)]
 
 
 @dataclass(frozen=True)
@@ -99,26 +126,61 @@ def run_id_of(output: str) -> str:
     return re.findall(r"MLflow run: (\w+)", output)[-1]
 
 
-def run_corpus(corpus: Corpus, home: Path, epsilons: Sequence[float], pretrain_steps: int, threads: int) -> None:
-    """Everything one corpus needs, in its own data home (MLflow's store is not shared between corpora)."""
+def reuters_base(public_dir: Path, home: Path, test_files: Sequence[Path], threads: int) -> ReutersBase:
+    """Build (or reuse, by content key) the cpu reproductions' Reuters base in ``home`` with ``uedp pretrain``,
+    measured on each corpus' test file."""
+    from uedp.reproduce.starts import BASES
+
+    settings = BASES["cpu"]
+    home.mkdir(parents=True, exist_ok=True)
+    out = uedp("pretrain", str(public_dir), "--size", settings.size, "--steps", str(settings.steps),
+               "--vocab-size", str(settings.vocab_size), "--batch-size", str(settings.batch_size),
+               "--max-len", str(settings.max_len), "--threads", str(threads),
+               *[a for f in test_files for a in ("--eval-file", str(f))], home=home, threads=threads,
+               log=home / "commands.log")
+    key = re.search(r"^base (\w+):", out, re.M)
+    if key is None:
+        raise SystemExit(f"uedp pretrain printed no base; see {home / 'commands.log'}")
+    record = json.loads((home / "bases" / f"{key.group(1)}.json").read_text(encoding="utf-8"))
+    description = (f"gpt2 {record['size']} ({record['parameters'] / 1e6:.1f}M parameters, {record['steps']:,} steps "
+                   f"on Reuters-21578, BPE vocabulary of {settings.vocab_size:,} tokens)")
+    return ReutersBase(record["model_folder"], record["tokenizer_folder"], settings.max_len, description,
+                       {name: float(v) for name, v in record["held_out"].items()})
+
+
+def run_corpus(corpus: Corpus, home: Path, epsilons: Sequence[float], pretrain_steps: int, threads: int,
+               starts: Sequence[str], base: ReutersBase | None) -> None:
+    """Everything one corpus needs from ``starts``, in its own data home (MLflow's store is not shared between
+    corpora). A configuration already finished in the home is not trained again, so a page interrupted
+    after an hour goes on where it stopped."""
     log = home / "commands.log"
     home.mkdir(parents=True, exist_ok=True)
     public = f"{corpus.name}-public"
     uedp("ingest", "conll2003", *map(str, corpus.private), "--name", corpus.name, home=home, threads=threads, log=log)
-    uedp("ingest", "conll2003", *map(str, corpus.public), "--name", public, home=home, threads=threads, log=log)
     uedp("detect", corpus.name, "--detector", "gold", home=home, threads=threads, log=log)
-    common = ["--model", "gpt2", "--model-size", "tiny", "--threads", str(threads), "--checkpoint-every", "0"]
-    pretrained = run_id_of(uedp("train", public, "--mechanism", "noiseless", "--steps", str(pretrain_steps),
-                                "--log-model", *common, home=home, threads=threads, log=log))
-    for start in ((), ("--init-from", pretrained)):
-        uedp("train", corpus.name, "--mechanism", "noiseless", *common, *start, home=home, threads=threads, log=log)
-        for mechanism in PRIVATE:
+    common = ["--threads", str(threads), "--checkpoint-every", "0"]
+    tiny = ["--model", "gpt2", "--model-size", "tiny"]
+    flags: dict[str, list[str]] = {"scratch": tiny}
+    if "public" in starts:
+        uedp("ingest", "conll2003", *map(str, corpus.public), "--name", public, home=home, threads=threads, log=log)
+        done = [r for r in corpus_runs(home, public) if r["mechanism"] == "noiseless"]
+        pretrained = str(done[0]["run_id"]) if done else run_id_of(uedp(
+            "train", public, "--mechanism", "noiseless", "--steps", str(pretrain_steps), "--log-model", *tiny,
+            *common, home=home, threads=threads, log=log))
+        flags["public"] = [*tiny, "--init-from", pretrained]
+    if base is not None:
+        flags["base"] = base.flags()
+    for start in (s for s in STARTS if s in starts):
+        finished = {(r["mechanism"], r["target"]) for r in corpus_runs(home, corpus.name) if r["start"] == start}
+        for mechanism, target in [("noiseless", None), *((m, e) for m in PRIVATE for e in epsilons)]:
+            if (mechanism, target) in finished:
+                continue
             extra = ["--q-user", str(corpus.q_user)] if mechanism in ("userdp", "uedp-bounded") else []
             if mechanism in ("uedp-bounded", "selective"):
                 extra += ["--categories", corpus.categories]
-            for epsilon in epsilons:
-                uedp("train", corpus.name, "--mechanism", mechanism, "--target-epsilon", f"{epsilon:g}", *extra,
-                     *common, *start, home=home, threads=threads, log=log)
+            budget = [] if target is None else ["--target-epsilon", f"{target:g}"]
+            uedp("train", corpus.name, "--mechanism", mechanism, *budget, *extra, *common, *flags[start], home=home,
+                 threads=threads, log=log)
 
 
 def corpus_runs(home: Path, dataset: str) -> list[dict[str, object]]:
@@ -135,12 +197,14 @@ def corpus_runs(home: Path, dataset: str) -> list[dict[str, object]]:
             continue
         params, metrics = run.data.params, run.data.metrics
         target = params.get("target_epsilon")
-        key = (params["mechanism"], target, params.get("init_from", "none").lower() not in ("none", ""))
+        started = params.get("init_from", "none").lower() not in ("none", "")
+        start = "base" if params.get("tokenizer", "byte") != "byte" else "public" if started else "scratch"
+        key = (params["mechanism"], target, start)
         if key in seen:
             continue
         seen.add(key)
         rows.append({
-            "mechanism": params["mechanism"], "pretrained": key[2],
+            "run_id": run.info.run_id, "mechanism": params["mechanism"], "start": start,
             "target": float(target) if target not in (None, "None") else None,
             "epsilon": metrics.get("final_epsilon", math.inf), "test": metrics["perplexity_test"],
             "uniform": metrics.get("perplexity_test_uniform_baseline", math.nan),
@@ -157,80 +221,142 @@ def _cell(value: float) -> str:
     return f"{value:.1f}" if value < 1000 else f"{value:.2g}"
 
 
-def results_page(homes: dict[str, Path], out: Path) -> None:
-    """``results.md``: per corpus, each configuration from scratch beside the pretrained start."""
+def _order(runs: list[dict[str, object]]) -> list[tuple[str, float | None]]:
+    targets = sorted({float(r["target"]) for r in runs if r["target"] is not None})  # type: ignore[arg-type]
+    return [("noiseless", None)] + [(m, e) for m in PRIVATE for e in targets]
+
+
+def page_suffix(starts: Sequence[str]) -> str:
+    """The page's files: ``results.md`` for a run with the byte-level starts, ``results-base.md`` (and
+    ``-base`` figure and command) for one from the Reuters base alone, so each keeps its own command."""
+    return "-base" if set(starts) == {"base"} else ""
+
+
+def results_page(homes: dict[str, Path], out: Path, base: ReutersBase | None, starts: Sequence[str]) -> None:
+    """``results.md``: per corpus, each configuration from scratch beside the corpus' public start, then the
+    same configurations from the Reuters base (BPE tokens: a table of its own)."""
     lines: list[str] = []
-    panels = []
     for name, home in homes.items():
-        runs = corpus_runs(home, name)
+        runs = [r for r in corpus_runs(home, name) if r["start"] in starts]
         if not runs:
             continue
-        by = {(r["mechanism"], r["target"], r["pretrained"]): r for r in runs}
-        base = next(r for r in runs if r["mechanism"] == "noiseless")
+        if not {"scratch", "public"} & set(starts):
+            lines += _base_table(name, runs, base, level="##")
+            continue
+        by = {(r["mechanism"], r["target"], r["start"]): r for r in runs}
+        reference = next(r for r in runs if r["mechanism"] == "noiseless" and r["start"] != "base")
         lines += [f"## {name}", "",
-                  f"Baselines on the test split: uniform guess {float(base['uniform']):.0f}, unigram fitted on the "
-                  f"validation split {float(base['unigram']):.1f}.", "",
+                  f"Baselines on the test split: uniform guess {float(reference['uniform']):.0f}, unigram fitted on "
+                  f"the validation split {float(reference['unigram']):.1f}.", "",
                   "| mechanism | target epsilon | from scratch | public-pretrained start | gain | noise-to-signal "
                   "| k (auto) | learnt (below the unigram) |",
                   "|---|---:|---:|---:|---:|---:|---:|---|"]
-        order = [("noiseless", None)] + [(m, e) for m in PRIVATE for e in sorted({r["target"] for r in runs
-                                                                                  if r["target"] is not None})]
-        for mechanism, target in order:
-            scratch, warm = by.get((mechanism, target, False)), by.get((mechanism, target, True))
+        for mechanism, target in _order(runs):
+            scratch, warm = by.get((mechanism, target, "scratch")), by.get((mechanism, target, "public"))
             if scratch is None and warm is None:
                 continue
             shown = [r for r in (scratch, warm) if r is not None]
-            tests = [float(r["test"]) for r in shown]  # type: ignore[arg-type]
             learnt = ", ".join(("yes" if float(r["test"]) < float(r["unigram"]) else "no")  # type: ignore[arg-type]
                                for r in shown)
             stopped = [r for r in shown if r["rounds"] < r["planned"]]  # type: ignore[operator]
-            gain = (f"{float(scratch['test']) / float(warm['test']):.2f}x" if scratch and warm else "-")
+            gain = (f"{float(scratch['test']) / float(warm['test']):.2f}x" if scratch and warm else "-")  # type: ignore[arg-type]
             ratio = shown[0]["ratio"]
             lines.append(
                 f"| {mechanism} | {'-' if target is None else f'{target:g}'} | "
-                f"{_cell(float(scratch['test'])) if scratch else '-'} | {_cell(float(warm['test'])) if warm else '-'} | "
+                f"{_cell(float(scratch['test'])) if scratch else '-'} | "  # type: ignore[arg-type]
+                f"{_cell(float(warm['test'])) if warm else '-'} | "  # type: ignore[arg-type]
                 f"{gain} | {'-' if math.isnan(float(ratio)) else f'{float(ratio):.3g}'} | "  # type: ignore[arg-type]
                 f"{shown[0]['k'] or '-'} | {learnt}{' (stopped: diverged)' if stopped else ''} |")
-            panels.append((name, mechanism, target, tests))
         lines.append("")
-    (out / "results.md").write_text("\n".join(lines), encoding="utf-8")
-    _plot(homes, out)
+        lines += _base_table(name, runs, base)
+    suffix = page_suffix(starts)
+    (out / f"results{suffix}.md").write_text("\n".join(lines), encoding="utf-8")
+    _plot(homes, out, base, starts, suffix)
 
 
-def _plot(homes: dict[str, Path], out: Path) -> None:
+def _base_table(name: str, runs: list[dict[str, object]], base: ReutersBase | None,
+                level: str = "###") -> list[str]:
+    """The configurations from the Reuters base, against noiseless from it and the base before fine-tuning."""
+    from_base = {(r["mechanism"], r["target"]): r for r in runs if r["start"] == "base"}
+    noiseless = from_base.get(("noiseless", None))
+    if base is None or noiseless is None:
+        return []
+    before = base.before[_test_file(name)]
+    lines = [f"{level} {name} from the Reuters base", "",
+             f"The start: {base.description}, treated as public. Perplexities count its BPE tokens (uniform guess "
+             f"{float(noiseless['uniform']):.0f}), so they compare with each other, never with the byte-level table "
+             f"above. Sentences of at most {base.max_len} tokens. Before fine-tuning the base scores "
+             f"**{before:.1f}** on this test file.", "",
+             "| mechanism | target epsilon | test perplexity | to noiseless from the base | better than the base "
+             "before fine-tuning | noise-to-signal |",
+             "|---|---:|---:|---:|---|---:|"]
+    for mechanism, target in _order(runs):
+        row = from_base.get((mechanism, target))
+        if row is None:
+            continue
+        test, ratio = float(row["test"]), float(row["ratio"])  # type: ignore[arg-type]
+        stopped = " (stopped: diverged)" if row["rounds"] < row["planned"] else ""  # type: ignore[operator]
+        lines.append(f"| {mechanism} | {'-' if target is None else f'{target:g}'} | {_cell(test)} | "
+                     f"{test / float(noiseless['test']):.2f}x | {'yes' if test < before else 'no'}{stopped} | "  # type: ignore[arg-type]
+                     f"{'-' if math.isnan(ratio) else f'{ratio:.3g}'} |")
+    return [*lines, ""]
+
+
+def _test_file(corpus: str) -> str:
+    return "eng.testb" if corpus == "conll" else "messages.testb"
+
+
+def _plot(homes: dict[str, Path], out: Path, base: ReutersBase | None, starts: Sequence[str], suffix: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    corpora = [(name, corpus_runs(home, name)) for name, home in homes.items()]
+    corpora = [(name, [r for r in corpus_runs(home, name) if r["start"] in starts]) for name, home in homes.items()]
     corpora = [(name, runs) for name, runs in corpora if runs]
-    fig, axes = plt.subplots(1, len(corpora), figsize=(6.5 * len(corpora), 5.2), dpi=120, squeeze=False)
-    for ax, (name, runs) in zip(axes[0], corpora):
-        labels, scratch, warm = [], [], []
-        for mechanism in ("noiseless", *PRIVATE):
-            for target in sorted({r["target"] for r in runs if r["mechanism"] == mechanism},
-                                 key=lambda t: -1 if t is None else t):  # type: ignore[arg-type,operator]
-                pick = {r["pretrained"]: float(r["test"]) for r in runs  # type: ignore[arg-type]
-                        if r["mechanism"] == mechanism and r["target"] == target}
-                shown = mechanism.replace("uedp-bounded", "uedp-\nbounded")  # fits under its bars
-                labels.append(shown if target is None else f"{shown}\neps {target:g}")
-                scratch.append(pick.get(False, math.nan))
-                warm.append(pick.get(True, math.nan))
+    with_base = base is not None and any(r["start"] == "base" for _, runs in corpora for r in runs)
+    with_bytes = bool({"scratch", "public"} & set(starts))
+    rows = int(with_bytes) + int(with_base)
+    fig, axes = plt.subplots(rows, len(corpora), figsize=(6.5 * len(corpora), 5.2 * rows), dpi=120, squeeze=False)
+    for column, (name, runs) in enumerate(corpora):
+        labels, bars = [], {start: [] for start in STARTS}  # type: dict[str, list[float]]
+        for mechanism, target in _order(runs):
+            pick = {r["start"]: float(r["test"]) for r in runs  # type: ignore[arg-type]
+                    if r["mechanism"] == mechanism and r["target"] == target}
+            if not pick:
+                continue
+            shown = mechanism.replace("uedp-bounded", "uedp-\nbounded")  # fits under its bars
+            labels.append(shown if target is None else f"{shown}\neps {target:g}")
+            for start in STARTS:
+                bars[start].append(pick.get(start, math.nan))
         x = range(len(labels))
-        ax.bar([i - 0.2 for i in x], scratch, 0.4, label="from scratch", color="C0")
-        ax.bar([i + 0.2 for i in x], warm, 0.4, label="public-pretrained start", color="C2")
-        base = next(r for r in runs if r["mechanism"] == "noiseless")
-        ax.axhline(float(base["uniform"]), color="0.3", linestyle="--", label="uniform guess")  # type: ignore[arg-type]
-        ax.axhline(float(base["unigram"]), color="C3", linestyle=":", label="unigram (validation split)")  # type: ignore[arg-type]
-        ax.set_yscale("log")
-        ax.set_xticks(list(x), labels, fontsize=7)
-        ax.set(ylabel="test perplexity (byte tokens, log scale)", title=f"{name}: tiny GPT-2, lower is better")
-        ax.grid(alpha=0.3, axis="y", which="both")
-        ax.legend(fontsize=8)
+        if with_bytes:
+            ax = axes[0][column]
+            ax.bar([i - 0.2 for i in x], bars["scratch"], 0.4, label="from scratch", color="C0")
+            ax.bar([i + 0.2 for i in x], bars["public"], 0.4, label="public-pretrained start", color="C2")
+            reference = next(r for r in runs if r["mechanism"] == "noiseless" and r["start"] != "base")
+            ax.axhline(float(reference["uniform"]), color="0.3", linestyle="--", label="uniform guess")  # type: ignore[arg-type]
+            ax.axhline(float(reference["unigram"]), color="C3", linestyle=":", label="unigram (validation split)")  # type: ignore[arg-type]
+            ax.set(ylabel="test perplexity (byte tokens, log scale)", title=f"{name}: tiny GPT-2, lower is better")
+            _finish(ax, labels)
+        if with_base and base is not None:
+            ax = axes[rows - 1][column]
+            ax.bar(list(x), bars["base"], 0.5, label="from the Reuters base", color="C1")
+            ax.axhline(base.before[_test_file(name)], color="0.3", linestyle="--",
+                       label="the base before fine-tuning")
+            ax.set(ylabel="test perplexity (BPE tokens, log scale)",
+                   title=f"{name}: from the Reuters base (gpt2 small), lower is better")
+            _finish(ax, labels)
     fig.tight_layout()
-    fig.savefig(out / "results.png")
+    fig.savefig(out / f"results{suffix}.png")
     plt.close(fig)
+
+
+def _finish(ax: object, labels: list[str]) -> None:
+    ax.set_yscale("log")  # type: ignore[attr-defined]
+    ax.set_xticks(list(range(len(labels))), labels, fontsize=7)  # type: ignore[attr-defined]
+    ax.grid(alpha=0.3, axis="y", which="both")  # type: ignore[attr-defined]
+    ax.legend(fontsize=8)  # type: ignore[attr-defined]
 
 
 def main() -> None:
@@ -243,6 +369,16 @@ def main() -> None:
     parser.add_argument("--pretrain-steps", type=int, default=1000)
     parser.add_argument("--corpora", default="conll,messages")
     parser.add_argument("--page-only", action="store_true", help="rewrite the page from the data homes in --home")
+    parser.add_argument("--starts", default=",".join(STARTS),
+                        help="where the models start, comma-separated: scratch, public (the corpus' own public "
+                             "half), base (the Reuters base); 'base' alone writes results-base.md, -base.png and "
+                             "command-base.txt beside an earlier run's results.md")
+    parser.add_argument("--public-dir", type=Path,
+                        default=Path(os.environ.get("UEDP_REUTERS_DIR", "../shared/data/reuters21578")),
+                        help="Reuters-21578's reut2-*.sgm files (default: $UEDP_REUTERS_DIR or "
+                             "../shared/data/reuters21578)")
+    parser.add_argument("--base-home", type=Path, help="data home where the base is built or reused "
+                        "(default: --home's base/)")
     args = parser.parse_args()
     started = time.perf_counter()
     if missing := [p for p in ("eng.train", "eng.testa", "eng.testb") if not (args.conll_dir / p).is_file()]:
@@ -251,10 +387,19 @@ def main() -> None:
     names = args.corpora.split(",")
     homes = {name: root / name for name in names}
     args.out.mkdir(parents=True, exist_ok=True)
+    starts = args.starts.split(",")
+    if unknown := set(starts) - set(STARTS):
+        parser.error(f"--starts: unknown {', '.join(sorted(unknown))} (scratch, public, base)")
+    suffix = page_suffix(starts)
+    base_file = root / "reuters-base.json"  # the base the runs started from, for --page-only
     if args.page_only:
-        results_page(homes, args.out)
-        print(f"rewrote {args.out / 'results.md'} from {root}")
+        base = ReutersBase(**json.loads(base_file.read_text(encoding="utf-8"))) if base_file.is_file() else None
+        results_page(homes, args.out, base, starts)
+        print(f"rewrote {args.out / f'results{suffix}.md'} from {root}")
         return
+    if "base" in starts and not args.public_dir.is_dir():
+        parser.error(f"--public-dir {args.public_dir}: no such folder (Reuters-21578's reut2-*.sgm), or leave "
+                     "base out of --starts")
     try:
         corpora = []
         if "conll" in names:
@@ -264,12 +409,18 @@ def main() -> None:
             private, public = generated_messages(root / "files" / "messages", args.messages_users)
             corpora.append(Corpus("messages", private, public, 0.2, CATEGORIES))
         epsilons = [float(e) for e in args.epsilons.split(",")]
+        base = None
+        if "base" in starts:
+            base = reuters_base(args.public_dir, args.base_home or root / "base", [c.private[2] for c in corpora],
+                                threads=2)
+            base_file.write_text(json.dumps(asdict(base), indent=1), encoding="utf-8")
         with ThreadPoolExecutor(len(corpora)) as pool:
-            for done in [pool.submit(run_corpus, c, homes[c.name], epsilons, args.pretrain_steps, 1) for c in corpora]:
+            for done in [pool.submit(run_corpus, c, homes[c.name], epsilons, args.pretrain_steps, 1, starts, base)
+                         for c in corpora]:
                 done.result()
-        results_page(homes, args.out)
+        results_page(homes, args.out, base, starts)
         write_command_file(args.out, (time.perf_counter() - started) / 60,
-                           "the corpora side by side, 1 torch thread each")
+                           "the corpora side by side, 1 torch thread each", name=f"command{suffix}.txt")
     finally:
         if args.home is None:
             shutil.rmtree(root, ignore_errors=True)

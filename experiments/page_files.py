@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 
-def write_command_file(out: Path, minutes: float, threads: str, *extra: str) -> None:
-    """``out/command.txt``: this script's command line, ``extra`` lines (e.g. the sweep it ran), the machine
-    (``threads``: how many torch threads the runs used, in words) and the total wall time."""
+def write_command_file(out: Path, minutes: float, threads: str, *extra: str, name: str = "command.txt") -> None:
+    """``out/command.txt`` (or ``name``): this script's command line, ``extra`` lines (e.g. the sweep it ran),
+    the machine (``threads``: how many torch threads the runs used, in words) and the total wall time."""
     lines = ["python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]), *extra,
              f"machine: {platform.machine()}, {os.cpu_count()} CPUs ({threads}), {platform.system()} "
              f"{platform.release()}, Python {platform.python_version()}",
              f"total wall time: {minutes:.1f} min"]
-    (out / "command.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (out / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"wrote {out} in {minutes:.1f} min")

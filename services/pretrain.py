@@ -27,7 +27,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -258,7 +258,7 @@ def pretrain(home: DataHome, config: PretrainConfig, say: Callable[[str], None] 
     key = base_key(home, config, tokenizer)
     if (base := recorded_base(home, key)) is not None:
         say(f"base {key[:16]} already built: run {base.run_id}")
-        return base
+        return _measured_on(home, key, base, config)
     train_config = _train_config(config, tokenizer)
     say(f"pretraining {config.model} {config.size} noiselessly on {config.dataset} ({config.steps:,} steps of "
         f"{config.batch_size} sentences); the corpus and the base are public from here on")
@@ -277,6 +277,23 @@ def pretrain(home: DataHome, config: PretrainConfig, say: Callable[[str], None] 
                 trained.utility_test, held_out)
     _write_record(home, key, base)
     return base
+
+
+def _measured_on(home: DataHome, key: str, base: Base, config: PretrainConfig) -> Base:
+    """A reused base, with its perplexity on every --eval-file it was not measured on when built (a page
+    that starts from it names its own test file); the record keeps the new figures."""
+    from uedp.models.checkpoints import checkpoint_kind
+    from uedp.models.saving import load_saved
+
+    new = [Path(f) for f in config.eval_files if Path(f).name not in base.held_out]
+    if not new:
+        return base
+    model = load_saved(Path(base.model_folder), checkpoint_kind(Path(base.model_folder)))
+    held_out = {**base.held_out, **held_out_perplexity(model, Path(base.tokenizer_folder), new, config.eval_format,
+                                                       config.max_len, config.device)}
+    measured = replace(base, held_out=held_out)
+    _write_record(home, key, measured)
+    return measured
 
 
 def _metric_name(file_name: str) -> str:

@@ -52,6 +52,13 @@ MECHANISMS: dict[str, tuple[Callable[[], Mechanism], Callable]] = {
     # Seeded: a resumed seeded run derives the same randomness again and replays exactly.
     "userdp": (lambda: UserDp(UserDpParams(rounds=ROUNDS, q_user=0.5, local_steps=2, local_batch_size=2),
                               Population.declared(8), Randomness.seeded(3)), causal_lm_loss),
+    # The server optimizers' moments are state too: a resume that lost them would step differently.
+    "userdp-adam": (lambda: UserDp(UserDpParams(rounds=ROUNDS, q_user=0.5, local_steps=2, local_batch_size=2,
+                                                server_optimizer="adam", server_lr=0.01),
+                                   Population.declared(8), Randomness.seeded(3)), causal_lm_loss),
+    "uedp-momentum": (lambda: UeDp(UeDpParams(rounds=ROUNDS, q_user=0.5, local_steps=2, local_batch_size=2,
+                                              delta=1e-3, server_optimizer="momentum"),
+                                   Population.declared(8), Randomness.seeded(3)), causal_lm_loss),
     "uedp": (lambda: UeDp(UeDpParams(rounds=ROUNDS, q_user=0.5, local_steps=2, local_batch_size=2, delta=1e-3),
                           Population.declared(8), Randomness.seeded(3)), causal_lm_loss),
     "dpsgd": (lambda: DpSgd(DpSgdParams(steps=ROUNDS, expected_batch_size=4, delta=1e-3),

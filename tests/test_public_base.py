@@ -82,6 +82,13 @@ def test_pretrain_builds_a_base_once_and_private_runs_start_from_it(home, tmp_pa
 
     again = _ok(runner.invoke(app, build))  # the same inputs: the same base, nothing trained
     assert "(reused)" in again and run_id in again and len(bases(home)) == 1
+    # a reused base is measured on an --eval-file it has not seen (the key ignores evaluation files), and keeps it
+    other = tmp_path / "other.conll"
+    shutil.copy(private, other)
+    measured = _ok(runner.invoke(app, [*build, "--eval-file", str(other)]))
+    assert "(reused)" in measured and "perplexity on other.conll before fine-tuning" in measured
+    (base,) = bases(home)
+    assert base.held_out["other.conll"] == pytest.approx(base.held_out["private.conll"])  # the same text
     # ... and so does the flow a deployment schedules, with the same settings from its form
     from uedp.flows.pretrain import pretrain_flow
 

@@ -531,13 +531,20 @@ def epsilon(
     count_noise: Optional[float] = typer.Option(None, "--count-noise", help="Noise std of that DP count "
                                                 f"\\[default: {RunSettings.model_fields['count_noise'].default}]",
                                                 show_default=False),
+    choose_sampling: bool = typer.Option(False, "--choose-sampling", help="userdp, uedp-bounded, uedp with a "
+                                         "target epsilon: choose --q-user and --rounds, the split of the compute "
+                                         "budget (--user-updates) with the least noise-to-signal, and plan that."),
+    user_updates: Optional[float] = typer.Option(None, "--user-updates", min=1, help="--choose-sampling: the compute "
+                                                 "budget, rounds x expected users a round \\[default: the "
+                                                 "configuration's, rounds x q_user x users]", show_default=False),
     config_file: Optional[Path] = CONFIG_OPTION,
     set_: Optional[list[str]] = SET_OPTION,
     **settings: Any,
 ) -> None:
     """Plan a privacy budget without training: epsilon for a noise multiplier, or z for a target epsilon.
 
-    Reads the same defaults as training (every mechanism parameter is a flag or --set key=value).
+    Reads the same defaults as training (every mechanism parameter is a flag or --set key=value). With
+    --choose-sampling the planner chooses a user-level run's sampling rate and rounds for its budget.
 
     Example: uedp epsilon --mechanism uedp --users 946 --q-user 0.05 --q-entity 0.05 --rounds 500 --noise-multiplier 2
     """
@@ -559,6 +566,8 @@ def epsilon(
         warning = check_delta(params.delta, users)  # type: ignore[attr-defined]
         # Training's count of units: declared public, or a DP count (planned at its expected value).
         population = Population.declared(users) if count_public else Population(float(users), "dp-count", noise)
+        if choose_sampling:
+            params = _chosen_sampling(spec, params, population, user_updates)
         plan = spec.plan(params, population)
     except ValueError as exc:
         raise UedpError(str(exc)) from None
@@ -574,6 +583,27 @@ def epsilon(
             typer.echo(f"warning: {unlikely}", err=True)
     if warning:
         typer.echo(f"warning: {warning}", err=True)
+
+
+def _chosen_sampling(spec: Any, params: Any, population: Any, user_updates: float | None) -> Any:
+    """``uedp epsilon --choose-sampling``: print the planner's split of the budget and return the parameters
+    with it (``q_user`` and ``rounds``)."""
+    from uedp.privacy.mechanisms.auto_sampling import budget_of, choose_sampling
+
+    if not hasattr(params, "q_user") or getattr(params, "target_epsilon", None) is None:
+        raise ValueError("--choose-sampling chooses a user-level run's q_user and rounds (userdp, uedp-bounded, "
+                         "uedp) for a --target-epsilon")
+
+    def plan_at(q_user: float, rounds: int) -> tuple[float, Any]:
+        planned = spec.plan(params.model_copy(update={"q_user": q_user, "rounds": rounds}), population)
+        return planned.noise_multiplier, planned.noise_to_signal
+
+    budget = user_updates or budget_of(params.rounds, params.q_user, population.value)
+    choice = choose_sampling(plan_at, population.value, budget)
+    typer.echo(choice.reason)
+    for line in choice.table():
+        typer.echo(line)
+    return params.model_copy(update={"q_user": choice.q_user, "rounds": choice.rounds})
 
 
 @app.command()

@@ -120,6 +120,11 @@ class SelectiveParams(DpSgdParams):
         return self.public_steps + self.steps
 
 
+ServerOptimizerKind = Literal["sgd", "momentum", "adam"]
+# The server learning rate each server optimizer takes when none is given (privacy/mechanisms/server_optimizer.py).
+DEFAULT_SERVER_LR: dict[str, float] = {"sgd": 1.0, "momentum": 0.1, "adam": 1e-3}
+
+
 class UserDpParams(PrivateParams):
     """DP-FedAvg (userdp) and the rounds of uedp."""
 
@@ -130,7 +135,18 @@ class UserDpParams(PrivateParams):
     local_steps: int = Field(5, ge=1, description="local SGD steps per sampled user")
     local_batch_size: int = Field(8, ge=1, description="batch size of the local steps")
     local_lr: float = Field(0.5, ge=0, description="learning rate of the local steps")
-    server_lr: float = Field(1.0, gt=0, description="server learning rate applied to the averaged noised update")
+    local_update: Literal["steps", "gradient"] = Field(
+        "steps", description="userdp, uedp: what a sampled user returns: steps (DP-FedAvg: local_steps SGD steps) or "
+                             "gradient (user-level DP-SGD: the gradient of one batch of local_batch_size of its own "
+                             "sentences, i.e. one step at local_lr 1; the server optimizer defaults to adam)")
+    server_optimizer: ServerOptimizerKind = Field(
+        "sgd", description="userdp, uedp: what the server does with each round's noised average (post-processing, no "
+                           "epsilon): sgd (DP-FedAvg), momentum (DP-FedAvgM) or adam (DP-FedAdam, Reddi et al. 2021)")
+    server_lr: float = Field(1.0, gt=0, description="server learning rate applied to the averaged noised update "
+                                                    "(when not given: 1 for sgd, 0.1 for momentum, 0.001 for adam)")
+    server_beta1: float = Field(0.9, ge=0, lt=1, description="server momentum (momentum) or Adam's beta1 (adam)")
+    server_beta2: float = Field(0.99, ge=0, lt=1, description="adam: the server's second-moment decay beta2")
+    server_tau: float = Field(1e-3, gt=0, description="adam: the server's adaptivity tau, added to sqrt(v)")
     weight_cap: float = Field(1.0, gt=0, description="userdp: w_u = min(n_u / weight_cap, 1); uedp weighs every user 1")
     vectorize_users: bool = Field(False, description="train a round's users at once (torch.func.vmap; GPT-2 only)")
     adaptive_clip: bool = Field(False, description="userdp, uedp-bounded: clip to a DP estimate of the target_quantile "
@@ -146,6 +162,30 @@ class UserDpParams(PrivateParams):
     @property
     def steps_run(self) -> int:
         return self.rounds
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults_of_the_update_rule(cls, data: Any) -> Any:
+        """Defaults that depend on other settings, filled only where not given:
+
+        * ``local_update=gradient`` is one local step at learning rate 1 (the user's delta is minus its
+          gradient) with Adam on the server (Charles et al. 2024; Chua et al. 2024); other local settings
+          given with it are refused, as they would silently mean something else;
+        * the server learning rate suits the server optimizer (Adam's step is about its learning rate per
+          coordinate whatever the update's scale; sgd's is the update itself)."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if data.get("local_update") == "gradient":
+            for name, value in (("local_steps", 1), ("local_lr", 1.0)):
+                if data.get(name) is not None and float(data[name]) != value:
+                    raise ValueError(f"local_update=gradient takes one local step at learning rate 1: {name} "
+                                     f"{data[name]} would make it local SGD (use local_update=steps for that)")
+                data[name] = value
+            data.setdefault("server_optimizer", "adam")
+        if data.get("server_lr") is None and data.get("server_optimizer"):
+            data["server_lr"] = DEFAULT_SERVER_LR.get(str(data["server_optimizer"]), 1.0)
+        return data
 
 
 class UeDpParams(UserDpParams):

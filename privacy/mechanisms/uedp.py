@@ -24,7 +24,7 @@ Per round:
   the price of the unit, shown rather than hidden (dividing by ``q_user * N`` alone makes the noise
   (2M + 1) times userdp's and the model diverges). The paper's estimators divide by ``|E|`` and ``|S|``,
   exact counts of private data that the update's scale would reveal. Any constant is post-processing;
-  ``server_lr`` scales it.
+  the server optimizer (``server_lr`` with sgd, momentum or Adam) is applied to the released average.
 """
 
 from __future__ import annotations
@@ -46,7 +46,13 @@ from uedp.privacy.mechanisms.fedavg import WEIGHT_CEILING
 from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, WorstCaseLedger, planned_epsilon, private_statement
 from uedp.privacy.mechanisms.params import UeDpParams
 from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, register
-from uedp.privacy.mechanisms.userdp import check_vectorizable, make_local_trainer
+from uedp.privacy.mechanisms.userdp import (
+    check_vectorizable,
+    make_local_trainer,
+    server_notes,
+    server_optimizer,
+    server_state,
+)
 from uedp.privacy.population import Population, anchored_users
 from uedp.privacy.primitives import assign_flat_, flatten, noise_ahead
 from uedp.privacy.randomness import Randomness, RoundRandomness
@@ -159,16 +165,17 @@ class UeDp:
             pending = noise_ahead([theta], sigma, rng.stream("noise"))  # drawn while the users train
             total = trainer.clipped_sum(theta, groups, [WEIGHT_CEILING] * len(groups), streams)
             noise = pending.result()[0]
-            # theta + lr (total + noise) / denominator, in place: no model-sized temporaries
-            update = total.add_(noise).mul_(p.server_lr / self.denominator)
-            update_norm = float(update.norm())  # of the noised update: public, watched for divergence
-            assign_flat_(params, update.add_(theta))
+            # the released average (total + noise) / denominator, then the server's step, in place
+            step = server.step_(total.add_(noise).div_(self.denominator))
+            update_norm = float(step.norm())  # of the step the released average gave: public, watched
+            assign_flat_(params, step.add_(theta))
             return RoundOutput(update_norm=update_norm)
 
         with dropout_switched_off(model) as dropout:  # layers' own draws would be shared by all users
             trainer = make_local_trainer(p, model, loss_fn, device, data.pad_id)
+            server = server_optimizer(p)
             loop = RoundLoop(self.name, p.rounds, ledger, self.randomness, p.delta, p.max_epsilon,
-                             state={"model": model})
+                             state={"model": model, **server_state(server)})
             model.train()
             outcome = loop.run(one_round, on_round, checkpoint)
         return Trained(private_statement(
@@ -178,7 +185,7 @@ class UeDp:
                    "users_bound_for_M": self.accounting.n_users_bound, "denominator": self.denominator,
                    "delta_truncation": self.accounting.delta_trunc, "delta_count_bound": self.accounting.delta_bound,
                    **{f"epsilon_case_{case}": a.epsilon for case, a in ledger.cases.items() if outcome.rounds}},
-            dropout_switched_off=dropout, notes=(ANCHORED_NOTE,)), sampling=self)
+            dropout_switched_off=dropout, notes=(ANCHORED_NOTE, *server_notes(server, p))), sampling=self)
 
     def noise_to_signal(self, units: float) -> NoiseToSignal:
         """Noise ``z (2M + 1) clip`` beside at most ``q_user N`` sampled users' clipped deltas: the

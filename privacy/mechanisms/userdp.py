@@ -5,8 +5,9 @@ user starts from the global weights, takes ``local_steps`` SGD steps on its own 
 the order of its own stream) and returns its model delta; the delta (not the gradients) is clipped to
 ``clip`` in L2 over all trainable parameters, weighted by ``w_u = min(n_u / weight_cap, 1)`` (the user's
 own data only) and summed; Gaussian noise with standard deviation ``sigma = z * clip * 1`` is added
-once to the sum; the server divides by the fixed ``q_user * N`` and applies the server learning rate
-(post-processing). N is a public or DP count of users (:mod:`privacy.population`), never the exact one.
+once to the sum; the server divides by the fixed ``q_user * N`` and applies its optimizer (sgd with the
+server learning rate, momentum or Adam: :mod:`privacy.mechanisms.server_optimizer`; post-processing).
+N is a public or DP count of users (:mod:`privacy.population`), never the exact one.
 
 Sensitivity: adding or removing one user moves the weighted sum by at most ``max(w) * clip``; the
 weight ceiling 1 is used as ``max(w)``, not the largest weight in this dataset, because the added user
@@ -63,13 +64,22 @@ from uedp.privacy.mechanisms.fedavg import COUNT_SENSITIVITY, WEIGHT_CEILING, Ad
 from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, planned_epsilon, private_statement
 from uedp.privacy.mechanisms.params import UserDpParams
 from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, RunShape, register
+from uedp.privacy.mechanisms.server_optimizer import ServerOptimizer
 from uedp.privacy.mechanisms.vectorized import VectorizedLocalTrainer
 from uedp.privacy.population import Population
 from uedp.privacy.primitives import assign_flat_, flatten, noise_ahead
 from uedp.privacy.randomness import Randomness, RoundRandomness
 from uedp.privacy.signal import NoiseToSignal
 
-__all__ = ["Selection", "UserDp", "UserDpParams", "make_local_trainer"]
+__all__ = [
+    "Selection",
+    "UserDp",
+    "UserDpParams",
+    "make_local_trainer",
+    "server_notes",
+    "server_optimizer",
+    "server_state",
+]
 
 
 @dataclass(frozen=True)
@@ -189,18 +199,20 @@ class UserDp:
                 summed = trainer.clipped_sum_with_count(theta, [user_sequences[i] for i in sampled],
                                                         weights[sampled].tolist(), streams, clip)
                 noise = pending.result()[0]
-                # theta + lr (total + noise) / denominator, in place: no model-sized temporaries
-                update = summed.total.add_(noise).mul_(p.server_lr / denominator)
-                update_norm = float(update.norm())  # of the noised update: public, watched for divergence
-                assign_flat_(params, update.add_(theta))
+                # the released average (total + noise) / denominator, then the server's step, in place
+                step = server.step_(summed.total.add_(noise).div_(denominator))
+                update_norm = float(step.norm())  # of the step the released average gave: public, watched
+                assign_flat_(params, step.add_(theta))
                 if adaptive is not None:
                     adaptive.update(summed.within_clip, len(sampled), rng.stream("clip-noise"))
                 # neither the local losses nor the number of sampled users is released; the update's norm is
                 # given in units of the first clip: an adapting clip scales the noise, which is no divergence
                 return RoundOutput(update_norm=update_norm * p.clip / clip)
 
+            server = server_optimizer(p)
             loop = RoundLoop(self.name, p.rounds, accountant, self.randomness, p.delta, p.max_epsilon,
-                             state={"model": model, **({"clip": adaptive} if adaptive is not None else {})})
+                             state={"model": model, **({"clip": adaptive} if adaptive is not None else {}),
+                                    **server_state(server)})
             model.train()
             outcome = loop.run(one_round, on_round, checkpoint)
         clip_extra, clip_notes = self._clip_statement(z_delta, adaptive)
@@ -208,7 +220,7 @@ class UserDp:
             self.name, self.unit, accountant, outcome, delta=p.delta, accountant=p.accountant, noise_multiplier=z,
             sampling_probability=p.q_user, randomness=self.randomness, population=population,
             extra={**clip_extra, "denominator": denominator, **selection.extra}, dropout_switched_off=dropout,
-            notes=clip_notes)
+            notes=(*clip_notes, *server_notes(server, p)))
         return Trained(replace(statement, public=(*statement.public, *selection.public)), sampling=selection.sampling)
 
     def _clip_statement(self, z_delta: float, adaptive: AdaptiveClip | None) -> tuple[dict[str, float], tuple[str, ...]]:
@@ -241,6 +253,25 @@ class UserDp:
 
     def local_trainer(self, model: torch.nn.Module, loss_fn: LossFn, device: torch.device, pad_id: int) -> LocalTrainer:
         return make_local_trainer(self.params, model, loss_fn, device, pad_id)
+
+
+def server_optimizer(p: UserDpParams) -> ServerOptimizer:
+    """The server optimizer a configuration asks for (post-processing of the released averages)."""
+    return ServerOptimizer(p.server_optimizer, p.server_lr, p.server_beta1, p.server_beta2, p.server_tau)
+
+
+def server_state(server: ServerOptimizer) -> dict[str, ServerOptimizer]:
+    """The loop state a server optimizer adds: its moments (sgd has none, and its checkpoints stay as they were)."""
+    return {} if server.kind == "sgd" else {"server": server}
+
+
+def server_notes(server: ServerOptimizer, p: UserDpParams) -> tuple[str, ...]:
+    """What the statement says about the update rule: user-level DP-SGD where each user returns a gradient,
+    and the server optimizer (sgd, the paper's rule, goes without saying)."""
+    gradient = (f"user-level DP-SGD: each sampled user returned the gradient of one batch of at most "
+                f"{p.local_batch_size} of its own sentences, clipped to the user clip as a DP-FedAvg delta is",)
+    return (*(gradient if p.local_update == "gradient" else ()),
+            *(() if server.kind == "sgd" else (server.describe(),)))
 
 
 def make_local_trainer(p: UserDpParams, model: torch.nn.Module, loss_fn: LossFn, device: torch.device,
