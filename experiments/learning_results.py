@@ -284,8 +284,8 @@ def _base_table(name: str, runs: list[dict[str, object]], base: ReutersBase | No
     before = base.before[_test_file(name)]
     lines = [f"{level} {name} from the Reuters base", "",
              f"The start: {base.description}, treated as public. Perplexities count its BPE tokens (uniform guess "
-             f"{float(noiseless['uniform']):.0f}), so they compare with each other, never with the byte-level table "
-             f"above. Sentences of at most {base.max_len} tokens. Before fine-tuning the base scores "
+             f"{float(noiseless['uniform']):.0f}), so they compare with each other, never with the byte-level tables "
+             f"(results.md). Sentences of at most {base.max_len} tokens. Before fine-tuning the base scores "
              f"**{before:.1f}** on this test file.", "",
              "| mechanism | target epsilon | test perplexity | to noiseless from the base | better than the base "
              "before fine-tuning | noise-to-signal |",
