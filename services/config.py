@@ -85,6 +85,8 @@ class RunSettings(BaseModel):
     init_from: str | None = Field(None, description="start from the model a finished run logged (its MLflow run id, "
                                   "e.g. a noiseless run on a public corpus) or from a checkpoint folder; what it was "
                                   "trained on is treated as public, so a run on this same dataset is refused")
+    tuned: str = Field("", description="a `uedp tune` search (its key) whose chosen learning rates and clip replace "
+                       "the run's own; the search ran on public text, and a search on this run's text is refused")
     lora_rank: int = Field(0, ge=0, le=1024, description="train LoRA adapters of this rank instead of every weight "
                            "(0: full fine-tuning); clipping, noise and checkpoints then cover the adapters only")
     lora_alpha: float | None = Field(None, gt=0, description="LoRA's scale alpha (the update is alpha/r B A; "

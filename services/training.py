@@ -22,6 +22,7 @@ from uedp.services.lineage import keyed_table_id
 from uedp.services.training_record import RunRecorder, resumable_run_id
 from uedp.services.training_run import ProgressObserver, RunOutcome, run
 from uedp.services.training_setup import Setup, loss_function, set_up, unit_of
+from uedp.services.tuned import apply_tuned
 from uedp.storage.home import DataHome
 
 
@@ -64,8 +65,12 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
                         report_to: Callable[[str], Any] | None = None) -> TrainResult:
     """Train and evaluate one configuration; every figure goes to one MLflow run (torchrun: the main process).
     Progress goes to the terminal (``progress``), or as lines to ``report_to`` (a Prefect flow run's log)."""
+    config = apply_tuned(home, config)  # a public search's values, before anything reads the configuration
     s = set_up(home, config, Ranks.current())
+    config = s.config or config  # sampling=planned: the split it trains with, logged and charged as such
     say = report_to or _to_stderr
+    for line in s.said:
+        say(f"{config.run_name()}: {line}")
     spend = ledger_release(home, config, s)
     if spend is not None:  # a run the dataset's budget does not allow is refused before its MLflow run opens
         resuming = resumable_run_id(s.checkpoint)  # already charged: its entry is not counted twice

@@ -127,7 +127,7 @@ def run(config: TrainConfig, s: Setup, observers: Sequence[Observer] = ()) -> Ru
         statement = trained_on_release(statement, config.mechanism, r.statement, r,
                                        r.unprotected_share, r.randomness, r.caveats, r.attack_figures())
     statement = replace(statement, caveats=(*statement.caveats, *s.caveats),
-                        public=(*statement.public, *(s.start.public if s.start else ()),
+                        public=(*statement.public, *(s.start.public if s.start else ()), *s.public,
                                 *(("the class label set",) if s.data.classes else ())))
     for observer in observers:
         observer.finished()

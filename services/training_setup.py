@@ -21,6 +21,7 @@ from uedp.models.parallel import Ranks
 from uedp.models.threads import ThreadChoice, apply_threads, choose_threads
 from uedp.models.tokenization import load_tokenizer
 from uedp.privacy.attacks.audit_canaries import AuditPlan
+from uedp.privacy.mechanisms.auto_sampling import SamplingChoice, choose_for
 from uedp.privacy.mechanisms.base import Checkpointer, LossFn, Mechanism
 from uedp.privacy.mechanisms.registry import BuildContext
 from uedp.privacy.population import Population, exact_count
@@ -34,6 +35,7 @@ from uedp.services.lineage import keyed_table_id
 from uedp.services.ner import refuse_ner_fitted_to_training_text
 from uedp.services.sanitize import SanitizeResult, sanitize_dataset
 from uedp.services.training_data import PreparedData, prepare_data
+from uedp.services.tuned import tuned_public
 from uedp.storage.catalog import Catalog
 from uedp.storage.home import DataHome
 from uedp.storage.ingest import DEFAULT_FIX, USER_FIXES
@@ -111,6 +113,11 @@ class Setup:
     # before training, logged, and warned about past the measured threshold.
     noise_to_signal: NoiseToSignal | None = None
     threads: ThreadChoice | None = None  # torch's intra-op threads and why (said before training)
+    public: tuple[str, ...] = ()  # what else the statement treats as public (a search's hyperparameters)
+    # The configuration as it trains (sampling=planned: with the planner's q_user and rounds), and what was
+    # chosen, in words, said before training.
+    config: TrainConfig | None = None
+    said: tuple[str, ...] = ()
 
 
 def unit_of(config: TrainConfig, s: Setup) -> str:
@@ -157,9 +164,24 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
     population = unit_population(config, exact_units, randomness, checkpoint,
                                  keyed_table_id(home, config.dataset, "sentences"),
                                  ceiling=exact_units + (absent_units(audit, config.spec.counts) if audit else 0))
+    # The checkpoint was named by the configuration as given: a resume plans the same split from the same count.
+    config, planned = planned_sampling(config, population)
     mechanism = build_mechanism(config, population, len(data.train.sequences), randomness, data.train.entities)
     return Setup(device, tokenizer, data, model, mechanism, checkpoint, release, caveats, audit, recall, start,
-                 noise_to_signal_of(mechanism, population, data.train.n_users), threads)
+                 noise_to_signal_of(mechanism, population, data.train.n_users), threads, tuned_public(home, config),
+                 config, (f"sampling planned: {planned.reason}",) if planned else ())
+
+
+def planned_sampling(config: TrainConfig, population: Population | None) -> tuple[TrainConfig, SamplingChoice | None]:
+    """``sampling=planned``: the configuration with the planner's q_user and rounds for its budget, from the
+    run's public or DP count of users (never the exact one), candidates ranked with the RDP accountant."""
+    if getattr(config.params, "sampling", "fixed") != "planned" or population is None or config.spec.plan is None:
+        return config, None
+    try:
+        params, choice = choose_for(config.spec.plan, config.params, population, rank_accountant="rdp")
+    except ValueError as exc:
+        raise UedpError(f"{config.mechanism} sampling=planned: {exc}") from None
+    return config.model_copy(update={"params": params}), choice
 
 
 def check_trainable(home: DataHome, config: TrainConfig, data: PreparedData) -> None:

@@ -213,3 +213,36 @@ def test_uedp_epsilon_chooses_the_split_prints_its_candidates_and_plans_it() -> 
     fixed = runner.invoke(app, ["epsilon", "--mechanism", "userdp", "--users", "300", "--noise-multiplier", "1",
                                 "--choose-sampling"])
     assert fixed.exit_code == 2 and "for a --target-epsilon" in fixed.stderr
+
+
+def test_planned_sampling_trains_the_planners_split_of_the_runs_dp_count(home) -> None:  # type: ignore[no-untyped-def]
+    """``sampling=planned``: the run trains, logs and charges the planner's split of its own budget, chosen
+    from the DP count of users the run releases (the reason it prints has that count's noise-to-signal, which
+    the exact count would change)."""
+    from uedp.flows.demo import DEMO_CORPUS
+    from uedp.privacy.mechanisms import registry
+    from uedp.privacy.mechanisms.auto_sampling import choose_for
+    from uedp.services.config import TrainConfig
+    from uedp.services.training import train_configuration
+    from uedp.storage.catalog import Catalog
+    from uedp.storage.ingest import IngestOptions, ingest
+
+    ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
+    config = TrainConfig(dataset="demo", mechanism="userdp", rounds=20, q_user=0.6, local_update="gradient",
+                         target_epsilon=8, sampling="planned", checkpoint_every=0, accountant="rdp", threads=1)
+    said: list[str] = []
+    result = train_configuration(home, config, progress=False, report_to=said.append)
+    used = result.privacy_extra["population_used"]
+    with Catalog(home, "demo") as catalog:
+        exact = len({user for _, user, _ in catalog.sentences("train")})
+    assert used != exact
+    plan = registry.get("userdp").plan
+    chosen, choice = choose_for(plan, config.params, Population(used, "dp-count", 10.0), rank_accountant="rdp")
+    assert any(line.endswith(f"sampling planned: {choice.reason}") for line in said), said
+    _, from_exact = choose_for(plan, config.params, Population(float(exact), "dp-count", 10.0), rank_accountant="rdp")
+    assert from_exact.reason != choice.reason  # the line could tell which count it read
+    assert (result.settings["q_user"], result.settings["rounds"], result.rounds) == (chosen.q_user, chosen.rounds,
+                                                                                      chosen.rounds)
+    assert (chosen.q_user, chosen.rounds) != (0.6, 20) and result.epsilon <= 8 + 1e-6
+    with pytest.raises(ValueError, match="give target_epsilon"):
+        UserDpParams(sampling="planned", noise_multiplier=1.0)

@@ -588,22 +588,16 @@ def epsilon(
 def _chosen_sampling(spec: Any, params: Any, population: Any, user_updates: float | None) -> Any:
     """``uedp epsilon --choose-sampling``: print the planner's split of the budget and return the parameters
     with it (``q_user`` and ``rounds``)."""
-    from uedp.privacy.mechanisms.auto_sampling import budget_of, choose_sampling
+    from uedp.privacy.mechanisms.auto_sampling import choose_for
 
     if not hasattr(params, "q_user") or getattr(params, "target_epsilon", None) is None:
         raise ValueError("--choose-sampling chooses a user-level run's q_user and rounds (userdp, uedp-bounded, "
                          "uedp) for a --target-epsilon")
-
-    def plan_at(q_user: float, rounds: int) -> tuple[float, Any]:
-        planned = spec.plan(params.model_copy(update={"q_user": q_user, "rounds": rounds}), population)
-        return planned.noise_multiplier, planned.noise_to_signal
-
-    budget = user_updates or budget_of(params.rounds, params.q_user, population.value)
-    choice = choose_sampling(plan_at, population.value, budget)
+    chosen, choice = choose_for(spec.plan, params, population, user_updates)
     typer.echo(choice.reason)
     for line in choice.table():
         typer.echo(line)
-    return params.model_copy(update={"q_user": choice.q_user, "rounds": choice.rounds})
+    return chosen
 
 
 @app.command()
@@ -630,26 +624,7 @@ def train(
     from uedp.services.launch import run_training
     from uedp.services.tracking import ui_command
 
-    values = merged(config_file, settings, set_, LISTED)
-    if mechanism is not None:
-        values["mechanism"] = mechanism
-    if "mechanism" not in values:
-        raise UedpError(f"--mechanism is required (one of {MECHANISMS_HELP})")
-    if values.get("mechanism") not in registry.names():
-        raise UedpError(f"unknown mechanism {values.get('mechanism')!r}; valid: {MECHANISMS_HELP}")
-    if values.get("noise_multiplier") is not None and values.get("target_epsilon") is not None:
-        raise UedpError("give at most one of --noise-multiplier and --target-epsilon")
-    if seeded:
-        values["randomness"] = "seeded"
-    from uedp.services.config import parameter_names
-
-    for name, names in parameter_names(registry.get(values["mechanism"]).params).items():
-        given = [n for n in names if values.get(n) is not None]
-        if len(given) > 1:  # e.g. --rounds and --steps: one count under two names
-            raise UedpError(f"{values['mechanism']} counts {name}: give --{name.replace('_', '-')} only "
-                            f"(--{' and --'.join(g.replace('_', '-') for g in given[1:])} "
-                            f"{'is its alias' if len(given) == 2 else 'are its aliases'})")
-    config = TrainConfig(**{**values, "dataset": dataset})  # the named dataset wins over a config file's
+    config = _train_config(dataset, mechanism, seeded, merged(config_file, settings, set_, LISTED))
     from uedp.services.training_setup import categories_warning
 
     if (warning := categories_warning(data_home, config)) is not None:
@@ -674,6 +649,66 @@ def train(
                    f"(details: uedp attack {result.run_id} --kind audit)")
     _print_guarantee(result)
     typer.echo(f"MLflow run: {result.run_id}   (browse: {ui_command(data_home)})")
+
+
+def _train_config(dataset: str, mechanism: Optional[str], seeded: bool, values: dict[str, Any]) -> Any:
+    """The configuration ``uedp train`` (and ``uedp tune``) builds from its flags, config file and --set
+    values, with the command line's own checks (one name per count, a known mechanism)."""
+    from uedp.services.config import parameter_names
+
+    if mechanism is not None:
+        values["mechanism"] = mechanism
+    if "mechanism" not in values:
+        raise UedpError(f"--mechanism is required (one of {MECHANISMS_HELP})")
+    if values.get("mechanism") not in registry.names():
+        raise UedpError(f"unknown mechanism {values.get('mechanism')!r}; valid: {MECHANISMS_HELP}")
+    if values.get("noise_multiplier") is not None and values.get("target_epsilon") is not None:
+        raise UedpError("give at most one of --noise-multiplier and --target-epsilon")
+    if seeded:
+        values["randomness"] = "seeded"
+    for name, names in parameter_names(registry.get(values["mechanism"]).params).items():
+        given = [n for n in names if values.get(n) is not None]
+        if len(given) > 1:  # e.g. --rounds and --steps: one count under two names
+            raise UedpError(f"{values['mechanism']} counts {name}: give --{name.replace('_', '-')} only "
+                            f"(--{' and --'.join(g.replace('_', '-') for g in given[1:])} "
+                            f"{'is its alias' if len(given) == 2 else 'are its aliases'})")
+    return TrainConfig(**{**values, "dataset": dataset})  # the named dataset wins over a config file's
+
+
+@app.command()
+@user_errors
+@with_options(TRAIN_OPTIONS)
+def tune(
+    dataset: str = typer.Argument(..., help="A public proxy dataset (e.g. the base's corpus, ingested with about as "
+                                  "many writers or pseudo-writers as the private dataset); never the private one."),
+    mechanism: Optional[str] = typer.Option(None, help=f"One of {MECHANISMS_HELP} (or `mechanism:` in --config).",
+                                            show_default=False),
+    grid_axes: Optional[list[str]] = typer.Option(None, "--grid", show_default=False, help="NAME=V1,V2,...: values "
+                                                  "to try, for server_lr, clip, local_lr or lr; repeatable (every "
+                                                  "combination is one trial)."),
+    seeded: bool = SEEDED_OPTION,
+    home: Optional[Path] = HOME_OPTION,
+    config_file: Optional[Path] = CONFIG_OPTION,
+    set_: Optional[list[str]] = SET_OPTION,
+    **settings: Any,
+) -> None:
+    """Choose learning rates and clip on public text: one training run per grid point on DATASET with the
+    settings the private run will use, keeping the least validation perplexity.
+
+    Prints the search's key; `uedp train PRIVATE --tuned KEY` takes its values and names the search in its
+    privacy statement. A private run whose own text is the searched dataset's is refused (a search on private
+    data is a release its epsilon does not count). The same search again reuses its record.
+    """
+    data_home = _prepare_runtime(home)
+    from uedp.services.tune import tune as run_search
+
+    config = _train_config(dataset, mechanism, seeded, merged(config_file, settings, set_, LISTED))
+    record = run_search(data_home, config, _grid_axes(grid_axes or []), say=typer.echo)
+    for trial in record.trials:
+        chosen = "*" if trial.values == record.chosen else " "
+        typer.echo(f"  {chosen} {', '.join(f'{k} {v:g}' for k, v in trial.values.items())}: validation perplexity "
+                   f"{trial.perplexity_valid:.4g} (run {trial.run_id})")
+    typer.echo(f"--tuned {record.key}")
 
 
 @app.command()

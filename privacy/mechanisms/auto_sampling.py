@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from uedp.privacy.signal import NoiseToSignal
 
@@ -110,3 +111,21 @@ def _reason(best: SamplingCandidate, seen: list[SamplingCandidate], budget: floa
     if best.signal.past_limit:
         said += f"; even this is past {best.signal.limit:g}, where measured runs stopped learning"
     return said
+
+
+def choose_for(plan: Callable[[Any, Any], Any], params: Any, population: Any, budget: float | None = None,
+               rank_accountant: str | None = None) -> tuple[Any, SamplingChoice]:
+    """A user-level configuration's ``params`` with ``q_user`` and ``rounds`` replaced by the planner's split of
+    ``budget`` (default: the configuration's own, rounds x q_user x the count of users), planned by the
+    mechanism's ``plan(params, population)``. ``rank_accountant`` ranks the candidates with another
+    accountant (rdp: milliseconds where PLD takes seconds a candidate); the run then plans its chosen split
+    with its own. ``population`` is the public or DP count a run uses, so the choice reads nothing else."""
+    ranked = params.model_copy(update={"accountant": rank_accountant}) if rank_accountant else params
+
+    def plan_at(q_user: float, rounds: int) -> tuple[float, NoiseToSignal]:
+        planned = plan(ranked.model_copy(update={"q_user": q_user, "rounds": rounds}), population)
+        return planned.noise_multiplier, planned.noise_to_signal
+
+    budget = budget or budget_of(params.rounds, params.q_user, population.value)
+    choice = choose_sampling(plan_at, population.value, budget)
+    return params.model_copy(update={"q_user": choice.q_user, "rounds": choice.rounds}), choice

@@ -147,6 +147,10 @@ class UserDpParams(PrivateParams):
     server_beta1: float = Field(0.9, ge=0, lt=1, description="server momentum (momentum) or Adam's beta1 (adam)")
     server_beta2: float = Field(0.99, ge=0, lt=1, description="adam: the server's second-moment decay beta2")
     server_tau: float = Field(1e-3, gt=0, description="adam: the server's adaptivity tau, added to sqrt(v)")
+    sampling: Literal["fixed", "planned"] = Field(
+        "fixed", description="userdp, uedp-bounded, uedp with a target epsilon: fixed (q_user and rounds as given) or "
+                             "planned (the planner's split of the same budget, rounds x q_user x the DP or declared "
+                             "count of users, with the least noise-to-signal: `uedp epsilon --choose-sampling`)")
     weight_cap: float = Field(1.0, gt=0, description="userdp: w_u = min(n_u / weight_cap, 1); uedp weighs every user 1")
     vectorize_users: bool = Field(False, description="train a round's users at once (torch.func.vmap; GPT-2 only)")
     adaptive_clip: bool = Field(False, description="userdp, uedp-bounded: clip to a DP estimate of the target_quantile "
@@ -162,6 +166,12 @@ class UserDpParams(PrivateParams):
     @property
     def steps_run(self) -> int:
         return self.rounds
+
+    @model_validator(mode="after")
+    def _planned_for_a_target(self) -> UserDpParams:
+        if self.sampling == "planned" and self.target_epsilon is None:
+            raise ValueError("sampling=planned splits the budget at a target epsilon: give target_epsilon")
+        return self
 
     @model_validator(mode="before")
     @classmethod

@@ -1,0 +1,352 @@
+"""The user-level learning page (``docs/results/user-level-learning``): how close the user- and entity-level
+mechanisms come to noiseless fine-tuning of a public base, before and after issue 49's changes.
+
+Every configuration fine-tunes **the Reuters base** (``uedp pretrain`` on Reuters-21578, the cpu
+reproductions' gpt2 small with its own BPE vocabulary, built once in ``--base-home`` and reused by content
+key) on two corpora of different sizes in users:
+
+* **conll**: CoNLL-2003's training file, one writer per document (946 writers); test on ``eng.testb``.
+* **messages**: generated customer messages (``scripts/make_demo_corpus.py``), one writer per message
+  thread, ``--messages-users`` writers (3,000 by default); its test file has writers of another seed.
+
+Per corpus, seed and target epsilon:
+
+* ``noiseless`` and ``dpsgd`` (example-level) at uedp's defaults;
+* ``userdp`` and ``uedp-bounded`` **before**: the rule uedp had (DP-FedAvg: ``local_steps`` SGD steps per
+  user, the noised mean applied with server learning rate 1);
+* the same two **after**: user-level DP-SGD (``--local-update gradient``: one clipped gradient per sampled
+  user, Adam on the noised mean), with the server learning rate and clip chosen by ``uedp tune`` on the
+  Reuters corpus split into pseudo-writers (public text; the search never reads the corpora above), and
+  ``--choose-sampling``'s split of the compute budget;
+* ``uedp`` (users and entities) with the "after" rule.
+
+Every user-level run gets the same compute budget, ``--budget-epochs`` user updates per writer (rounds
+times expected users a round), so before and after differ only in what each user update is and how the
+server applies it. Runs go in order of what the page needs most (epsilon 8 before 2, seed 0 before the
+others), and a rerun with the same ``--home`` skips finished configurations, so an interrupted page goes on
+where it stopped and ``--page-only`` writes what has finished.
+
+    python experiments/user_level_learning.py --conll-dir ../shared/data/conll2003 \\
+        --home /tmp/ull --base-home /tmp/ull/base
+
+It writes ``results.md``, ``results.png``, ``results.json`` (one row per run: corpus, mechanism, variant,
+start, target_epsilon, seed, perplexity_test, and the run's noise-to-signal) and ``command.txt`` under
+``--out``. The page's discussion (``README.md``) is written by a person from these figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from learning_results import ReutersBase, reuters_base, uedp
+from page_files import write_command_file
+
+ROOT = Path(__file__).resolve().parents[1]
+CATEGORIES = "PERSON,LOC,ORG,MISC"
+USER_LEVEL = ("userdp", "uedp-bounded")
+# The page's rows, in the order they run within a seed and epsilon (what the targets need first).
+ROWS = (("userdp", "after"), ("uedp-bounded", "after"), ("userdp", "before"), ("uedp-bounded", "before"),
+        ("dpsgd", ""), ("uedp", "after"))
+MIN_ROUNDS = 10  # the planner's floor (privacy.mechanisms.auto_sampling.MIN_ROUNDS)
+
+
+@dataclass(frozen=True)
+class Corpus:
+    name: str
+    files: tuple[Path, ...]  # train, valid, test
+    writers: int
+
+    @property
+    def test_file(self) -> str:
+        return self.files[2].name
+
+
+@dataclass(frozen=True)
+class Row:
+    """One configuration of the page."""
+
+    mechanism: str
+    variant: str  # "before", "after", or "" for mechanisms without one
+    target: float | None
+    seed: int
+
+
+def plan_rows(epsilons: Sequence[float], seeds: Sequence[int], variants: Sequence[str],
+              mechanisms: Sequence[str] = ("noiseless", *(m for m, _ in ROWS))) -> list[Row]:
+    """Every configuration, most needed first: per seed, noiseless, then epsilon 8's rows before epsilon 2's."""
+    rows: list[Row] = []
+    for seed in seeds:
+        if "noiseless" in variants and "noiseless" in mechanisms:
+            rows.append(Row("noiseless", "", None, seed))
+        for target in sorted(epsilons, reverse=True):
+            rows += [Row(m, v, target, seed) for m, v in ROWS if (v or m) in variants and m in mechanisms]
+    return rows
+
+
+def messages(folder: Path, writers: int) -> Corpus:
+    """A generated message corpus of ``writers`` writers; valid and test files from other seeds' writers."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    for split, count, seed in (("train", writers, 41), ("testa", 300, 42), ("testb", 300, 43)):
+        path = folder / f"messages{writers}.{split}"
+        if not path.is_file():
+            subprocess.run([sys.executable, str(ROOT / "scripts" / "make_demo_corpus.py"), "--users", str(count),
+                            "--seed", str(seed), "--out", str(path)], check=True, capture_output=True)
+        files.append(path)
+    return Corpus("messages", tuple(files), writers)
+
+
+def conll(conll_dir: Path) -> Corpus:
+    files = tuple(conll_dir / f for f in ("eng.train", "eng.testa", "eng.testb"))
+    writers = sum(1 for line in files[0].open(encoding="utf-8") if line.startswith("-DOCSTART-"))
+    return Corpus("conll", files, writers)
+
+
+def sampling(corpus: Corpus, budget_epochs: float) -> tuple[float, int]:
+    """The split of the budget into q_user and rounds: ``MIN_ROUNDS`` rounds of the largest cohort. That is
+    the planner's choice at every budget and epsilon this page runs (``uedp epsilon --choose-sampling``
+    prefers the largest cohort; its table is in the page's log), and the split the "before" rows use too,
+    so before and after differ in the update rule alone."""
+    return min(1.0, budget_epochs / MIN_ROUNDS), max(MIN_ROUNDS, round(budget_epochs))
+
+
+def row_flags(row: Row, corpus: Corpus, budget_epochs: float, tuned_flags: Sequence[str]) -> list[str]:
+    flags = ["--mechanism", row.mechanism, "--seed", str(row.seed)]
+    if row.target is not None:
+        flags += ["--target-epsilon", f"{row.target:g}"]
+    if row.mechanism in ("uedp-bounded", "uedp"):
+        flags += ["--categories", CATEGORIES]
+    if row.mechanism in (*USER_LEVEL, "uedp"):
+        q_user, rounds = sampling(corpus, budget_epochs)
+        flags += ["--q-user", f"{q_user:g}", "--rounds", str(rounds), "--variant", row.variant]
+        if row.variant == "after":
+            flags += ["--local-update", "gradient", *tuned_flags]
+    return flags
+
+
+def tuned_flags_for(home: Path, key: str | None, homes: Sequence[Path]) -> list[str]:
+    """How a corpus' "after" rows take the search ``key``: ``--tuned KEY`` where the search ran in its own
+    data home (the run checks the proxy's lineage against its text and names the search), else the values
+    it chose as plain flags (a search is recorded in one data home; the page says which corpus searched)."""
+    if key is None:
+        return []
+    if (home / "tuned" / f"{key[:16]}.json").is_file():
+        return ["--tuned", key]
+    for other in homes:
+        record = other / "tuned" / f"{key[:16]}.json"
+        if record.is_file():
+            chosen = json.loads(record.read_text(encoding="utf-8"))["chosen"]
+            return [a for name, value in chosen.items() for a in (f"--{name.replace('_', '-')}", f"{value:g}")]
+    raise SystemExit(f"--tuned {key}: no such search in any corpus' data home")
+
+
+def run_corpus(corpus: Corpus, home: Path, rows: Sequence[Row], base: ReutersBase, budget_epochs: float,
+               tuned: Sequence[str], threads: int) -> None:
+    """Ingest, detect and run every row not finished yet, in the corpus' own data home."""
+    log = home / "commands.log"
+    home.mkdir(parents=True, exist_ok=True)
+    uedp("ingest", "conll2003", *map(str, corpus.files), "--name", corpus.name, home=home, threads=threads, log=log)
+    uedp("detect", corpus.name, "--detector", "gold", home=home, threads=threads, log=log)
+    common = ["--threads", str(threads), "--checkpoint-every", "0", *base.flags()]
+    for row in rows:
+        if row in finished_rows(home, corpus.name):
+            continue
+        uedp("train", corpus.name, *row_flags(row, corpus, budget_epochs, tuned), *common, home=home,
+             threads=threads, log=log)
+
+
+def runs_of(home: Path, dataset: str) -> list[dict[str, object]]:
+    """The finished runs of ``dataset`` in a corpus' data home, latest first, as the page's rows."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{(home / 'mlflow.db').resolve()}")
+    experiment = client.get_experiment_by_name(dataset)
+    if experiment is None:
+        return []
+    found, seen = [], set()
+    for run in client.search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"]):
+        params, metrics = run.data.params, run.data.metrics
+        if run.info.status != "FINISHED" or "perplexity_test" not in metrics:
+            continue
+        target = params.get("target_epsilon")
+        row = Row(params["mechanism"], params.get("variant", ""),
+                  float(target) if target not in (None, "None", "none") else None, int(params.get("seed", 0)))
+        if row in seen:
+            continue
+        seen.add(row)
+        ratio = float(params.get("noise_to_signal", "nan"))
+        found.append({"corpus": dataset, "mechanism": row.mechanism, "variant": row.variant, "start": "base",
+                      "target_epsilon": row.target, "seed": row.seed,
+                      "perplexity_test": metrics["perplexity_test"],
+                      "epsilon": metrics.get("final_epsilon"), "noise_to_signal": None if math.isnan(ratio) else ratio,
+                      "rounds_run": int(float(params.get("rounds_run", 0))) or None,
+                      "server_lr": params.get("server_lr"), "clip": params.get("clip"),
+                      "q_user": params.get("q_user"), "run_id": run.info.run_id,
+                      "minutes": round((run.info.end_time - run.info.start_time) / 60000, 1)})
+    return found
+
+
+def finished_rows(home: Path, dataset: str) -> set[Row]:
+    return {Row(str(r["mechanism"]), str(r["variant"]), r["target_epsilon"], int(r["seed"]))  # type: ignore[arg-type]
+            for r in runs_of(home, dataset)}
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return "-"
+    mean = statistics.fmean(values)
+    shown = f"{mean:.1f}" if mean < 1000 else f"{mean:.2g}"
+    return shown + (f" ± {statistics.stdev(values):.1f}" if len(values) > 1 and mean < 1000 else "") + \
+        (f" (n={len(values)})" if len(values) != 3 else "")
+
+
+def results_page(homes: dict[str, Path], out: Path, base: ReutersBase, writers: dict[str, int]) -> None:
+    """``results.json`` (every run) and ``results.md`` (mean over seeds, ratio to noiseless, the targets)."""
+    rows = [r for name, home in homes.items() for r in runs_of(home, name)]
+    (out / "results.json").write_text(json.dumps({"base": asdict(base), "rows": rows}, indent=1), encoding="utf-8")
+    lines = [f"The start: {base.description}, treated as public. Perplexities count its BPE tokens. "
+             "Mean over seeds (± standard deviation; n when not 3).", ""]
+    for corpus in homes:
+        mine = [r for r in rows if r["corpus"] == corpus]
+        noiseless = [float(r["perplexity_test"]) for r in mine if r["mechanism"] == "noiseless"]  # type: ignore[arg-type]
+        if not noiseless:
+            continue
+        reference = statistics.fmean(noiseless)
+        before = base.before[_test_file(corpus, homes)]
+        lines += [f"## {corpus} ({writers[corpus]:,} writers)", "",
+                  f"The base scores **{before:.1f}** on this test file before fine-tuning; noiseless fine-tuning "
+                  f"{_cell(noiseless)}.", "",
+                  "| mechanism | rule | target epsilon | test perplexity | to noiseless | better than the base "
+                  "| noise-to-signal | server lr |", "|---|---|---:|---:|---:|---|---:|---:|"]
+        for target in sorted({float(r["target_epsilon"]) for r in mine if r["target_epsilon"] is not None}):  # type: ignore[arg-type]
+            for mechanism, variant in ROWS:
+                picked = [r for r in mine if (r["mechanism"], r["variant"], r["target_epsilon"])
+                          == (mechanism, variant, target)]
+                if not picked:
+                    continue
+                values = [float(r["perplexity_test"]) for r in picked]  # type: ignore[arg-type]
+                ratios = [float(r["noise_to_signal"]) for r in picked if r["noise_to_signal"] is not None]  # type: ignore[arg-type]
+                mean = statistics.fmean(values)
+                lines.append(f"| {mechanism} | {variant or '-'} | {target:g} | {_cell(values)} | "
+                             f"{mean / reference:.2f}x | {'yes' if mean < before else 'no'} | "
+                             f"{f'{statistics.fmean(ratios):.3g}' if ratios else '-'} | "
+                             f"{picked[0]['server_lr'] or '-'} |")
+        lines.append("")
+    (out / "results.md").write_text("\n".join(lines), encoding="utf-8")
+    _plot(rows, out, base, homes)
+
+
+def _test_file(corpus: str, homes: dict[str, Path]) -> str:
+    record = json.loads((homes[corpus] / "corpus.json").read_text(encoding="utf-8"))
+    return str(record["test_file"])
+
+
+def _plot(rows: list[dict[str, object]], out: Path, base: ReutersBase, homes: dict[str, Path]) -> None:
+    """Per corpus, the ratio to noiseless of each mechanism and rule at each epsilon (log scale), with the
+    base before fine-tuning and the issue's targets as lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    corpora = [c for c in homes if any(r["corpus"] == c and r["mechanism"] == "noiseless" for r in rows)]
+    if not corpora:
+        return
+    fig, axes = plt.subplots(1, len(corpora), figsize=(7 * len(corpora), 5), dpi=120, squeeze=False)
+    for ax, corpus in zip(axes[0], corpora):
+        mine = [r for r in rows if r["corpus"] == corpus]
+        reference = statistics.fmean(float(r["perplexity_test"]) for r in mine if r["mechanism"] == "noiseless")  # type: ignore[arg-type]
+        targets = sorted({float(r["target_epsilon"]) for r in mine if r["target_epsilon"] is not None})  # type: ignore[arg-type]
+        labels = [f"{m}\n{v}" if v else m for m, v in ROWS]
+        width = 0.8 / max(1, len(targets))
+        for i, target in enumerate(targets):
+            heights = []
+            for mechanism, variant in ROWS:
+                values = [float(r["perplexity_test"]) for r in mine  # type: ignore[arg-type]
+                          if (r["mechanism"], r["variant"], r["target_epsilon"]) == (mechanism, variant, target)]
+                heights.append(statistics.fmean(values) / reference if values else math.nan)
+            ax.bar([x + (i - (len(targets) - 1) / 2) * width for x in range(len(ROWS))], heights, width,
+                   label=f"epsilon {target:g}", color=f"C{i}")
+        ax.axhline(base.before[_test_file(corpus, homes)] / reference, color="0.3", linestyle="--",
+                   label="the base before fine-tuning")
+        ax.axhline(1.3, color="C3", linestyle=":", label="issue 49's userdp target (1.3x)")
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(ROWS)), labels, fontsize=8)
+        ax.set(ylabel="test perplexity / noiseless from the base (log scale)",
+               title=f"{corpus}: lower is better, 1 = noiseless")
+        ax.grid(alpha=0.3, axis="y", which="both")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "results.png")
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--conll-dir", type=Path, default=Path("../shared/data/conll2003"))
+    parser.add_argument("--out", type=Path, default=Path("docs/results/user-level-learning"))
+    parser.add_argument("--home", type=Path, required=True, help="folder for the corpora's data homes (kept, so "
+                        "a rerun goes on where one stopped)")
+    parser.add_argument("--base-home", type=Path, help="data home where the Reuters base is built or reused "
+                        "(default: --home's base/)")
+    parser.add_argument("--public-dir", type=Path,
+                        default=Path(os.environ.get("UEDP_REUTERS_DIR", "../shared/data/reuters21578")))
+    parser.add_argument("--corpora", default="conll,messages")
+    parser.add_argument("--messages-users", type=int, default=3000, help="writers of the generated message corpus")
+    parser.add_argument("--epsilons", default="2,8")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--variants", default="noiseless,dpsgd,before,after",
+                        help="which rows to run: noiseless, dpsgd, before, after (uedp runs with after)")
+    parser.add_argument("--mechanisms", default="noiseless,dpsgd,userdp,uedp-bounded,uedp",
+                        help="which mechanisms' rows to run (with --variants)")
+    parser.add_argument("--budget-epochs", type=float, default=1.0,
+                        help="user-level runs' compute budget: user updates per writer (rounds x q_user)")
+    parser.add_argument("--tuned", help="a `uedp tune` search (its key) whose choice the after rows use: with --tuned "
+                        "in the corpus whose data home holds it, as plain flags in the others")
+    parser.add_argument("--page-only", action="store_true", help="rewrite the page from the runs in --home")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    names = args.corpora.split(",")
+    homes = {name: args.home / name for name in names}
+    args.out.mkdir(parents=True, exist_ok=True)
+    base_file = args.home / "reuters-base.json"
+    writers_file = args.home / "writers.json"
+    if not args.page_only:
+        corpora = [conll(args.conll_dir) if n == "conll" else messages(args.home / "files", args.messages_users)
+                   for n in names]
+        for corpus in corpora:
+            homes[corpus.name].mkdir(parents=True, exist_ok=True)
+            (homes[corpus.name] / "corpus.json").write_text(json.dumps({"test_file": corpus.test_file}))
+        known = json.loads(writers_file.read_text(encoding="utf-8")) if writers_file.is_file() else {}
+        writers_file.write_text(json.dumps(known | {c.name: c.writers for c in corpora}), encoding="utf-8")
+        base = reuters_base(args.public_dir, args.base_home or args.home / "base", [c.files[2] for c in corpora],
+                            threads=2)
+        base_file.write_text(json.dumps(asdict(base), indent=1), encoding="utf-8")
+        rows = plan_rows([float(e) for e in args.epsilons.split(",")], [int(s) for s in args.seeds.split(",")],
+                         args.variants.split(","), args.mechanisms.split(","))
+        with ThreadPoolExecutor(len(corpora)) as pool:
+            for done in [pool.submit(run_corpus, c, homes[c.name], rows, base, args.budget_epochs,
+                                     tuned_flags_for(homes[c.name], args.tuned, list(homes.values())), 1)
+                         for c in corpora]:
+                done.result()
+    base = ReutersBase(**json.loads(base_file.read_text(encoding="utf-8")))
+    results_page(homes, args.out, base, json.loads(writers_file.read_text(encoding="utf-8")))
+    if not args.page_only:
+        write_command_file(args.out, (time.perf_counter() - started) / 60,
+                           "the corpora side by side, 1 torch thread each")
+    print(f"wrote {args.out / 'results.md'}")
+
+
+if __name__ == "__main__":
+    main()
