@@ -69,8 +69,6 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
     s = set_up(home, config, Ranks.current())
     config = s.config or config  # sampling=planned: the split it trains with, logged and charged as such
     say = report_to or _to_stderr
-    for line in s.said:
-        say(f"{config.run_name()}: {line}")
     spend = ledger_release(home, config, s)
     if spend is not None:  # a run the dataset's budget does not allow is refused before its MLflow run opens
         resuming = resumable_run_id(s.checkpoint)  # already charged: its entry is not counted twice
@@ -84,6 +82,8 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         except BaseException:
             recorder.finish(failed=True)
             raise
+    for line in s.said:  # read from the DP count: said once the run that releases (and charges) it is filed
+        say(f"{config.run_name()}: {line}")
     if s.noise_to_signal is not None:  # before training: a configuration that cannot learn is said up front
         say(f"{config.run_name()}: {s.noise_to_signal.line()}")
         if (warning := s.noise_to_signal.warning()) is not None:

@@ -179,8 +179,11 @@ def planned_sampling(config: TrainConfig, population: Population | None) -> tupl
         return config, None
     try:
         params, choice = choose_for(config.spec.plan, config.params, population, rank_accountant="rdp")
-    except ValueError as exc:
-        raise UedpError(f"{config.mechanism} sampling=planned: {exc}") from None
+    except ValueError:  # its words quote the DP count, drawn but not charged to a run that stops here
+        raise UedpError(f"{config.mechanism} sampling=planned: no split of this configuration's budget (rounds x "
+                        "q_user) keeps 10 users a round over at least 10 rounds of this dataset: raise --rounds or "
+                        "--q-user (`uedp epsilon --choose-sampling --users N` shows the splits for a count you "
+                        "give)") from None
     return config.model_copy(update={"params": params}), choice
 
 

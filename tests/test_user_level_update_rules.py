@@ -246,3 +246,10 @@ def test_planned_sampling_trains_the_planners_split_of_the_runs_dp_count(home) -
     assert (chosen.q_user, chosen.rounds) != (0.6, 20) and result.epsilon <= 8 + 1e-6
     with pytest.raises(ValueError, match="give target_epsilon"):
         UserDpParams(sampling="planned", noise_multiplier=1.0)
+    # a budget with no split is refused without quoting the DP count (drawn, but charged to no run)
+    from uedp.errors import UedpError
+
+    small = config.model_copy(update={"params": config.params.model_copy(update={"rounds": 10, "q_user": 0.1})})
+    with pytest.raises(UedpError, match="no split of this configuration's budget") as refused:
+        train_configuration(home, small, progress=False)
+    assert f"{used:,.0f}" not in str(refused.value) and f"{used:.0f}" not in str(refused.value)
