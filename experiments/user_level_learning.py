@@ -58,6 +58,10 @@ USER_LEVEL = ("userdp", "uedp-bounded")
 # The page's rows, in the order they run within a seed and epsilon (what the targets need first).
 ROWS = (("userdp", "after"), ("uedp-bounded", "after"), ("userdp", "before"), ("uedp-bounded", "before"),
         ("dpsgd", ""), ("uedp", "after"))
+# The order the page shows them: each rule's "before" beside its "after".
+SHOWN = (("userdp", "before"), ("userdp", "after"), ("uedp-bounded", "before"), ("uedp-bounded", "after"),
+         ("uedp", "after"), ("dpsgd", ""))
+EPSILON_COLOURS = {2.0: "C0", 8.0: "C1"}
 MIN_ROUNDS = 10  # the planner's floor (privacy.mechanisms.auto_sampling.MIN_ROUNDS)
 
 
@@ -202,11 +206,22 @@ def finished_rows(home: Path, dataset: str) -> set[Row]:
             for r in runs_of(home, dataset)}
 
 
+def _shown_rows(rows: list[dict[str, object]]) -> list[tuple[str, str]]:
+    """The page's (mechanism, rule) pairs in ``SHOWN``'s order, then any other rule a run tried (e.g. a
+    larger budget), so no finished run is left off the table."""
+    found = {(str(r["mechanism"]), str(r["variant"])) for r in rows if r["mechanism"] != "noiseless"}
+    return [p for p in SHOWN if p in found] + sorted(found - set(SHOWN))
+
+
+def _number(value: float) -> str:
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}" if value < 1000 else f"{value:.2g}"
+
+
 def _cell(values: list[float]) -> str:
     if not values:
         return "-"
     mean = statistics.fmean(values)
-    shown = f"{mean:.1f}" if mean < 1000 else f"{mean:.2g}"
+    shown = _number(mean)
     return shown + (f" ± {statistics.stdev(values):.1f}" if len(values) > 1 and mean < 1000 else "") + \
         (f" (n={len(values)})" if len(values) != 3 else "")
 
@@ -229,8 +244,9 @@ def results_page(homes: dict[str, Path], out: Path, base: ReutersBase, writers: 
                   f"{_cell(noiseless)}.", "",
                   "| mechanism | rule | target epsilon | test perplexity | to noiseless | better than the base "
                   "| noise-to-signal | server lr |", "|---|---|---:|---:|---:|---|---:|---:|"]
-        for target in sorted({float(r["target_epsilon"]) for r in mine if r["target_epsilon"] is not None}):  # type: ignore[arg-type]
-            for mechanism, variant in ROWS:
+        for target in sorted({float(r["target_epsilon"]) for r in mine if r["target_epsilon"] is not None},  # type: ignore[arg-type]
+                             reverse=True):
+            for mechanism, variant in _shown_rows(mine):
                 picked = [r for r in mine if (r["mechanism"], r["variant"], r["target_epsilon"])
                           == (mechanism, variant, target)]
                 if not picked:
@@ -239,7 +255,7 @@ def results_page(homes: dict[str, Path], out: Path, base: ReutersBase, writers: 
                 ratios = [float(r["noise_to_signal"]) for r in picked if r["noise_to_signal"] is not None]  # type: ignore[arg-type]
                 mean = statistics.fmean(values)
                 lines.append(f"| {mechanism} | {variant or '-'} | {target:g} | {_cell(values)} | "
-                             f"{mean / reference:.2f}x | {'yes' if mean < before else 'no'} | "
+                             f"{_number(mean / reference)}x | {'yes' if mean < before else 'no'} | "
                              f"{f'{statistics.fmean(ratios):.3g}' if ratios else '-'} | "
                              f"{picked[0]['server_lr'] or '-'} |")
         lines.append("")
@@ -259,34 +275,38 @@ def _plot(rows: list[dict[str, object]], out: Path, base: ReutersBase, homes: di
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     corpora = [c for c in homes if any(r["corpus"] == c and r["mechanism"] == "noiseless" for r in rows)]
     if not corpora:
         return
-    fig, axes = plt.subplots(1, len(corpora), figsize=(7 * len(corpora), 5), dpi=120, squeeze=False)
+    fig, axes = plt.subplots(1, len(corpora), figsize=(8.5 * len(corpora), 5), dpi=120, squeeze=False)
     for ax, corpus in zip(axes[0], corpora):
         mine = [r for r in rows if r["corpus"] == corpus]
         reference = statistics.fmean(float(r["perplexity_test"]) for r in mine if r["mechanism"] == "noiseless")  # type: ignore[arg-type]
         targets = sorted({float(r["target_epsilon"]) for r in mine if r["target_epsilon"] is not None})  # type: ignore[arg-type]
-        labels = [f"{m}\n{v}" if v else m for m, v in ROWS]
+        shown = _shown_rows(mine)
+        labels = [f"{m}\n{v}" if v else m for m, v in shown]
         width = 0.8 / max(1, len(targets))
         for i, target in enumerate(targets):
             heights = []
-            for mechanism, variant in ROWS:
+            for mechanism, variant in shown:
                 values = [float(r["perplexity_test"]) for r in mine  # type: ignore[arg-type]
                           if (r["mechanism"], r["variant"], r["target_epsilon"]) == (mechanism, variant, target)]
                 heights.append(statistics.fmean(values) / reference if values else math.nan)
-            ax.bar([x + (i - (len(targets) - 1) / 2) * width for x in range(len(ROWS))], heights, width,
-                   label=f"epsilon {target:g}", color=f"C{i}")
+            ax.bar([x + (i - (len(targets) - 1) / 2) * width for x in range(len(shown))], heights, width,
+                   label=f"epsilon {target:g}", color=EPSILON_COLOURS.get(target, f"C{i + 2}"))
         ax.axhline(base.before[_test_file(corpus, homes)] / reference, color="0.3", linestyle="--",
                    label="the base before fine-tuning")
         ax.axhline(1.3, color="C3", linestyle=":", label="issue 49's userdp target (1.3x)")
         ax.set_yscale("log")
-        ax.set_xticks(range(len(ROWS)), labels, fontsize=8)
+        ax.set_ylim(bottom=1)
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xticks(range(len(shown)), labels, fontsize=8)
         ax.set(ylabel="test perplexity / noiseless from the base (log scale)",
                title=f"{corpus}: lower is better, 1 = noiseless")
         ax.grid(alpha=0.3, axis="y", which="both")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     fig.savefig(out / "results.png")
     plt.close(fig)
