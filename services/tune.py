@@ -22,7 +22,7 @@ from uedp.errors import UedpError
 from uedp.services.config import TrainConfig
 from uedp.services.lineage import text_lineage
 from uedp.services.training import train_configuration
-from uedp.services.tuned import TUNABLE, Trial, TuneRecord, read_record, write_record
+from uedp.services.tuned import TUNABLE, Trial, TuneRecord, read_record, with_values, write_record
 from uedp.storage.home import DataHome
 from uedp.storage.tables import hash_config
 
@@ -73,8 +73,7 @@ def tune(home: DataHome, config: TrainConfig, grid: dict[str, list[Any]], say: C
     trials: list[Trial] = []
     points = grid_points(grid)
     for number, point in enumerate(points, 1):
-        params = type(config.params).model_validate({**config.params.model_dump(), **point})
-        trial = config.model_copy(update={"params": params, "variant": f"tune-{key[:8]}-{_values(point, '-')}"})
+        trial = with_values(config, point).model_copy(update={"variant": f"tune-{key[:8]}-{_values(point, '-')}"})
         say(f"trial {number}/{len(points)} on {config.dataset}: {_values(point)}")
         result = train_configuration(home, trial, progress=progress)
         value = result.utility_valid if math.isfinite(result.utility_valid) else math.inf

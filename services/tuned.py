@@ -85,14 +85,19 @@ def write_record(home: DataHome, record: TuneRecord) -> None:
 
 def read_record(home: DataHome, key: str) -> TuneRecord | None:
     path = record_path(home, key)
-    return TuneRecord.from_json(json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        return TuneRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UedpError(f"{path}: not a uedp tune record ({exc}); remove it and run the search again") from None
 
 
 def records(home: DataHome) -> list[TuneRecord]:
     """Every search recorded in the data home, newest first."""
     folder = home.root / TUNED
     paths = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True) if folder.is_dir() else []
-    return [TuneRecord.from_json(json.loads(p.read_text(encoding="utf-8"))) for p in paths]
+    return [record for p in paths if (record := read_record(home, p.stem)) is not None]
 
 
 def tuned_record(home: DataHome, config: TrainConfig) -> TuneRecord | None:
@@ -123,7 +128,12 @@ def apply_tuned(home: DataHome, config: TrainConfig) -> TrainConfig:
     record = tuned_record(home, config)
     if record is None or all(getattr(config.params, k) == v for k, v in record.chosen.items()):
         return config
-    params = type(config.params).model_validate({**config.params.model_dump(), **record.chosen})
+    return with_values(config, record.chosen)
+
+
+def with_values(config: TrainConfig, values: dict[str, float]) -> TrainConfig:
+    """``config`` with some mechanism parameters replaced, validated as the mechanism's parameters."""
+    params = type(config.params).model_validate({**config.params.model_dump(), **values})
     return config.model_copy(update={"params": params})
 
 
