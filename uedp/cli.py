@@ -25,6 +25,9 @@ COMMANDS: dict[str, str] = {
         'Plan a privacy budget without training: epsilon for a noise multiplier, or z for a target '
         'epsilon.'),
     'train': 'Train one configuration and log it to MLflow; prints the run id.',
+    'tune': (
+        'Choose learning rates and clip on public text: one training run per grid point on DATASET with the '
+        'settings the private run will use, keeping the least validation perplexity.'),
     'sweep': (
         'Train every mechanism x category set x epsilon x seed as a Prefect flow; nested MLflow runs '
         'under one parent, and a privacy-utility report (PNG plots + Markdown) on the parent run and '
