@@ -106,6 +106,8 @@ def test_a_search_on_the_runs_own_text_or_outside_the_tunable_settings_is_refuse
     # a mechanism without the chosen parameter, and a search that does not exist
     _refused(runner.invoke(app, ["train", "private", "--mechanism", "dpsgd", "--noise-multiplier", "1", "--steps",
                                  "1", "--tuned", key, "--home", str(home.root)]), "which dpsgd does not take")
+    _refused(runner.invoke(app, ["train", "private", *USER_LEVEL, "--tuned", key, "--server-lr", "0.5",
+                                 "--home", str(home.root)]), "sets the searched values: drop --server-lr")
     _refused(runner.invoke(app, ["train", "private", *USER_LEVEL, "--tuned", "0123456789abcdef",
                                  "--home", str(home.root)]), "no such search in this data home")
     recorded = json.loads(next((home.root / "tuned").glob("*.json")).read_text())

@@ -666,6 +666,11 @@ def _train_config(dataset: str, mechanism: Optional[str], seeded: bool, values: 
         raise UedpError("give at most one of --noise-multiplier and --target-epsilon")
     if seeded:
         values["randomness"] = "seeded"
+    from uedp.services.tuned import TUNABLE
+
+    if values.get("tuned") and (given := [n for n in TUNABLE if values.get(n) is not None]):
+        raise UedpError(f"--tuned {values['tuned']} sets the searched values: drop --"
+                        f"{' and --'.join(g.replace('_', '-') for g in given)} (or drop --tuned)")
     for name, names in parameter_names(registry.get(values["mechanism"]).params).items():
         given = [n for n in names if values.get(n) is not None]
         if len(given) > 1:  # e.g. --rounds and --steps: one count under two names
