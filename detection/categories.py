@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -54,6 +55,22 @@ class Taxonomy:
         where = self.labels_file or f"<data home>/{LABELS_FILE}"
         return (f"map it onto a category with `uedp detect DATASET --label {label}=ORG` (or add it as a category: "
                 f"--label {label}={example}), or write `{label}: ORG` under `labels:` in {where}")
+
+    def refuse_unknown(self, labels: Iterable[str], emitted_by: str, dataset: str = "DATASET") -> None:
+        """Every label the taxonomy does not know, in one error with the ``--label`` option for each (a corpus
+        with a tag set of its own, like WNUT-17's, then takes one command, not one run per label)."""
+        unknown = sorted({label for label in labels if self.canonical_of(label) is None}, key=str.lower)
+        if not unknown:
+            return
+        options = " ".join(f"--label {label}=CATEGORY" for label in unknown)
+        each = "\n".join(f"  --label {label}=ORG (map it onto a category) or --label {label}={label.upper()} "
+                         f"(add it as a category)" for label in unknown)
+        where = self.labels_file or f"<data home>/{LABELS_FILE}"
+        raise UedpError(f"{emitted_by}: {len(unknown)} label{'s' if len(unknown) > 1 else ''} the category taxonomy "
+                        f"{self.source} does not know: {', '.join(unknown)}. Say what each "
+                        f"is, all in one command: uedp detect {dataset} {options}, with CATEGORY one of "
+                        f"{', '.join(self.canonical)} or a new name:\n{each}\n(or write `LABEL: CATEGORY` lines under "
+                        f"`labels:` in {where})")
 
     def resolve(self, raw: str | list[str]) -> list[str]:
         """``"PER,PII"`` (or a list) -> sorted canonical categories; unknown names list the valid ones."""

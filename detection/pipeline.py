@@ -207,6 +207,10 @@ def _detector(config: DetectorConfig, taxonomy: Taxonomy) -> _Detector:
 Sentence = tuple[int, str, str, list[dict[str, Any]]]
 
 
+# spaCy components that set doc.ents and list their labels (a trained NER, a rule-based entity ruler).
+ENTITY_PIPES = ("ner", "entity_ruler")
+
+
 class _Detector:
     """One process's detectors: the pipeline and each detector (an analyzer, ...) are built once, then fed
     any number of texts."""
@@ -214,6 +218,11 @@ class _Detector:
     def __init__(self, config: DetectorConfig, taxonomy: Taxonomy):
         self.config, self.rows = config, _Rows(taxonomy)
         self.nlp = load_pipeline(config.spacy_model or "") if config.needs_nlp else None
+        if self.nlp is not None and "spacy" in config.detectors:
+            # every entity label the pipeline can emit, at once, before the pass (not one per run as it meets them)
+            labels = {label for name in ENTITY_PIPES if name in self.nlp.pipe_names
+                      for label in self.nlp.get_pipe(name).labels}  # type: ignore[attr-defined]
+            taxonomy.refuse_unknown(labels, f"the spaCy pipeline {config.spacy_model}")
         self.finders: list[tuple[str, Finder]] = [(spec.name, spec.build(config, self.nlp)) for spec in config.chosen]
         self.ignored = read_ignore_list(config.ignore_entities) if config.ignore_entities else None
 

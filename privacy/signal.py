@@ -31,9 +31,12 @@ UpdateRule = Literal["server-sgd", "adam"]
 LEARNING_STOPS_PAST: dict[UpdateRule, float] = {"server-sgd": 0.03, "adam": 0.03}
 MEASURED_ON = "docs/results/noise-to-signal"
 
-# What lowers the ratio, by the settings that set it (the warning names those that apply).
+# What lowers the ratio, by the settings that set it (the warning names those that apply). How a dataset gets
+# more users depends on its corpus format (a format with fixed users accepts no --users): the caller that
+# knows the dataset says it (MORE_USERS when none is known, as in `uedp epsilon`).
+MORE_USERS = "a corpus with more writers"
 FIXES: dict[UpdateRule, tuple[str, ...]] = {
-    "server-sgd": ("more users (or chunked pseudo-users: --users chunk:N at ingest)", "a larger --q-user"),
+    "server-sgd": ("a larger --q-user",),
     "adam": ("a larger --batch-size",),
 }
 # With a target epsilon the noise multiplier is calibrated: fewer rounds or a larger target lower it. With a
@@ -74,10 +77,13 @@ class NoiseToSignal:
                 f"beside a signal of norm at most clip = {self.clip:g} ({self.units:.4g} units per round); "
                 f"measured runs stopped learning past {self.limit:g} ({MEASURED_ON})")
 
-    def warning(self) -> str | None:
-        """Said when the ratio is past the measured threshold, naming what lowers it."""
+    def warning(self, more_users: str = MORE_USERS) -> str | None:
+        """Said when the ratio is past the measured threshold, naming what lowers it; ``more_users``: how this
+        dataset gets more users, in options its format accepts (averaging over users: server SGD)."""
         if not self.past_limit:
             return None
-        fixes = "; ".join((*self.extra_fixes, *FIXES[self.rule], *BUDGET_FIXES[self.fixed_noise], PRETRAINING_FIX))
+        users = (f"more users ({more_users})",) if self.rule == "server-sgd" else ()
+        fixes = "; ".join((*self.extra_fixes, *users, *FIXES[self.rule], *BUDGET_FIXES[self.fixed_noise],
+                           PRETRAINING_FIX))
         return (f"{self.mechanism} is unlikely to learn: noise-to-signal {self.ratio:.3g} is past {self.limit:g}, "
                 f"where this project's measured runs stopped beating a unigram model. Lower it with: {fixes}")

@@ -18,6 +18,7 @@ from typing import Any
 
 import fsspec
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from uedp.detection.categories import taxonomy
@@ -93,6 +94,8 @@ def plan_detection(home: DataHome, dataset: str, config: DetectorConfig) -> Dete
                         f"(only {', '.join(gold_formats)} does); detect with --detector presidio or spacy "
                         "and --spacy-model NAME_OR_PATH")
     tax = taxonomy(home.labels_file)
+    if "gold" in config.detectors:  # every unknown tag of the corpus at once, before any row is written
+        tax.refuse_unknown(gold_labels(sentences_dir / DATA_FILE), f"the gold tags of dataset {dataset!r}", dataset)
     key = hash_config({"sentences": sentences["key"], "detector": config.identity(), "entity_identity": IDENTITY_VERSION,
                        "taxonomy": tax.digest})
     details = {"detector": config.model_dump(exclude={"batch_size", "workers"}), "taxonomy": tax.source,
@@ -101,6 +104,13 @@ def plan_detection(home: DataHome, dataset: str, config: DetectorConfig) -> Dete
         details["ignored_surfaces"] = read_ignore_list(config.ignore_entities).surfaces
     return DetectionPlan(dataset, key, "+".join(config.detectors), sentences_dir / DATA_FILE,
                          home.table_dir(dataset, "entities"), details, int(sentences["rows"]))
+
+
+def gold_labels(sentences_file: Path) -> set[str]:
+    """The distinct labels of a sentences table's gold spans (a tag set's names, no text, no counts)."""
+    spans = pq.read_table(sentences_file, columns=["gold_spans"]).column("gold_spans")
+    flat = pc.list_flatten(spans)
+    return {str(label) for label in pc.unique(pc.struct_field(flat, "label")).to_pylist() if label is not None}
 
 
 def detect_entities(home: DataHome, dataset: str, config: DetectorConfig | None = None,

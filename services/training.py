@@ -21,8 +21,9 @@ from uedp.services.config import TrainConfig
 from uedp.services.lineage import keyed_table_id
 from uedp.services.training_record import RunRecorder, resumable_run_id
 from uedp.services.training_run import ProgressObserver, RunOutcome, run
-from uedp.services.training_setup import Setup, loss_function, set_up, unit_of
+from uedp.services.training_setup import Setup, dataset_format, loss_function, set_up, unit_of
 from uedp.services.tuned import apply_tuned
+from uedp.storage.formats.registry import user_fix
 from uedp.storage.home import DataHome
 
 
@@ -86,7 +87,7 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         say(f"{config.run_name()}: {line}")
     if s.noise_to_signal is not None:  # before training: a configuration that cannot learn is said up front
         say(f"{config.run_name()}: {s.noise_to_signal.line()}")
-        if (warning := s.noise_to_signal.warning()) is not None:
+        if (warning := s.noise_to_signal.warning(user_fix(dataset_format(home, config.dataset)))) is not None:
             say(f"warning: {warning}")
         recorder.tracker.log_params({"noise_to_signal": f"{s.noise_to_signal.ratio:.6g}"})
     if s.threads is not None:  # what torch runs on, once per training (after the noise-to-signal, said first)

@@ -37,8 +37,8 @@ from uedp.services.sanitize import SanitizeResult, sanitize_dataset
 from uedp.services.training_data import PreparedData, prepare_data
 from uedp.services.tuned import tuned_public
 from uedp.storage.catalog import Catalog
+from uedp.storage.formats.registry import user_fix
 from uedp.storage.home import DataHome
-from uedp.storage.ingest import DEFAULT_FIX, USER_FIXES
 from uedp.storage.tables import read_manifest
 
 
@@ -200,13 +200,18 @@ def check_trainable(home: DataHome, config: TrainConfig, data: PreparedData) -> 
                         "it held-out users: ingest again with --split users (whole users to train, valid and test; a "
                         "corpus of a few users may still leave test empty) or --split-of FILE=test for a file of its own")
     if data.train.n_users < config.spec.min_train_users:
-        source = (read_manifest(home.table_dir(config.dataset, "sentences")) or {}).get("source") or {}
-        fix = USER_FIXES.get(str(source.get("options", {}).get("format", "")), DEFAULT_FIX)
+        fix = user_fix(dataset_format(home, config.dataset))
         raise UedpError(f"dataset {config.dataset!r} has fewer than {config.spec.min_train_users} users in its train "
                         f"split: {config.mechanism} protects each user's whole contribution, so with one user every "
                         f"round's update is that user's clipped change or nothing, under noise scaled to it, and there "
                         f"is nothing to learn. Train it on a corpus of many users ({fix}), or use dpsgd, whose unit is "
                         "one training sequence")
+
+
+def dataset_format(home: DataHome, dataset: str) -> str:
+    """The corpus format a dataset was ingested from ("" when its manifest does not say: a derived table)."""
+    source = (read_manifest(home.table_dir(dataset, "sentences")) or {}).get("source") or {}
+    return str(source.get("options", {}).get("format", ""))
 
 
 def noise_to_signal_of(mechanism: Mechanism, population: Population | None, users: int) -> NoiseToSignal | None:

@@ -47,6 +47,11 @@ class DataHome:
     def dataset_dir(self, dataset: str) -> Path:
         return self.root / "datasets" / validate_dataset_name(dataset)
 
+    def dataset_folders(self) -> list[str]:
+        """The names of the folders under ``datasets/`` (complete datasets, and any a crash left behind)."""
+        root = self.root / "datasets"
+        return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []
+
     def table_dir(self, dataset: str, table: str) -> Path:
         """One folder per table: ``data.parquet`` plus ``manifest.json``, replaced as a unit."""
         return self.dataset_dir(dataset) / table

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from uedp.errors import UedpError
 from uedp.progress import progress as progress_bar
 from uedp.storage.formats import FormatError, SourceRecord, split_from_filename
-from uedp.storage.formats.registry import formats, get_format
+from uedp.storage.formats.registry import formats, get_format, user_fix
 from uedp.storage.home import DataHome
 from uedp.storage.schemas import DOCUMENT_TAGS, DOCUMENT_TAGS_FILE, SCHEMA_VERSION, SENTENCES, SPLITS, USERS
 from uedp.storage.tables import TableWriter, hash_config, hash_files, is_current, read_manifest
@@ -182,17 +182,6 @@ def file_roles(files: list[Path], options: IngestOptions) -> list[str | None]:
 # training text (its noise is set for one user's worth; a user holding a fifth of it is most of the signal).
 FEW_USERS = 20
 LARGEST_SHARE = 0.2
-# How each format's users are decided, and what to change when they come out degenerate.
-USER_FIXES = {
-    "conll2003": "each -DOCSTART- document is one user, so a file without -DOCSTART- lines is a single user: mark "
-                 "its documents, or convert it to jsonl/csv and ingest with --users chunk:N",
-    "sec": "each filer (CIK) is one user",
-    "wikitext": "each article is one user",
-    "simdial": "each dialog file is one user",
-}
-DEFAULT_FIX = "--users chunk:N makes pseudo-users of N consecutive sentences, or --user-col names a writer column"
-
-
 @dataclass(frozen=True)
 class UserStructure:
     """How the train split's sentences spread over users, for the ingest's warning (the curator's terminal)."""
@@ -232,7 +221,7 @@ class IngestResult:
                  if s.train_users < FEW_USERS else f"{s.largest_user!r} holds {s.largest_share:.0%} of the train split")
         return (f"{self.dataset}: {shape}; user-level DP (userdp, uedp) protects each user by adding noise for one "
                 f"user's worth of text, so this structure will learn little or leak a large user's text. "
-                f"{USER_FIXES.get(self.format, DEFAULT_FIX)}")
+                f"{user_fix(self.format)}")
 
     @property
     def warning(self) -> str | None:
@@ -292,6 +281,29 @@ def ingest(home: DataHome, dataset: str, files: list[Path], options: IngestOptio
                             dict(manifest.get("per_split", {})), UserStructure(**manifest.get("user_structure", {})),
                             options.format)
 
+    dataset_dir = home.dataset_dir(dataset)
+    new = not dataset_dir.exists()
+    try:
+        return _write_tables(home, dataset, files, options, key, progress)
+    except BaseException:
+        if new:  # a first ingest that failed leaves no dataset behind (`uedp datasets` would list it)
+            remove_if_empty(dataset_dir)
+        raise
+
+
+def remove_if_empty(folder: Path) -> None:
+    """Remove a dataset's folder a failed first ingest made, unless something else was written there since
+    (a concurrent ingest's table, or a temporary of a live writer): only empty folders go."""
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
+
+
+def _write_tables(home: DataHome, dataset: str, files: list[Path], options: IngestOptions, key: str,
+                  progress: bool) -> IngestResult:
+    """Both tables from the files, each swapped in whole only when every record was read (TableWriter)."""
+    sentences_dir, users_dir = home.table_dir(dataset, "sentences"), home.table_dir(dataset, "users")
     counts: dict[str, Counter[str]] = defaultdict(Counter)
     details: dict[str, object] = {"source": {"files": [f.name for f in files], "options": options.describe()}}
     bar = progress_bar(None, f"ingest {dataset}", "sentences", enabled=progress)

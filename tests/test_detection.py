@@ -190,7 +190,7 @@ def test_unknown_detector_label_names_the_taxonomy(home, notes: str, tmp_path: P
     nlp = spacy.blank("en")
     nlp.add_pipe("entity_ruler").add_patterns([{"label": "SPACESHIP", "pattern": "Leeds"}])
     nlp.to_disk(tmp_path / "odd")
-    with pytest.raises(UedpError, match=r"label 'SPACESHIP', which the category taxonomy .*categories.yaml does not know"):
+    with pytest.raises(UedpError, match=r"the spaCy pipeline .*odd: 1 label the category taxonomy .*categories.yaml does not know: SPACESHIP"):
         detect_entities(home, notes, DetectorConfig(detectors=["spacy"], spacy_model=str(tmp_path / "odd")))
     assert read_manifest(home.table_dir(notes, "entities")) is None  # nothing half-written
 

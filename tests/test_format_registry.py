@@ -216,3 +216,49 @@ def test_every_module_that_registers_a_format_is_listed() -> None:
                    if any(isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "register_format"
                           for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))}
     assert registering == set(format_registry.MODULES)
+
+
+# --- every fix uedp suggests for too few users is one the command accepts for that dataset ------------------
+
+
+def _suggested_ingests(text: str, own_format: str) -> list[dict[str, str]]:
+    """The ingest options each clause of a suggestion names (``--users``, ``--user-col``, ``--format``)."""
+    found = []
+    for clause in re.split(r";|, or | or ", text):
+        flags = dict(re.findall(r"--(format|users|user-col|text-col) ([\w:.-]+)", clause))
+        if "user-col" in clause and "user-col" not in flags:
+            flags["user-col"] = "writer"  # "--user-col names a writer column"
+        if not flags.keys() & {"users", "user-col"}:
+            continue
+        target = flags.get("format", own_format)
+        options = {"format": target, "users": flags.get("users", "").replace("chunk:N", "chunk:5") or None,
+                   "user_col": flags.get("user-col")}
+        if target in ("jsonl", "csv"):
+            options["text_col"] = flags.get("text-col", "text")
+        found.append(options)
+    return found
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_every_suggested_user_fix_is_accepted_for_its_format(name: str) -> None:
+    """Issue 50 item 2: `--users chunk:N` was suggested for sec, whose users are fixed (its filers)."""
+    from uedp.privacy.signal import NoiseToSignal
+    from uedp.storage.formats.registry import user_fix
+    from uedp.storage.ingest import IngestResult, UserStructure
+
+    few = IngestResult("d", False, 10, 3, "k", {"train": 10}, UserStructure(3, "u1", 0.5), name)
+    noisy = NoiseToSignal("userdp", noise_std=10.0, clip=1.0, units=5.0, rule="server-sgd")
+    texts = [user_fix(name), few.user_warning or "", noisy.warning(user_fix(name)) or ""]
+    assert all(user_fix(name) in text for text in texts)
+    for text in texts:
+        for options in _suggested_ingests(text, name):
+            IngestOptions(**{k: v for k, v in options.items() if v is not None})  # raises if refused
+    fixed = get_format(name).fixed_users
+    assert ("--users chunk:N" in user_fix(name)) == (not fixed or "--format" in user_fix(name))
+
+
+def test_a_fix_the_format_refuses_is_caught() -> None:
+    """The check above can fail: `--users chunk:N` for sec is refused by the options model."""
+    (options,) = _suggested_ingests("more users (or chunked pseudo-users: --users chunk:N at ingest)", "sec")
+    with pytest.raises(UedpError, match="format sec has fixed users"):
+        IngestOptions(**{k: v for k, v in options.items() if v is not None})

@@ -98,8 +98,72 @@ def test_edgar_corpus_jsonl_users_are_filers(tmp_path: Path) -> None:
         "Risks include supply shocks.", "Orchard Devices grew.", "Kestrel Soft writes software.",
     ]
     assert [r.user for r in records] == ["cik:320193"] * 5 + ["cik:789019"]  # leading zeros normalised
-    with pytest.raises(FormatError, match=r"bad\.jsonl:1: expected an EDGAR-CORPUS object with a 'cik'"):
+    with pytest.raises(FormatError, match=r"bad\.jsonl:1: a filing without a 'cik' field .*sec reads EDGAR-CORPUS JSONL"):
         list(edgar_corpus_records(write(tmp_path / "bad.jsonl", '{"section_1": "x"}\n')))
+
+
+# One filing per JSON document, as crawlers of EDGAR save real 10-K filings (pretty-printed, item fields,
+# the CIK a number or a one-item list, company names beside it); the text is invented.
+CRAWLED_10K = {
+    "cik": [320193], "names": ["ORCHARD DEVICES INC"], "filing_date": "2023-11-03", "form": "10-K",
+    "item1": "Orchard Devices designs phones. It sells them in Cardiff.",
+    "item1a": "Supply shocks could hurt margins.",
+    "item7": "Revenue rose 4%.\n\nMargins held.", "item7a": "",
+}
+
+
+def test_sec_json_documents_one_filing_per_file_or_an_array(tmp_path: Path) -> None:
+    from uedp.storage.formats.registry import get_format
+    from uedp.storage.ingest import IngestOptions
+
+    read = get_format("sec").read
+    options = IngestOptions(format="sec")
+    single = write(tmp_path / "0000320193-23-000106.json", json.dumps(CRAWLED_10K, indent=4))
+    records = list(read(single, options))
+    assert [r.text for r in records] == ["Orchard Devices designs phones.", "It sells them in Cardiff.",
+                                         "Supply shocks could hurt margins.", "Revenue rose 4%.", "Margins held."]
+    assert {r.user for r in records} == {"cik:320193"}  # the filer, not the company's name
+    text = single.read_text()
+    assert records[2].line == text[:text.index('"item1a"')].count("\n") + 1  # the line its field starts on
+    # The same filing saved without a .json name, and an array of filings with the other spellings.
+    assert [r.text for r in read(write(tmp_path / "0000320193-23-000106", json.dumps(CRAWLED_10K, indent=2)),
+                                 options)] == [r.text for r in records]
+    other = {"cik": "0000789019", "company": "KESTREL SOFT", "item_1": "Kestrel Soft writes software.",
+             "Item 7A": "Rates moved."}
+    array = list(read(write(tmp_path / "filings.json", json.dumps([CRAWLED_10K, other], indent=2)), options))
+    assert [r.user for r in array] == ["cik:320193"] * 5 + ["cik:789019"] * 2
+    one_line_array = write(tmp_path / "more.json", json.dumps([other, other]))
+    assert len(list(read(one_line_array, options))) == 4
+
+
+def test_sec_input_of_no_form_says_which_forms_sec_reads(tmp_path: Path) -> None:
+    from uedp.storage.formats.registry import get_format
+    from uedp.storage.ingest import IngestOptions
+
+    read, options = get_format("sec").read, IngestOptions(format="sec")
+    broken = write(tmp_path / "f.json", json.dumps(CRAWLED_10K, indent=4).replace('"item1a"', "item1a"))
+    with pytest.raises(FormatError, match=r"f\.json:\d+: invalid JSON: Expecting property name enclosed in double "
+                       r"quotes at column 5: .*>>>item1a.* \(sec reads EDGAR-CORPUS JSONL"):
+        list(read(broken, options))
+    no_text = write(tmp_path / "g.json", json.dumps({"cik": 1, "names": ["X"], "body": "text"}, indent=2))
+    with pytest.raises(FormatError, match=r"no 'section_\*' or 'item\*' text fields in this filing \(its fields: "
+                       r"body, cik, names\); sec reads"):
+        list(read(no_text, options))
+    with pytest.raises(FormatError, match=r"h\.json: a filing without a 'cik' field"):
+        list(read(write(tmp_path / "h.json", json.dumps({"item1": "Text."}, indent=2)), options))
+    with pytest.raises(FormatError, match=r"notes\.txt: no SEC header .* sec reads EDGAR-CORPUS JSONL .*JSON document"):
+        list(read(write(tmp_path / "notes.txt", "Just some notes.\n"), options))
+
+
+def test_jsonl_syntax_error_names_column_and_shows_the_text_around_it(tmp_path: Path) -> None:
+    line = json.dumps({"text": "x" * 80, "user": "u1"})[:-20]  # cut: an unterminated string
+    path = write(tmp_path / "broken.jsonl", json.dumps({"text": "fine", "user": "u0"}) + "\n" + line + "\n")
+    with pytest.raises(FormatError) as caught:
+        list(jsonl_records(path, text_col="text", user_col="user"))
+    message = str(caught.value)
+    assert message.startswith(f"{path}:2: invalid JSON: Unterminated string starting at column 10: ")
+    assert '{"text": >>>"xxxxxxxx' in message and message.endswith("...")  # the excerpt is cut, not the line
+    assert len(message) < len(str(path)) + 140
 
 
 SUBMISSION = """<SEC-DOCUMENT>0000950170-23-000001.txt : 20230301

@@ -34,6 +34,7 @@ from uedp.privacy.signal import LEARNING_STOPS_PAST, NoiseToSignal
 from uedp.services.config import TrainConfig
 from uedp.services.detect import detect_entities
 from uedp.services.training import train_configuration
+from uedp.storage.formats.registry import user_fix
 from uedp.storage.ingest import IngestOptions, ingest
 
 from support import TOKENIZER, fedavg_data, tiny_gpt2
@@ -80,8 +81,11 @@ def test_the_warning_fires_past_the_threshold_only_and_names_the_fixes() -> None
     assert below.warning() is None and not below.past_limit
     warning = above.warning()
     assert warning is not None and above.past_limit
-    for fix in ("more users", "chunk:N", "--q-user", "fewer --rounds", "--target-epsilon", "--init-from"):
+    for fix in ("more users (a corpus with more writers)", "--q-user", "fewer --rounds", "--target-epsilon", "--init-from"):
         assert fix in warning
+    assert "chunk:N" not in warning  # without a dataset, no option of a format it may not have
+    assert "more users (ingest again with --users chunk:N" in (above.warning(user_fix("ag_news")) or "")
+    assert "more users (each filer (CIK) is one user" in (above.warning(user_fix("sec")) or "")
     fixed = NoiseToSignal("userdp", 1.1 * limit * 100, 1.0, 100, "server-sgd", fixed_noise=True).warning() or ""
     assert "a smaller --noise-multiplier" in fixed and "--target-epsilon" not in fixed
 

@@ -1166,18 +1166,23 @@ def datasets(home: Optional[Path] = HOME_OPTION) -> None:
     data_home = _prepare_runtime(home)
     from uedp.storage.tables import read_manifest
 
-    root = data_home.root / "datasets"
-    names = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []
-    if not names:
-        typer.echo(f"no datasets under {data_home.root}; try `uedp ingest` or `uedp demo`")
-        return
-    for dataset in names:
+    listed, incomplete = 0, []
+    for dataset in data_home.dataset_folders():
         tables = []
         for table in ("sentences", "users", "entities"):
             manifest = read_manifest(data_home.table_dir(dataset, table))
             if manifest:
                 tables.append(f"{table}={manifest['rows']}")
-        typer.echo(f"{dataset}: {' '.join(tables) or '(no complete tables)'}")
+        if "sentences=" not in " ".join(tables):  # not a dataset: nothing ingested completed there
+            incomplete.append(dataset)
+            continue
+        typer.echo(f"{dataset}: {' '.join(tables)}")
+        listed += 1
+    if not listed:
+        typer.echo(f"no datasets under {data_home.root}; try `uedp ingest` or `uedp demo`")
+    for dataset in incomplete:
+        typer.echo(f"not a dataset: {data_home.dataset_dir(dataset)} holds no complete sentences table (an ingest that "
+                   f"was killed, or is still running); remove it with `rm -r {data_home.dataset_dir(dataset)}`", err=True)
 
 
 def _print_summary(runs: list[Any], title: str = "uedp demo results") -> None:

@@ -87,15 +87,33 @@ def read_lines(path: Path) -> Iterator[tuple[int, str]]:
         yield lineno, text.rstrip("\r\n")
 
 
+EXCERPT_CHARS = 30  # characters shown on each side of a JSON syntax error
+
+
+def json_excerpt(text: str, position: int, width: int = EXCERPT_CHARS) -> str:
+    """The text around a syntax error, quoted, with ``>>>`` where the parser stopped: enough to find it in
+    an editor, short enough for one line (a JSONL line may hold a whole filing)."""
+    before = text[max(0, position - width):position].replace("\n", " ")
+    after = text[position:position + width].replace("\n", " ")
+    return f"{'...' if position > width else ''}{before}>>>{after}{'...' if position + width < len(text) else ''}"
+
+
+def json_problem(exc: json.JSONDecodeError, text: str) -> str:
+    """``invalid JSON: Expecting ',' delimiter at column 41: ...text>>>around it...``"""
+    where = "column" if exc.msg.endswith(" at") else "at column"
+    return f"invalid JSON: {exc.msg} {where} {exc.colno}: {json_excerpt(text, exc.pos)}"
+
+
 def read_json_objects(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
-    """``(line number, object)`` of a JSONL file; blank lines skipped, anything but an object is an error."""
+    """``(line number, object)`` of a JSONL file; blank lines skipped, anything but an object is an error.
+    A syntax error names its line and column and shows the text around it."""
     for lineno, text in read_lines(path):
         if not text.strip():
             continue
         try:
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise FormatError(path, lineno, f"invalid JSON: {exc.msg}") from None
+            raise FormatError(path, lineno, json_problem(exc, text)) from None
         if not isinstance(obj, dict):
             raise FormatError(path, lineno, "expected a JSON object per line")
         yield lineno, obj

@@ -39,6 +39,17 @@ class CorpusFormat:
     gold: bool = False  # its files carry entity tags (what the ``gold`` detector reads)
     # Refuses options that cannot work for this format, raising UedpError with a message naming the flag.
     check: Callable[[Any], None] | None = None
+    # How a dataset of this format gets more users (or no user holding most of the text), in options this
+    # format accepts: said by ingest's and training's warnings. None: pseudo-users (CHUNK_FIX).
+    more_users: str | None = None
+
+    @property
+    def user_fix(self) -> str:
+        """What to change when a dataset's users are too few or too unequal for user-level DP."""
+        return self.more_users or CHUNK_FIX
+
+
+CHUNK_FIX = "ingest again with --users chunk:N (pseudo-users of N consecutive records)"
 
 
 _FORMATS: dict[str, CorpusFormat] = {}
@@ -77,6 +88,12 @@ def formats() -> dict[str, CorpusFormat]:
     """Every registered format, uedp's own first (in :data:`MODULES` order), then the others as registered."""
     _discover()
     return {name: _FORMATS[name] for name in sorted(_FORMATS, key=_ORDER.__getitem__)}
+
+
+def user_fix(name: str) -> str:
+    """:attr:`CorpusFormat.user_fix` of a format by name; a generic line for a format not registered here."""
+    known = formats()
+    return known[name].user_fix if name in known else "a corpus with more writers"
 
 
 def format_names() -> tuple[str, ...]:

@@ -1,7 +1,10 @@
-"""SEC EDGAR filings, in the two forms people download them in.
+"""SEC EDGAR filings, in the three forms people download them in.
 
 * EDGAR-CORPUS JSONL: one filing per line, ``{"filename", "cik", "year", "section_1", "section_1A",
   ..., "section_15"}``; every ``section_*`` field is text.
+* JSON documents, one filing per file (or a JSON array of filings), as crawlers of EDGAR write them:
+  ``{"cik": ..., "names": [...], "item1": ..., "item1a": ..., "item7": ...}`` (also ``item_1``,
+  ``item_7A``, ``section_1``); every item or section field is text, every other field is metadata.
 * Raw EDGAR full-submission text files (``0000320193-20-000096.txt``): an SGML header
   (``<SEC-HEADER>`` with ``CENTRAL INDEX KEY:`` and ``CONFORMED SUBMISSION TYPE:``) followed by
   ``<DOCUMENT>`` blocks whose ``<TEXT>`` is HTML, plain text or uuencoded binary. By default only the
@@ -13,6 +16,7 @@ One filer (CIK) is one user. Text is split into sentences with spaCy's rule-base
 
 from __future__ import annotations
 
+import json
 import re
 from collections import deque
 from collections.abc import Iterator
@@ -20,14 +24,25 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from uedp.storage.formats import FormatError, SourceRecord, read_json_objects, read_lines, split_from_filename
+from uedp.storage.formats import (
+    FormatError,
+    SourceRecord,
+    json_problem,
+    read_json_objects,
+    read_lines,
+    split_from_filename,
+)
 from uedp.storage.formats.registry import CorpusFormat, looks_like_json, register_format
 from uedp.storage.formats.sentences import split_sentences
 
 if TYPE_CHECKING:
     from uedp.storage.ingest import IngestOptions
 
-_SECTION = re.compile(r"^section_\w+$")
+# The text fields of a filing: EDGAR-CORPUS' section_1A, a crawler's item1a / item_1A / "Item 1A".
+_SECTION = re.compile(r"^(?:section|item)[_ ]?\d+[a-z]?$", re.IGNORECASE)
+FORMS = ("EDGAR-CORPUS JSONL (one filing per line), a JSON document per filing or a JSON array of filings "
+         "(each with a 'cik' and 'section_*' or 'item*' text fields), or raw EDGAR full-submission .txt files "
+         "(an <SEC-HEADER> with CENTRAL INDEX KEY)")
 _HEADER_FIELD = re.compile(r"^\s*([A-Z][A-Z /-]+):\s*(.*?)\s*$")
 _SPACES = re.compile(r"[ \t\r\f\v\xa0]+")
 
@@ -104,20 +119,83 @@ def _sentences(path: Path, units: Iterator[tuple[str, str, int, str]]) -> Iterat
 
 
 def edgar_corpus_records(path: Path) -> Iterator[SourceRecord]:
-    def units() -> Iterator[tuple[str, str, int, str]]:
-        for line, filing in read_json_objects(path):
-            if not str(filing.get("cik", "")).strip():
-                raise FormatError(path, line, "expected an EDGAR-CORPUS object with a 'cik' field")
-            sections = [k for k in filing if _SECTION.match(k)]
-            if not sections:
-                raise FormatError(path, line, "no 'section_*' fields in this filing")
-            cik = str(int(str(filing["cik"]).strip())) if str(filing["cik"]).strip().isdigit() else str(filing["cik"])
-            doc_id = str(filing.get("filename") or f"{cik}-{filing.get('year', '')}")
-            for key in sections:
-                for paragraph in _paragraphs_of(str(filing[key] or "")):
-                    yield f"cik:{cik}", doc_id, line, paragraph
+    """EDGAR-CORPUS JSONL, or a JSON document (one filing, or an array of filings), told apart by whether
+    the first line is a whole JSON value."""
+    yield from _require_some(path, _sentences(path, _json_filing_units(path)))
 
-    yield from _require_some(path, _sentences(path, units()))
+
+def _json_filing_units(path: Path) -> Iterator[tuple[str, str, int, str]]:
+    first = next(((line, text) for line, text in read_lines(path) if text.strip()), None)
+    if first is None:
+        return
+    if _whole_json_line(first[1]):
+        for line, filing in read_json_objects(path):
+            yield from _filing_units(path, line, filing, None)
+        return
+    text = "\n".join(part for _, part in read_lines(path))
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FormatError(path, exc.lineno, f"{json_problem(exc, text)} (sec reads {FORMS})") from None
+    filings = document if isinstance(document, list) else [document]
+    where = _KeyLines(text)
+    for index, filing in enumerate(filings):
+        if not isinstance(filing, dict):
+            raise FormatError(path, None, f"item {index} of the JSON array is not an object (a filing); sec reads {FORMS}")
+        yield from _filing_units(path, None, filing, where)
+
+
+def _whole_json_line(text: str) -> bool:
+    """Whether a line is a whole JSON object: the first filing of a JSONL file (an array on one line is a document)."""
+    try:
+        return isinstance(json.loads(text), dict)
+    except json.JSONDecodeError:
+        return False
+
+
+class _KeyLines:
+    """The line of each text field of a JSON document, found in document order (a filing's paragraphs are
+    named by the line their field starts on, as a JSONL filing's are by its line)."""
+
+    def __init__(self, text: str):
+        self.text, self.cursor = text, 0
+
+    def line_of(self, key: str) -> int:
+        found = self.text.find(json.dumps(key), self.cursor)
+        if found < 0:
+            return 1
+        self.cursor = found + 1
+        return self.text.count("\n", 0, found) + 1
+
+
+def _filing_units(path: Path, line: int | None, filing: dict[str, object],
+                  where: _KeyLines | None) -> Iterator[tuple[str, str, int, str]]:
+    """``(user, doc_id, line, paragraph)`` of one filing: its filer (CIK) is the user."""
+    cik = _cik_of(filing)
+    if cik is None:
+        raise FormatError(path, line, f"a filing without a 'cik' field (the filer, who is the user); sec reads {FORMS}")
+    sections = [k for k in filing if _SECTION.match(k)]
+    if not sections:
+        fields = ", ".join(sorted(filing)[:12]) or "none"
+        raise FormatError(path, line, f"no 'section_*' or 'item*' text fields in this filing (its fields: {fields}); "
+                          f"sec reads {FORMS}")
+    doc_id = str(filing.get("filename") or filing.get("accession") or filing.get("accession_number")
+                 or (f"{cik}-{filing['year']}" if filing.get("year") else path.name))
+    for key in sections:
+        at = line if where is None else where.line_of(key)
+        for paragraph in _paragraphs_of(str(filing[key] or "")):
+            yield f"cik:{cik}", doc_id, at if at is not None else 1, paragraph
+
+
+def _cik_of(filing: dict[str, object]) -> str | None:
+    """The filer's CIK without leading zeros; a crawler may write it as a number or a one-item list."""
+    raw = filing.get("cik")
+    if isinstance(raw, list) and len(raw) == 1:
+        raw = raw[0]
+    if raw is None or isinstance(raw, (dict, list)) or not str(raw).strip():
+        return None
+    text = str(raw).strip()
+    return str(int(text)) if text.isdigit() else text
 
 
 def edgar_submission_records(path: Path, document_types: tuple[str, ...] = ()) -> Iterator[SourceRecord]:
@@ -169,7 +247,7 @@ def edgar_submission_records(path: Path, document_types: tuple[str, ...] = ()) -
         if in_text:
             raise FormatError(path, text_line, "<TEXT> is never closed by </TEXT> (truncated file?)")
         if cik is None:
-            raise FormatError(path, None, "no SEC header with 'CENTRAL INDEX KEY' (is this a full-submission file?)")
+            raise FormatError(path, None, f"no SEC header with 'CENTRAL INDEX KEY': not a full-submission file; sec reads {FORMS}")
 
     yield from _require_some(path, _sentences(path, units()))
 
@@ -194,12 +272,21 @@ def _require_some(path: Path, records: Iterator[SourceRecord]) -> Iterator[Sourc
 
 
 def _read(path: Path, options: IngestOptions) -> Iterator[SourceRecord]:
-    if looks_like_json(path):
+    if looks_like_json(path) or _starts_like_json(path):
         return edgar_corpus_records(path)
     return edgar_submission_records(path, tuple(options.sec_document_types))
 
 
+def _starts_like_json(path: Path) -> bool:
+    """A filing saved without a .json name (``0000320193-23-000106``) is JSON when it starts like it."""
+    for _, text in read_lines(path):
+        if text.strip():
+            return text.lstrip().startswith(("{", "["))
+    return False
+
+
 register_format(CorpusFormat(
-    name="sec", summary="SEC filings as EDGAR-CORPUS JSONL or raw EDGAR submissions, one user per filer (CIK)",
+    name="sec", summary="SEC filings as EDGAR-CORPUS JSONL, JSON documents or raw EDGAR submissions, one user per filer (CIK)",
     read=_read, default_users="filer", fixed_users=True,
+    more_users="each filer (CIK) is one user: ingest filings of more filers",
 ))

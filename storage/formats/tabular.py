@@ -115,6 +115,10 @@ def _read_csv(path: Path, options: IngestOptions) -> Iterator[SourceRecord]:
     return records(path, options.text_col or "", options.user_col, options.label_col, options.split_col)
 
 
+TABULAR_FIX = ("--user-col names a writer column, or ingest again with --users chunk:N (pseudo-users of N "
+               "consecutive records)")
+
+
 def _check(options: IngestOptions) -> None:
     if not options.text_col:
         raise UedpError(f"format {options.format} needs --text-col")
@@ -124,9 +128,9 @@ def _check(options: IngestOptions) -> None:
 
 register_format(CorpusFormat(
     name="jsonl", summary="any corpus as JSON lines, with --text-col and --user-col (or --users chunk:N)",
-    read=_read_jsonl, default_users="column", check=_check,
+    read=_read_jsonl, default_users="column", check=_check, more_users=TABULAR_FIX,
 ))
 register_format(CorpusFormat(
     name="csv", summary="any corpus as CSV with a header row, with --text-col and --user-col (or --users chunk:N)",
-    read=_read_csv, default_users="column", check=_check,
+    read=_read_csv, default_users="column", check=_check, more_users=TABULAR_FIX,
 ))

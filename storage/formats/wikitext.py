@@ -102,4 +102,5 @@ def _read(path: Path, options: IngestOptions) -> Iterator[SourceRecord]:
 register_format(CorpusFormat(
     name="wikitext", summary="WikiText-2/103 token or raw files, one user per article",
     read=_read, default_users="article", fixed_users=True,
+    more_users="each article is one user: ingest more articles",
 ))

@@ -1,0 +1,95 @@
+"""What a new user met on real corpora (issue 50), each as the command that showed it: half-written
+datasets, labels reported one per run, defaults that disagreed, warnings easy to miss."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from uedp.cli import app
+from uedp.errors import UedpError
+from uedp.storage.formats import FormatError
+from uedp.storage.ingest import IngestOptions, ingest
+
+from support import write
+
+runner = CliRunner()
+
+
+# --- a failed ingest leaves nothing that is listed as a dataset --------------------------------------------
+
+
+def test_a_failed_first_ingest_leaves_no_dataset_behind(home, tmp_path: Path) -> None:
+    good = write(tmp_path / "train.jsonl", "".join(json.dumps({"text": f"Note {i}.", "user": f"u{i % 3}"}) + "\n"
+                                                   for i in range(6)))
+    broken = write(tmp_path / "test.jsonl", good.read_text() + '{"text": "cut\n')
+    options = IngestOptions(format="jsonl", text_col="text", user_col="user")
+    with pytest.raises(FormatError, match="test.jsonl:7: invalid JSON"):
+        ingest(home, "notes", [good, broken], options)
+    assert not home.dataset_dir("notes").exists()
+    listing = runner.invoke(app, ["datasets", "--home", str(home.root)])
+    assert listing.exit_code == 0 and "notes" not in listing.output and "no datasets under" in listing.output
+
+    ingest(home, "notes", [good], options)  # a dataset that exists keeps its tables when a later ingest fails
+    with pytest.raises(FormatError):
+        ingest(home, "notes", [good, broken], options)
+    assert "notes: sentences=6 users=3" in runner.invoke(app, ["datasets", "--home", str(home.root)]).output
+
+
+def test_a_folder_a_killed_ingest_left_is_named_with_how_to_remove_it(home) -> None:
+    left = home.dataset_dir("secraw")
+    (left / ".sentences.tmp-1-abcdef12").mkdir(parents=True)  # what a kill -9 mid-ingest leaves
+    result = runner.invoke(app, ["datasets", "--home", str(home.root)])
+    assert result.exit_code == 0
+    assert "secraw:" not in result.stdout and "no datasets under" in result.stdout
+    assert f"not a dataset: {left} holds no complete sentences table" in result.stderr
+    assert f"rm -r {left}" in result.stderr
+
+
+# --- every unknown label of a corpus at once ---------------------------------------------------------------
+
+# WNUT-17 style: CoNLL columns, tag types of its own (hyphenated), invented text.
+WNUT = """-DOCSTART- -X- -X- O
+
+Orchard NNP B-NP B-corporation
+staff NN I-NP O
+met VBD B-VP O
+the DT B-NP O
+Harbour NNP I-NP B-group
+Singers NNP I-NP I-group
+in IN B-PP O
+Cardiff NNP B-NP B-location
+. . O O
+
+Kestrel NNP B-NP B-product
+Phone NNP I-NP I-product
+plays VBZ B-VP O
+Sea NNP B-NP B-creative-work
+Song NNP I-NP I-creative-work
+. . O O
+"""
+
+
+def test_detect_lists_every_unknown_label_of_the_corpus_at_once(home, tmp_path: Path) -> None:
+    from uedp.detection.categories import save_labels
+    from uedp.detection.pipeline import DetectorConfig
+    from uedp.services.detect import detect_entities
+
+    ingest(home, "wnut", [write(tmp_path / "wnut.train", WNUT)], IngestOptions(format="conll2003"))
+    gold = DetectorConfig(detectors=["gold"])
+    with pytest.raises(UedpError) as caught:
+        detect_entities(home, "wnut", gold)
+    message = str(caught.value)
+    # One error names all three (location and product are names the taxonomy knows), with one command for all.
+    assert "the gold tags of dataset 'wnut': 3 labels the category taxonomy" in message
+    assert "does not know: corporation, creative-work, group." in message
+    assert ("uedp detect wnut --label corporation=CATEGORY --label creative-work=CATEGORY --label group=CATEGORY,"
+            in message)
+    assert "--label creative-work=ORG (map it onto a category) or --label creative-work=CREATIVE-WORK" in message
+    assert not home.table_dir("wnut", "entities").exists()
+
+    save_labels(home.labels_file, ["corporation=ORG", "group=ORG", "creative-work=WORK_OF_ART"])
+    assert detect_entities(home, "wnut", gold).entities == 5  # the same corpus, once every label is said
