@@ -90,6 +90,8 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         if (warning := s.noise_to_signal.warning(user_fix(dataset_format(home, config.dataset)))) is not None:
             say(f"warning: {warning}")
         recorder.tracker.log_params({"noise_to_signal": f"{s.noise_to_signal.ratio:.6g}"})
+    for warning in s.warnings:
+        say(f"warning: {config.run_name()}: {warning}")
     if s.threads is not None:  # what torch runs on, once per training (after the noise-to-signal, said first)
         say(f"{config.run_name()}: {s.threads.line()}")
     try:

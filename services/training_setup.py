@@ -24,6 +24,7 @@ from uedp.privacy.attacks.audit_canaries import AuditPlan
 from uedp.privacy.mechanisms.auto_sampling import SamplingChoice, choose_for
 from uedp.privacy.mechanisms.base import Checkpointer, LossFn, Mechanism
 from uedp.privacy.mechanisms.registry import BuildContext
+from uedp.privacy.mechanisms.uedp_bounded import UeDpBounded, dropped_entities_warning
 from uedp.privacy.population import Population, exact_count
 from uedp.privacy.randomness import Randomness
 from uedp.privacy.signal import NoiseToSignal
@@ -118,6 +119,8 @@ class Setup:
     # chosen, in words, said before training.
     config: TrainConfig | None = None
     said: tuple[str, ...] = ()
+    # Said as warnings before training, as loudly as the noise-to-signal's (uedp-bounded dropping most entity text).
+    warnings: tuple[str, ...] = ()
 
 
 def unit_of(config: TrainConfig, s: Setup) -> str:
@@ -169,7 +172,8 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
     mechanism = build_mechanism(config, population, len(data.train.sequences), randomness, data.train.entities)
     return Setup(device, tokenizer, data, model, mechanism, checkpoint, release, caveats, audit, recall, start,
                  noise_to_signal_of(mechanism, population, data.train.n_users), threads, tuned_public(home, config),
-                 config, (f"sampling planned: {planned.reason}",) if planned else ())
+                 config, (f"sampling planned: {planned.reason}",) if planned else (),
+                 data_warnings(mechanism, data.train.entities))
 
 
 def planned_sampling(config: TrainConfig, population: Population | None) -> tuple[TrainConfig, SamplingChoice | None]:
@@ -206,6 +210,14 @@ def check_trainable(home: DataHome, config: TrainConfig, data: PreparedData) -> 
                         f"round's update is that user's clipped change or nothing, under noise scaled to it, and there "
                         f"is nothing to learn. Train it on a corpus of many users ({fix}), or use dpsgd, whose unit is "
                         "one training sequence")
+
+
+def data_warnings(mechanism: Mechanism, entities: Any) -> tuple[str, ...]:
+    """What the built mechanism will not train on, when that is most of what it protects (uedp-bounded's k)."""
+    if isinstance(mechanism, UeDpBounded) and entities is not None:
+        warning = dropped_entities_warning(mechanism, entities)
+        return (warning,) if warning is not None else ()
+    return ()
 
 
 def dataset_format(home: DataHome, dataset: str) -> str:

@@ -26,7 +26,7 @@ from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput
 from uedp.privacy.mechanisms.noiseless import Noiseless
 from uedp.privacy.mechanisms.params import NoiselessParams, UeDpBoundedParams, UeDpParams, UserDpParams
 from uedp.privacy.mechanisms.uedp import UeDp
-from uedp.privacy.mechanisms.uedp_bounded import UeDpBounded, resolve_auto
+from uedp.privacy.mechanisms.uedp_bounded import UeDpBounded, dropped_entities_warning, resolve_auto
 from uedp.privacy.mechanisms.userdp import UserDp
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
@@ -238,6 +238,28 @@ def test_auto_takes_the_least_noise_when_every_k_is_past_the_threshold() -> None
     limit = LEARNING_STOPS_PAST["server-sgd"]
     chosen = choose_k(_graph(), _ratios({k: limit * (2 + k) for k in CANDIDATES}))
     assert chosen.k == 0 and "least noise" in chosen.reason
+
+
+def _entity_sets(users: int = 12) -> dict[str, list[frozenset[str]]]:
+    return {f"u{u}": [frozenset({f"e{j}"}) for j in range(users) if (u - j) % users < 6] + [frozenset()]
+            for u in range(users)}
+
+
+def test_a_k_that_drops_most_entity_text_is_warned_with_the_trade_off() -> None:
+    """Issue 50 item 8: auto chose k = 0 and kept none of the sentences with an entity, said only in the statement."""
+    limit = LEARNING_STOPS_PAST["server-sgd"]
+    graph = AttributionGraph.from_entity_sets(_entity_sets())
+    chosen = choose_k(graph, _ratios({0: limit * 0.5, 1: limit * 1.4, 2: limit * 2, 4: limit * 3, 8: 1, 16: 1}))
+    assert chosen.k == 0 and "k = 1 would keep 17% at" in chosen.reason  # "would keeps" before
+    params = UeDpBoundedParams(holders_per_entity=0, noise_multiplier=1.0, q_user=0.5, rounds=2)
+    warning = dropped_entities_warning(UeDpBounded(params, chosen=chosen), _entity_sets())
+    assert warning == ("uedp-bounded (k = 0) trains on 0 of the 72 sentences that name an entity (0%): the model "
+                       f"learns no entity text. Trade-off: k = 1 would keep 17% at noise-to-signal {limit * 1.4:.3g} "
+                       f"(past {limit:g}, where measured runs stopped learning); userdp keeps every sentence and "
+                       "protects users only")
+    by_hand = dropped_entities_warning(UeDpBounded(params.model_copy(update={"holders_per_entity": 2})), _entity_sets())
+    assert by_hand is not None and "(k = 2) trains on 24 of the 72" in by_hand and "a larger --holders-per-entity" in by_hand
+    assert dropped_entities_warning(UeDpBounded(params.model_copy(update={"holders_per_entity": 4})), _entity_sets()) is None
 
 
 def test_auto_stops_growing_k_once_every_sentence_is_kept() -> None:

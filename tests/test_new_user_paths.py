@@ -93,3 +93,65 @@ def test_detect_lists_every_unknown_label_of_the_corpus_at_once(home, tmp_path: 
 
     save_labels(home.labels_file, ["corporation=ORG", "group=ORG", "creative-work=WORK_OF_ART"])
     assert detect_entities(home, "wnut", gold).entities == 5  # the same corpus, once every label is said
+
+
+# --- one default set of categories, and a word when a mechanism ignores the ones given -----------------------
+
+
+@pytest.fixture
+def demo_home(home):
+    from uedp.detection.pipeline import DetectorConfig
+    from uedp.services.detect import detect_entities
+    from uedp.storage.ingest import conll_options
+
+    from support import REPO
+
+    ingest(home, "demo", [REPO / "uedp" / "data" / "demo.conll"], conll_options(split_seed=0))
+    detect_entities(home, "demo", DetectorConfig(detectors=["gold"]))
+    return home
+
+
+def test_entities_and_train_default_to_the_same_categories(demo_home) -> None:
+    from uedp.services.config import TrainConfig
+
+    trained_default = TrainConfig(dataset="demo", mechanism="uedp").categories
+    shown = runner.invoke(app, ["entities", "demo", "--home", str(demo_home.root)])
+    assert shown.exit_code == 0, shown.output
+    assert f"categories: {','.join(trained_default)} (the default of uedp train and uedp entities" in shown.stdout
+    rows = {line.split("│")[1].strip() for line in shown.stdout.splitlines() if line.count("│") >= 4}
+    assert {"ORG", "LOC", "PERSON"} <= rows  # ORG was missing: entities defaulted to PII
+    assert "ORG" in trained_default
+    import typer
+
+    option = next(p for p in typer.main.get_command(app).commands["entities"].params if p.name == "categories")
+    assert f"sensitive, {','.join(trained_default)})" in option.help
+
+
+def test_train_says_when_a_mechanism_ignores_the_categories_given(demo_home) -> None:
+    common = ["--home", str(demo_home.root), "--seeded", "--threads", "1", "--target-epsilon", "8"]
+    userdp = runner.invoke(app, ["train", "demo", "--mechanism", "userdp", "--categories", "PERSON", "--rounds", "2",
+                                 *common])
+    assert userdp.exit_code == 0, userdp.output
+    assert ("warning: userdp ignores --categories PERSON: it trains the same whatever entities a sentence names "
+            "(its unit: one user (all of their sentences)") in userdp.stderr
+    from uedp.commands import ignored_categories
+    from uedp.services.config import TrainConfig
+
+    assert ignored_categories(TrainConfig(dataset="demo", mechanism="uedp-bounded", categories="PERSON"), "PERSON") is None
+    assert ignored_categories(TrainConfig(dataset="demo", mechanism="userdp"), None) is None  # nothing given
+    said = ignored_categories(TrainConfig(dataset="demo", mechanism="noiseless"), ["PERSON", "LOC"])
+    assert said is not None and said.startswith("noiseless ignores --categories PERSON,LOC") and "(no privacy unit;" in said
+
+
+def test_a_uedp_bounded_run_that_drops_the_entity_text_warns_before_training(demo_home) -> None:
+    from uedp.services.config import TrainConfig
+    from uedp.services.training import train_configuration
+
+    config = TrainConfig(dataset="demo", mechanism="uedp-bounded", holders_per_entity=0, rounds=1, q_user=0.5,
+                         noise_multiplier=1.0, checkpoint_every=0, threads=1, randomness="seeded")
+    said: list[str] = []
+    train_configuration(demo_home, config, progress=False, report_to=said.append)
+    warned = [line for line in said if line.startswith(f"warning: {config.run_name()}: uedp-bounded (k = 0) trains on 0 of")]
+    assert len(warned) == 1, said
+    assert "the model learns no entity text. Trade-off: a larger --holders-per-entity" in warned[0]
+    assert said.index(warned[0]) < next(i for i, line in enumerate(said) if ": torch: " in line), said  # before training

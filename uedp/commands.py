@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 import typer
 
+from uedp.detection.categories import DEFAULT_CATEGORIES
 from uedp.errors import UedpError
 from uedp.options import CONFIG_HELP, SET_HELP, default_of, derived_parameters, list_fields, merged, with_options
 from uedp.privacy.mechanisms import registry
@@ -464,7 +465,9 @@ def ner_train(
 def entities(
     dataset: str = typer.Argument(..., help="A dataset with an entities table."),
     home: Optional[Path] = HOME_OPTION,
-    categories: str = typer.Option("PII", help="Categories, aliases (PER) or composites (PII, PLACE, CONTACT)."),
+    categories: Optional[str] = typer.Option(None, show_default=False, help="Categories, aliases (PER) or composites "
+                                             "(PII, PLACE, CONTACT) (default: the categories `uedp train` treats as "
+                                             f"sensitive, {','.join(sorted(DEFAULT_CATEGORIES))})"),
     coverage: bool = typer.Option(False, help="Precision/recall of each automatic detector against gold tags, per "
                                   "split (train, valid, test, and valid+test: the held-out figures an epsilon's "
                                   "recall rests on); a split a `uedp ner train` NER learnt from is marked as its own "
@@ -481,10 +484,12 @@ def entities(
     from rich.console import Console
     from rich.table import Table
 
-    from uedp.detection.categories import taxonomy
+    from uedp.detection.categories import default_categories, taxonomy
     from uedp.storage.catalog import Catalog
 
-    chosen = taxonomy(data_home.labels_file).resolve(categories)
+    chosen = taxonomy(data_home.labels_file).resolve(categories or default_categories())
+    if categories is None:
+        typer.echo(f"categories: {','.join(chosen)} (the default of uedp train and uedp entities; --categories to choose)")
     console = Console(width=120)
     with Catalog(data_home, dataset) as catalog:
         table = Table(title=f"{dataset}: entities by category")
@@ -624,9 +629,12 @@ def train(
     from uedp.services.launch import run_training
     from uedp.services.tracking import ui_command
 
-    config = _train_config(dataset, mechanism, seeded, merged(config_file, settings, set_, LISTED))
+    values = merged(config_file, settings, set_, LISTED)
+    config = _train_config(dataset, mechanism, seeded, values)
     from uedp.services.training_setup import categories_warning
 
+    if (ignored := ignored_categories(config, values.get("categories"))) is not None:
+        typer.echo(f"warning: {ignored}", err=True)
     if (warning := categories_warning(data_home, config)) is not None:
         typer.echo(f"warning: {warning}", err=True)
     result = run_training(data_home, config, store_url=store)  # says "resumed from ..." when it resumes
@@ -649,6 +657,17 @@ def train(
                    f"(details: uedp attack {result.run_id} --kind audit)")
     _print_guarantee(result)
     typer.echo(f"MLflow run: {result.run_id}   (browse: {ui_command(data_home)})")
+
+
+def ignored_categories(config: Any, given: Any) -> str | None:
+    """Said when --categories is given to a mechanism that trains the same whatever the categories."""
+    if given is None or config.spec.uses_categories(config.params):
+        return None
+    shown = given if isinstance(given, str) else ",".join(given)
+    unit = "no privacy unit" if config.spec.unit == "none" else f"its unit: {config.spec.unit}"
+    return (f"{config.mechanism} ignores --categories {shown}: it trains the same whatever entities a sentence names "
+            f"({unit}; its report says 'any'). To protect entities of these categories as such, train "
+            "uedp-bounded, uedp or selective")
 
 
 def _train_config(dataset: str, mechanism: Optional[str], seeded: bool, values: dict[str, Any]) -> Any:

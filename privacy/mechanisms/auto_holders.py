@@ -76,8 +76,8 @@ def choose_k(graph: AttributionGraph | None, signal_for: Callable[[int], NoiseTo
 
 def _reason(chosen: Candidate, seen: list[Candidate], graph: AttributionGraph | None, learning: bool,
             refused: str) -> str:
-    def kept(c: Candidate) -> str:
-        return "" if graph is None or c.kept is None else f"keeps {c.kept / max(graph.n_sensitive, 1):.0%} "
+    def kept(c: Candidate, verb: str = "keeps") -> str:
+        return "" if graph is None or c.kept is None else f"{verb} {c.kept / max(graph.n_sensitive, 1):.0%} "
 
     said = f"k = {chosen.k} chosen by auto: {kept(chosen)}at noise-to-signal {chosen.signal.ratio:.3g}"
     if graph is not None:
@@ -86,7 +86,7 @@ def _reason(chosen: Candidate, seen: list[Candidate], graph: AttributionGraph | 
     if not learning:
         said += f"; every k tried is past {chosen.signal.limit:g}, so the least noise was taken"
     elif after is not None:
-        said += (f"; k = {after.k} would {kept(after) or 'be '}at {after.signal.ratio:.3g}, past "
+        said += (f"; k = {after.k} would {kept(after, 'keep') or 'be '}at {after.signal.ratio:.3g}, past "
                  f"{after.signal.limit:g} where measured runs stopped learning")
     elif graph is not None and chosen.kept is not None and chosen.kept >= graph.n_sensitive:
         said += " (a larger k keeps nothing more)"

@@ -147,6 +147,37 @@ class UeDpBounded(UserDp):
                                  + (f"; {self.chosen.reason}" if self.chosen is not None else ""),))
 
 
+# Below this share of the sentences that name an entity, a run is warned as loudly as past the noise threshold:
+# it trains on the text without entities and learns (almost) none of the entity text it was chosen to protect.
+KEEP_WARNING = 0.5
+
+
+def dropped_entities_warning(mechanism: UeDpBounded, entities: Mapping[str, Sequence[frozenset[str]]]) -> str | None:
+    """Said before training when k keeps less than :data:`KEEP_WARNING` of the sentences with an entity, with the
+    trade-off in one line. From the attribution graph and the configuration only (public under the substitution
+    adjacency; the statement lists the same counts)."""
+    graph = AttributionGraph.from_entity_sets(entities)
+    if not graph.n_sensitive:
+        return None
+    chosen = mechanism.chosen
+    choice = (chosen.choice_on(graph) if chosen is not None else None) or choose_holders(
+        graph, mechanism.k, mechanism.params.holder_choice)
+    share = choice.sensitive_kept / graph.n_sensitive
+    if share >= KEEP_WARNING:
+        return None
+    larger = next((c for c in chosen.candidates if c.k > mechanism.k and c.kept is not None), None) if chosen else None
+    if larger is not None and larger.kept is not None:
+        past = (f" (past {larger.signal.limit:g}, where measured runs stopped learning)"
+                if larger.signal.past_limit else "")
+        trade = (f"k = {larger.k} would keep {larger.kept / graph.n_sensitive:.0%} at noise-to-signal "
+                 f"{larger.signal.ratio:.3g}{past}")
+    else:
+        trade = "a larger --holders-per-entity keeps more of them and needs more noise"
+    return (f"uedp-bounded (k = {mechanism.k}) trains on {choice.sensitive_kept} of the {graph.n_sensitive} sentences "
+            f"that name an entity ({share:.0%}): the model learns {'no' if not choice.sensitive_kept else 'little'} "
+            f"entity text. Trade-off: {trade}; userdp keeps every sentence and protects users only")
+
+
 def with_k(params: UeDpBoundedParams, k: int) -> UeDpBoundedParams:
     return params.model_copy(update={"holders_per_entity": k})
 
