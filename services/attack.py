@@ -33,7 +33,7 @@ from uedp.models.metrics import sequence_nll
 from uedp.models.saving import load_saved
 from uedp.models.tokenization import load_tokenizer
 from uedp.privacy.attacks.audit_canaries import audit_scores
-from uedp.privacy.attacks.canaries import Canary, exposure, model_log_perplexity
+from uedp.privacy.attacks.canaries import Canary, chance_exposure, exposure, model_log_perplexity
 from uedp.privacy.attacks.extraction import Occurrence, extraction_rates
 from uedp.privacy.attacks.membership import (
     MembershipResult,
@@ -132,7 +132,7 @@ def attack_run(home: DataHome, run_id: str, kinds: list[str], members: int = 500
         score = model_log_perplexity(model, tokenizer, device, config.max_len)
         values = [exposure(c, score, seed=seed).exposure for c in canaries]
         return {"canary_exposure_mean": float(np.mean(values)), "canary_exposure_max": float(np.max(values)),
-                "canary_exposure_min": float(np.min(values))}
+                "canary_exposure_min": float(np.min(values)), "canary_count": float(len(values))}
 
     def extraction() -> dict[str, float]:
         with Catalog(home, config.dataset) as catalog:
@@ -153,9 +153,11 @@ def attack_run(home: DataHome, run_id: str, kinds: list[str], members: int = 500
                 f"(sentences, entities) or {member_users} (users); pass a smaller --members or --member-users "
                 f"(`uedp sql {config.dataset} \"SELECT split, count(*) FROM sentences GROUP BY split\"` counts them)")
         notes.append(MEMBERSHIP_NOTE)
+        metrics_here = membership_metrics(results)
+        notes.extend(below_chance(metrics_here))
         notes.extend(result.line() for result in results if result.calibration == "none")
         notes.extend(f"{level} membership: not attacked, {why}" for level, why in refused.items())
-        return membership_metrics(results)
+        return metrics_here
 
     for kind, run in (("audit", audit), ("canary", canary), ("mia", mia), ("extraction", extraction)):
         if kind not in kinds or kind in skipped:
@@ -187,13 +189,14 @@ MEMBERSHIP_NOTE = ("membership inference compares the train split with the test 
 SUMMARY: tuple[tuple[str, str, str], ...] = (
     ("one-run audit: epsilon lower bound", "audit_one_run_epsilon_lower_bound", "0"),
     ("one-run audit: epsilon lower bound", "audit_one_run_clopper_pearson", "0"),
-    ("canary", "canary_exposure_mean", "~1.44 (a random rank)"),
-    ("canary", "canary_exposure_max", "~1.44"),
+    ("canary", "canary_exposure_mean", "{mean} (random ranks)"),
+    ("canary", "canary_exposure_max", "{max} (the best of {n} random ranks)"),
     (f"{MEMBERSHIP}, sentences", "mia_sentence_auc", "0.5"),
     (f"{MEMBERSHIP}, sentences", "mia_sentence_tpr_at_1pct_fpr", "0.01"),
     (f"{MEMBERSHIP}, users", "mia_user_auc", "0.5"),
     (f"{MEMBERSHIP}, entities", "mia_entity_auc", "0.5"),
 )
+CHANCE_AUC = 0.5
 
 
 def summary_rows(outcome: AttackOutcome) -> list[tuple[str, str, str, str]]:
@@ -204,11 +207,36 @@ def summary_rows(outcome: AttackOutcome) -> list[tuple[str, str, str, str]]:
     accounted = ("inf (no guarantee)" if outcome.accounted_epsilon is None
                  else f"{outcome.accounted_epsilon:.4g} at delta {outcome.delta:g}")
     rows = [("accounted (dp_accounting)", "epsilon", accounted, "-")]
-    rows += [(attack, key, _with_interval(outcome.metrics, key), baseline) for attack, key, baseline in SUMMARY
-             if key in outcome.metrics]
+    rows += [(attack, key, _with_interval(outcome.metrics, key), _baseline(baseline, outcome.metrics))
+             for attack, key, baseline in SUMMARY if key in outcome.metrics]
     rows += [("extraction", key, f"{value:.1%}", "~0") for key, value in sorted(outcome.metrics.items())
              if key.startswith("extraction_top")]
     return rows
+
+
+def _baseline(template: str, metrics: dict[str, float]) -> str:
+    """A figure's own chance level: the canary figures' depend on how many canaries were scored."""
+    if "{" not in template:
+        return template
+    n = int(metrics.get("canary_count", 1))
+    chance = chance_exposure(n)
+    return template.format(mean=f"~{chance['canary_exposure_mean']:.2f}", max=f"~{chance['canary_exposure_max']:.2f}",
+                           n=n)
+
+
+def below_chance(metrics: dict[str, float]) -> list[str]:
+    """The AUCs whose whole 95% interval is below 0.5, each with what that means. An attack cannot be worse
+    than chance by design (flipping its score would make it better than chance): an interval below chance
+    says the member and non-member samples differ (the train and test files, or the sampling), which is an
+    artefact of the comparison, not protection."""
+    lines = []
+    for key in sorted(metrics):
+        if key.endswith("_auc") and metrics.get(f"{key}_high", 1.0) < CHANCE_AUC:
+            lines.append(f"{key} {metrics[key]:.2f} (95% CI {metrics[f'{key}_low']:.2f}-{metrics[f'{key}_high']:.2f}) is "
+                         "below chance (0.5) with its whole interval: the attack tells members from non-members the "
+                         "wrong way round, so the train and test samples differ by more than membership (a shift "
+                         "between the files, or a small sample); it is no evidence of protection, nor of a leak")
+    return lines
 
 
 def _with_interval(metrics: dict[str, float], key: str) -> str:
@@ -220,6 +248,8 @@ def _with_interval(metrics: dict[str, float], key: str) -> str:
         if f"mia_{level}_members" in metrics:
             value += f"; {metrics[f'mia_{level}_members']:.0f}+{metrics[f'mia_{level}_non_members']:.0f}"
         value += ")"
+        if metrics[f"{key}_high"] < CHANCE_AUC:
+            value += " below chance: see the note"
     return value
 
 

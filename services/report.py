@@ -19,6 +19,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from uedp.errors import UedpError
@@ -193,45 +195,81 @@ def _baselines_sentence(baselines: dict[str, float], metric: str) -> str:
 
 
 def plot(rows: list[ReportRow], path: Path, title: str) -> list[Path]:
-    """One PNG per category set: test utility against epsilon, a line per private mechanism; the
-    mechanisms without a guarantee (noiseless, deid) as horizontal reference lines."""
+    """One PNG per category set (:func:`privacy_utility_figure`)."""
     written = []
     # A mechanism that ignores categories (noiseless, dpsgd, userdp) is trained once and drawn in every set's plot.
     for categories in sorted({r.categories for r in rows if r.categories}) or [""]:
-        subset = [r for r in rows if r.categories in (categories, "")]
-        fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-        finite = [r for r in subset if math.isfinite(r.epsilon) and math.isfinite(r.test)]
-        for mechanism in sorted({r.mechanism for r in finite}):
-            points = sorted((r.epsilon, r.test, r.test_spread) for r in finite if r.mechanism == mechanism)
-            ax.errorbar([p[0] for p in points], [p[1] for p in points], yerr=[p[2] / 2 for p in points],
-                        marker="o", capsize=3, label=mechanism)
-        for index, r in enumerate(r for r in subset if not math.isfinite(r.epsilon) and math.isfinite(r.test)):
-            ax.axhline(r.test, linestyle="--", color=f"C{(index + 5) % 10}", label=f"{r.mechanism} (no guarantee)")
-        baselines = next((r.baselines for r in subset if r.baselines), {})
-        for name, value in _in_order(baselines):
-            ax.axhline(value, linestyle=":", color="0.6" if name == "uniform" else "0.35", label=_BASELINE_LEGEND[name])
-        metric = subset[0].metric
-        # Log scales only across more than a decade: a narrower log axis has no major tick to label, and
-        # its minor labels (5.86x10^0, 5.87x10^0, ...) run into each other.
-        if _spans_a_decade([r.epsilon for r in finite]):
-            ax.set_xscale("log")
-        if metric == "perplexity" and _spans_a_decade([r.test for r in subset if math.isfinite(r.test)]
-                                                      + list(baselines.values())):
-            ax.set_yscale("log")
-        ax.set(xlabel="epsilon (accounted, per mechanism's unit)", ylabel=f"test {metric}")
-        # Long category lists wrap instead of running off the figure.
-        ax.set_title(f"{title}\n" + textwrap.fill(f"categories: {categories or ANY_CATEGORIES}", 70), fontsize=10)
-        for axis in (ax.xaxis, ax.yaxis):
-            axis.set_major_formatter(ScalarFormatter())  # plain numbers on log axes, not 6x10^0
-            axis.set_minor_formatter(NullFormatter())
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
+        fig = privacy_utility_figure(rows, categories, title)
         out = path.parent / f"{path.stem}-{_slug(categories)}{path.suffix}"
         fig.savefig(out)
         plt.close(fig)
         written.append(out)
     return written
+
+
+def unit_label(unit: str) -> str:
+    """A privacy unit in a few words, for a panel's title: the mechanism's own words up to their detail
+    ("one user (all of their sentences)" -> "one user")."""
+    for stop in (" (", ":", ";"):
+        unit = unit.split(stop)[0]
+    return unit.strip() or "unstated unit"
+
+
+def privacy_utility_figure(rows: list[ReportRow], categories: str, title: str) -> Figure:
+    """Test utility against epsilon for one category set: one panel per privacy unit (an epsilon for one user
+    and one for one user and one entity are not on one scale), a line per private mechanism, the
+    mechanisms without a guarantee (noiseless, deid) and the baselines as horizontal lines on every panel.
+
+    The epsilon axis starts at 0 unless the points span a decade (then it is logarithmic): runs at 7.993 and
+    7.999 sit together near 8, not at the two ends of an axis zoomed onto their difference."""
+    subset = [r for r in rows if r.categories in (categories, "")]
+    finite = [r for r in subset if math.isfinite(r.epsilon) and math.isfinite(r.test)]
+    units = sorted({unit_label(r.unit) for r in finite}) or [""]
+    colours = {m: f"C{i % 10}" for i, m in enumerate(sorted({r.mechanism for r in subset}))}
+    metric = subset[0].metric if subset else "perplexity"
+    baselines = next((r.baselines for r in subset if r.baselines), {})
+    references = [r for r in subset if not math.isfinite(r.epsilon) and math.isfinite(r.test)]
+    fig, axes = plt.subplots(1, len(units), figsize=(1.2 + 4.8 * len(units), 4.4), dpi=120, sharey=True,
+                             squeeze=False)
+    for ax, unit in zip(axes[0], units):
+        here = [r for r in finite if unit_label(r.unit) == unit]
+        for mechanism in sorted({r.mechanism for r in here}):
+            points = sorted((r.epsilon, r.test, r.test_spread) for r in here if r.mechanism == mechanism)
+            ax.errorbar([p[0] for p in points], [p[1] for p in points], yerr=[p[2] / 2 for p in points],
+                        marker="o", capsize=3, color=colours[mechanism], label=mechanism)
+        for r in references:
+            ax.axhline(r.test, linestyle="--", color=colours[r.mechanism], label=f"{r.mechanism} (no guarantee)")
+        for name, value in _in_order(baselines):
+            ax.axhline(value, linestyle=":", color="0.6" if name == "uniform" else "0.35", label=_BASELINE_LEGEND[name])
+        _epsilon_axis(ax, [r.epsilon for r in here])
+        ax.set_xlabel("epsilon (accounted)")
+        ax.set_title(textwrap.fill(f"unit: {unit}" if unit else "no private run", 45), fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    # Log scales only across more than a decade: a narrower log axis has no major tick to label, and
+    # its minor labels (5.86x10^0, 5.87x10^0, ...) run into each other.
+    if metric == "perplexity" and _spans_a_decade([r.test for r in subset if math.isfinite(r.test)]
+                                                  + list(baselines.values())):
+        axes[0][0].set_yscale("log")
+    axes[0][0].set_ylabel(f"test {metric}")
+    for ax in axes[0]:
+        ax.yaxis.set_major_formatter(ScalarFormatter(useOffset=False))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    # Long category lists wrap instead of running off the figure.
+    fig.suptitle(f"{title}\n" + textwrap.fill(f"categories: {categories or ANY_CATEGORIES}", 90), fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _epsilon_axis(ax: Axes, epsilons: list[float]) -> None:
+    """From 0 to a little past the largest epsilon, or logarithmic across more than a decade; plain numbers,
+    never an offset ("+7.99") or a scale factor."""
+    if _spans_a_decade(epsilons):
+        ax.set_xscale("log")
+    else:
+        ax.set_xlim(0, max([*epsilons, 1.0]) * 1.12)
+    ax.xaxis.set_major_formatter(ScalarFormatter(useOffset=False))
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def plot_audit(rows: list[ReportRow], path: Path, title: str) -> Path | None:

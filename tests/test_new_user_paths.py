@@ -27,7 +27,7 @@ def test_a_failed_first_ingest_leaves_no_dataset_behind(home, tmp_path: Path) ->
                                                    for i in range(6)))
     broken = write(tmp_path / "test.jsonl", good.read_text() + '{"text": "cut\n')
     options = IngestOptions(format="jsonl", text_col="text", user_col="user")
-    with pytest.raises(FormatError, match="test.jsonl:7: invalid JSON"):
+    with pytest.raises(FormatError, match=r"test\.jsonl:7: invalid JSON"):
         ingest(home, "notes", [good, broken], options)
     assert not home.dataset_dir("notes").exists()
     listing = runner.invoke(app, ["datasets", "--home", str(home.root)])
@@ -155,3 +155,38 @@ def test_a_uedp_bounded_run_that_drops_the_entity_text_warns_before_training(dem
     assert len(warned) == 1, said
     assert "the model learns no entity text. Trade-off: a larger --holders-per-entity" in warned[0]
     assert said.index(warned[0]) < next(i for i, line in enumerate(said) if ": torch: " in line), said  # before training
+
+
+# --- attack figures, each beside its own chance level --------------------------------------------------------
+
+
+def test_each_canary_figure_has_its_own_chance_level_as_random_ranks_give_it() -> None:
+    import numpy as np
+
+    from uedp.privacy.attacks.canaries import chance_exposure
+
+    rng = np.random.default_rng(0)
+    size, trials = 1_000_000, 20_000
+    for n in (1, 8, 32):
+        ranks = rng.integers(1, size + 1, size=(trials, n))  # a model that learnt nothing: uniform ranks
+        exposures = np.log2(size) - np.log2(ranks)
+        chance = chance_exposure(n)
+        assert exposures.mean() == pytest.approx(chance["canary_exposure_mean"], rel=0.03)
+        assert exposures.max(axis=1).mean() == pytest.approx(chance["canary_exposure_max"], rel=0.03)
+        assert exposures.min(axis=1).mean() == pytest.approx(chance["canary_exposure_min"], rel=0.06)
+    assert chance_exposure(8)["canary_exposure_max"] == pytest.approx(3.92, abs=0.01)  # the issue's ~3.9
+
+
+def test_the_attack_summary_gives_each_figure_its_baseline_and_flags_an_interval_below_chance() -> None:
+    from uedp.services.attack import AttackOutcome, below_chance, summary_rows
+
+    metrics = {"canary_exposure_mean": 1.5, "canary_exposure_max": 3.7, "canary_count": 8.0,
+               "mia_entity_auc": 0.43, "mia_entity_auc_low": 0.39, "mia_entity_auc_high": 0.46,
+               "mia_user_auc": 0.48, "mia_user_auc_low": 0.41, "mia_user_auc_high": 0.55}
+    rows = {row[1]: row for row in summary_rows(AttackOutcome(metrics, accounted_epsilon=8.0, delta=1e-5))}
+    assert rows["canary_exposure_max"][3] == "~3.92 (the best of 8 random ranks)"
+    assert rows["canary_exposure_mean"][3] == "~1.44 (random ranks)"
+    assert rows["mia_entity_auc"][2].endswith("below chance: see the note")
+    assert "below chance" not in rows["mia_user_auc"][2]  # its interval holds 0.5
+    (note,) = below_chance(metrics)
+    assert note.startswith("mia_entity_auc 0.43 (95% CI 0.39-0.46) is below chance (0.5) with its whole interval")

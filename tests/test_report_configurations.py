@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from uedp.commands import app
 from uedp.flows.demo import DEMO_CORPUS
 from uedp.services.config import TrainConfig
-from uedp.services.report import summarise
+from uedp.services.report import ReportRow, summarise
 from uedp.services.training import TrainResult
 from uedp.storage.ingest import IngestOptions, ingest
 
@@ -65,3 +65,37 @@ def test_uedp_report_rebuilt_from_mlflow_keeps_configurations_apart(home, tmp_pa
     markdown = Path(re.search(r": (\S+\.md)", report.stdout).group(1)).read_text()  # type: ignore[union-attr]
     assert re.search(r"\| noiseless \(steps=2\) \|.*\| 1 \|", markdown), markdown
     assert re.search(r"\| noiseless \(steps=3\) \|.*\| 2 \|", markdown), markdown
+
+
+def _row(mechanism: str, epsilon: float, test: float, unit: str, categories: str = "PERSON") -> ReportRow:
+    return ReportRow(mechanism=mechanism, categories=categories, target_epsilon=8.0, epsilon=epsilon, delta=1e-5,
+                     noise_multiplier=1.0, metric="perplexity", valid=test, test=test, test_spread=0.0, seeds=1,
+                     run_ids=("r",), baselines={"unigram": 300.0}, unit=unit)
+
+
+def test_the_plot_keeps_nearby_epsilons_together_and_gives_each_privacy_unit_its_panel() -> None:
+    """Issue 50 item 11: runs at 7.993 and 7.999 were drawn at the two ends of an axis from 7.993 to 7.999,
+    and userdp beside uedp-bounded on one axis although their epsilons are for different units."""
+    import matplotlib.pyplot as plt
+
+    from uedp.privacy.mechanisms import registry
+    from uedp.services.report import privacy_utility_figure
+
+    rows = [_row("userdp (clip=1)", 7.993, 150.0, registry.get("userdp").unit, ""),
+            _row("userdp (clip=2)", 7.999, 140.0, registry.get("userdp").unit, ""),
+            _row("uedp-bounded", 7.996, 180.0, registry.get("uedp-bounded").unit),
+            _row("noiseless", float("inf"), 60.0, "none", "")]
+    fig = privacy_utility_figure(rows, "PERSON", "demo")
+    fig.canvas.draw()
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == ["unit: one user", "unit: one user and one detected entity"]
+    for ax in fig.axes:
+        low, high = ax.get_xlim()
+        assert low == 0 and 8 < high < 10  # the whole range from 0, not a zoom onto 0.006
+        assert ax.xaxis.get_major_formatter().get_offset() == ""  # no "+7.99" offset under the axis
+        labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+        assert len(set(labels)) == len(labels) >= 3
+        assert any(line.get_label() == "noiseless (no guarantee)" for line in ax.get_lines())  # on every panel
+    shown = {text.get_text() for ax in fig.axes for text in ax.get_legend().get_texts()}
+    assert {"userdp (clip=1)", "userdp (clip=2)", "uedp-bounded"} <= shown
+    plt.close(fig)

@@ -126,6 +126,18 @@ class Exposure:
 LogPerplexity = Callable[[list[str]], np.ndarray]  # texts -> summed NLL of each
 
 
+def chance_exposure(canaries: int) -> dict[str, float]:
+    """What a model that learnt nothing about its canaries scores, per summary figure, for ``canaries`` of
+    them: each canary's rank is then uniform among its candidates, so its exposure ``-log2(rank / size)`` is
+    an exponential variable of mean ``1 / ln 2`` (about 1.44), for a large space. The largest of ``n`` such
+    exposures has mean ``H_n / ln 2`` (the harmonic number: about 3.9 for 8 canaries), the smallest
+    ``1 / (n ln 2)``. Each figure is read against its own baseline: a maximum of 3.9 is no leak."""
+    n = max(int(canaries), 1)
+    harmonic = sum(1 / i for i in range(1, n + 1))
+    return {"canary_exposure_mean": 1 / math.log(2), "canary_exposure_max": harmonic / math.log(2),
+            "canary_exposure_min": 1 / (n * math.log(2))}
+
+
 def exposure(canary: Canary, log_perplexity: LogPerplexity, exact_limit: int = 20_000, samples: int = 4_000,
              seed: int = 0, batch: int = 2_048) -> Exposure:
     """Exposure of one canary, exactly when its space has at most ``exact_limit`` candidates."""
