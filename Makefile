@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # workers on 2 cores ran the suite 1.55x faster (1670 s -> 1075 s, same machine, same hour).
 TEST_WORKERS ?= 2
 
-.PHONY: setup demo test gpu-check lint docs wheel browser constraints clean
+.PHONY: setup demo test gpu-check lint docs doc-figures wheel browser constraints clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,9 @@ lint: $(STAMP)  ## ruff, and mypy on the installed layout of the package (strict
 
 docs: $(STAMP)  ## regenerate docs/cli.md from the CLI
 	$(BIN)/python scripts/cli_reference.py
+
+doc-figures: $(STAMP)  ## run `uedp demo` in a fresh data home and re-render the pages' demo table and timings
+	$(BIN)/python scripts/doc_figures.py $(DOC_FIGURES_FLAGS)
 
 wheel: $(STAMP)  ## build dist/uedp-*.whl (one import package, `uedp`; install it with -c constraints.txt)
 	$(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir dist .

@@ -38,16 +38,41 @@ def tracking_uri(home: DataHome) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or home.mlflow_tracking_uri
 
 
-# MLflow 3's UI opens on its GenAI pages unless told otherwise; this query opens the runs and their charts.
-MODEL_TRAINING_VIEW = "#/experiments?workflowType=machine_learning"
+# MLflow 3's UI opens every page (experiments, an experiment, a run) in its GenAI view unless the address says
+# otherwise: the view is read from this query, else from the browser's last choice, which starts as GenAI
+# (a run then shows under "Evaluation runs"). Every address uedp prints carries it.
+WORKFLOW_QUERY = "workflowType=machine_learning"
+MODEL_TRAINING_VIEW = f"#/experiments?{WORKFLOW_QUERY}"
 
 
-def ui_command(home: DataHome) -> str:
+def ui_command(home: DataHome, page: str = MODEL_TRAINING_VIEW) -> str:
     """How to look at the runs: the tracking server's page, or the command that serves the local store."""
     uri = tracking_uri(home)
     if uri.startswith(("http://", "https://")):
-        return f"{uri.rstrip('/')}/{MODEL_TRAINING_VIEW}"
-    return f"mlflow ui --backend-store-uri {uri}, then http://127.0.0.1:5000/{MODEL_TRAINING_VIEW}"
+        return f"{uri.rstrip('/')}/{page}"
+    return f"mlflow ui --backend-store-uri {uri}, then http://127.0.0.1:5000/{page}"
+
+
+def experiment_page(experiment_id: str) -> str:
+    """An experiment's runs table in the model-training view (the address after the server's)."""
+    return f"#/experiments/{experiment_id}/runs?{WORKFLOW_QUERY}"
+
+
+def run_page(experiment_id: str, run_id: str) -> str:
+    """A run's page in the model-training view (metrics, parameters, artifacts), not among GenAI evaluations."""
+    return f"#/experiments/{experiment_id}/runs/{run_id}?{WORKFLOW_QUERY}"
+
+
+def run_link(home: DataHome, run_id: str) -> str:
+    """How to open one run: its page on the tracking server, or the command that serves the local store."""
+    run = MlflowClient(tracking_uri(home)).get_run(run_id)
+    return ui_command(home, run_page(run.info.experiment_id, run_id))
+
+
+def dataset_link(home: DataHome, dataset: str) -> str:
+    """How to open a dataset's experiment (its runs, side by side); the experiments list when it has none yet."""
+    found = MlflowClient(tracking_uri(home)).get_experiment_by_name(dataset)
+    return ui_command(home, experiment_page(found.experiment_id) if found is not None else MODEL_TRAINING_VIEW)
 
 
 class Leases:

@@ -104,3 +104,50 @@ def test_the_readme_names_the_ci_test_command_and_links_the_privacy_account() ->
     assert "make test" in readme  # .ci/run runs `make test`: the README must say it is the test command
     assert "make test" in (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert "docs/PRIVACY.md" in relative_links(readme)
+
+
+def _load_script(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_demo_figures_in_the_pages_are_the_recorded_run_of_the_current_demo() -> None:
+    """Issue 50 item 12: the guide's table (noiseless 2.926) was not what `uedp demo` printed (2.285). The pages'
+    blocks are rendered from docs/demo-figures.json by `make doc-figures`, which records a real run; a change
+    to the demo's defaults or corpus makes the record stale, and this says to measure again."""
+    import json
+
+    figures = _load_script("doc_figures")
+    record = json.loads(figures.RECORD.read_text(encoding="utf-8"))
+    blocks = figures.render(record)
+    for page, names in ((GUIDE, ("demo-output", "demo-timing")), (README, ("demo-timing",))):
+        text = page.read_text(encoding="utf-8")
+        assert all(f"<!-- uedp:{name} -->" in text for name in names), page
+        assert figures.rewrite(page, blocks) == text, f"{page.name}: a demo figure was edited by hand"
+    assert record["fingerprint"] == figures.demo_fingerprint(), (
+        "the demo's defaults or corpus changed since docs/demo-figures.json was measured: run `make doc-figures`")
+    from uedp.services.config import DemoConfig
+
+    shown = {line.split("│")[1].strip() for line in record["demo"]["output"].splitlines() if line.startswith("│")}
+    assert shown == set(DemoConfig().mechanisms)  # the table is the demo's: one row per mechanism it trains
+
+
+def test_a_hand_edited_demo_figure_is_caught(tmp_path: Path) -> None:
+    import json
+
+    figures = _load_script("doc_figures")
+    blocks = figures.render(json.loads(figures.RECORD.read_text(encoding="utf-8")))
+    page = tmp_path / "guide.md"
+    page.write_text("# Guide\n\n<!-- uedp:demo-output -->\n```\nold table\n```\n<!-- /uedp:demo-output -->\n\nIt took "
+                    "<!-- uedp:demo-timing -->70 s<!-- /uedp:demo-timing -->.\n", encoding="utf-8")
+    rendered = figures.rewrite(page, blocks)
+    assert "old table" not in rendered and "70 s<" not in rendered and blocks["demo-output"] in rendered
+    page.write_text(rendered, encoding="utf-8")
+    assert figures.rewrite(page, blocks) == rendered  # rendering twice changes nothing
+    start = rendered.index("<!-- uedp:demo-output -->")
+    digit = next(i for i in range(start, len(rendered)) if rendered[i].isdigit())
+    page.write_text(rendered[:digit] + str((int(rendered[digit]) + 1) % 10) + rendered[digit + 1:], encoding="utf-8")
+    assert figures.rewrite(page, blocks) != page.read_text(encoding="utf-8")  # the check above would fail

@@ -193,7 +193,7 @@ def demo(
     """
     data_home = _prepare_runtime(home)
     from uedp.flows.demo import demo_flow
-    from uedp.services.tracking import ui_command
+    from uedp.services.tracking import dataset_link
 
     given = {"mechanisms": _csv(mechanisms) if mechanisms else None, "categories": categories, "seed": seed,
              "device": device, "randomness": "secure" if secure else None}
@@ -213,7 +213,7 @@ def demo(
     )
     typer.echo(f"detect: {'reused' if det.reused else 'wrote'} {det.entities} {det.detector} entity spans")
     _print_summary(outcome.runs)
-    typer.echo(f"\nBrowse the runs:  {ui_command(data_home)}")
+    typer.echo(f"\nBrowse the runs:  {dataset_link(data_home, ing.dataset)}")
 
 
 def _ingest_settings() -> tuple[list[Any], set[str], str, str]:
@@ -627,7 +627,7 @@ def train(
     """
     data_home = _prepare_runtime(home)
     from uedp.services.launch import run_training
-    from uedp.services.tracking import ui_command
+    from uedp.services.tracking import run_link
 
     values = merged(config_file, settings, set_, LISTED)
     config = _train_config(dataset, mechanism, seeded, values)
@@ -656,7 +656,7 @@ def train(
                    f"{result.audit_epsilon:.3g} at 95% confidence, beside the accounted {_fmt(result.epsilon, 4)} "
                    f"(details: uedp attack {result.run_id} --kind audit)")
     _print_guarantee(result)
-    typer.echo(f"MLflow run: {result.run_id}   (browse: {ui_command(data_home)})")
+    typer.echo(f"MLflow run: {result.run_id}   (browse: {run_link(data_home, result.run_id)})")
 
 
 def ignored_categories(config: Any, given: Any) -> str | None:
@@ -766,7 +766,7 @@ def sweep(
     configuration), --config or --set key=value."""
     data_home = _prepare_runtime(home)
     from uedp.flows.sweep import sweep_flow
-    from uedp.services.tracking import ui_command
+    from uedp.services.tracking import run_link
 
     try:
         targets = [float(e) for e in _csv(epsilons)]
@@ -792,7 +792,7 @@ def sweep(
     if outcome.runs:
         _print_summary(outcome.runs, title=f"uedp sweep on {dataset}")
     typer.echo(f"\nreport: {outcome.report[0] if outcome.report else '-'}")
-    typer.echo(f"MLflow parent run: {outcome.parent_run_id}   (browse: {ui_command(data_home)})")
+    typer.echo(f"MLflow parent run: {outcome.parent_run_id}   (browse: {run_link(data_home, outcome.parent_run_id)})")
     if failed is not None:
         for failure in outcome.failures:
             typer.echo(f"failed: {failure.describe()}", err=True)
@@ -1004,7 +1004,7 @@ def attack(
     epsilon."""
     data_home = _prepare_runtime(home)
     from uedp.services.attack import ATTACKS, attack_run, summary_rows
-    from uedp.services.tracking import ui_command
+    from uedp.services.tracking import run_link
 
     kinds = list(ATTACKS) if kind == "all" else _csv(kind)
     outcome = attack_run(data_home, run_id, kinds, members=members, top_k=top_k, extraction_limit=extraction_limit,
@@ -1025,7 +1025,7 @@ def attack(
         typer.echo(note)
     for name, why in outcome.skipped.items():
         typer.echo(f"skipped {name}: {why}")
-    typer.echo(f"{len(outcome.metrics)} figures logged to MLflow run {run_id}   (browse: {ui_command(data_home)})")
+    typer.echo(f"{len(outcome.metrics)} figures logged to MLflow run {run_id}   (browse: {run_link(data_home, run_id)})")
     if outcome.failed:
         raise UedpError("; ".join(f"{name} failed ({why})" for name, why in outcome.failed.items())
                         + " - the other attacks' figures are logged")
@@ -1042,21 +1042,26 @@ def serve(
     pools with one worker each, and the deployments of deployments/prefect.yaml."""
     data_home = _prepare_runtime(home)
     import signal
-    import threading
+    import time
 
     from uedp.services.tracking import MODEL_TRAINING_VIEW
     from uedp.stack import LocalStack
 
+    def terminate(signum: int, frame: object) -> None:  # kill -TERM stops the stack as Ctrl-C does
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: a second TERM must not cut the stopping short
+        raise KeyboardInterrupt
+
+    # Before anything starts: a TERM during start-up stops what has started, too (never orphaned servers).
+    signal.signal(signal.SIGTERM, terminate)
     typer.echo(f"starting the uedp stack (logs: {data_home.root / 'stack'}) ...")
-    with LocalStack(data_home, prefect_port, mlflow_port) as stack:
+    with contextlib.suppress(KeyboardInterrupt), LocalStack(data_home, prefect_port, mlflow_port) as stack:
         typer.echo(f"Prefect UI  {stack.prefect_ui}   (deployments: {', '.join(stack.deployment_names())})")
         typer.echo(f"MLflow UI   {stack.mlflow_url}/{MODEL_TRAINING_VIEW}")
         typer.echo(f"CLI against it: export PREFECT_API_URL={stack.prefect_api} MLFLOW_TRACKING_URI={stack.mlflow_url}")
-        typer.echo("Ctrl-C stops everything.")
-        stopped = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stopped.set())
-        with contextlib.suppress(KeyboardInterrupt):
-            stopped.wait()
+        typer.echo("Ctrl-C (or kill -TERM) stops everything.", nl=True)
+        sys.stdout.flush()
+        while True:
+            time.sleep(3600)
     typer.echo("stack stopped")
 
 

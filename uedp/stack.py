@@ -8,6 +8,7 @@ context (or Ctrl-C on ``uedp serve``) stops them all, workers first.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -24,6 +25,14 @@ from uedp.errors import UedpError
 from uedp.storage.home import DataHome
 
 POOLS = ("cpu", "gpu")
+# Seconds the stack's processes get, together, to exit on TERM before they are killed: `uedp serve` stops
+# within this plus a second or two (a Prefect worker waits on its flow runs far longer than a user does).
+STOP_GRACE = 5.0
+
+
+def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # the group is gone already
+        os.killpg(process.pid, signum)
 
 
 def free_port() -> int:
@@ -112,14 +121,19 @@ class LocalStack:
             self._spawn(f"worker-{pool}", [*prefect, "worker", "start", "--pool", pool, "--type", "process"])
 
     def stop(self) -> None:
-        for _, process, log in reversed(self._processes):  # workers first, servers last
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
+        """TERM to every process group at once (workers first), then KILL to whatever is still running after
+        :data:`STOP_GRACE` seconds in all: the stack is gone within seconds, not a grace period per process."""
+        running = [(name, process) for name, process, _ in reversed(self._processes) if process.poll() is None]
+        for _, process in running:
+            _signal_group(process, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE
+        for _, process in running:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=max(deadline - time.monotonic(), 0.01))
+        for _, process in running:
+            _signal_group(process, signal.SIGKILL)  # also what a process left behind in its group
+            process.wait()
+        for _, _, log in self._processes:
             log.close()
         self._processes.clear()
 
