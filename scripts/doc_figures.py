@@ -101,19 +101,19 @@ def _minutes(seconds: float) -> str:
 
 
 def _machine(run: dict[str, Any]) -> str:
-    return (f"{run['cores']}-core machine, load average {run['load'][0]:.1f} before and {run['load'][1]:.1f} "
-            f"after, commit `{run['commit']}`, {run['date']}")
+    return (f"{run['cores']} cores, load {run['load'][0]:.1f} then {run['load'][1]:.1f}, "
+            f"`{run['commit']}`, {run['date']}")
 
 
 def render(record: dict[str, Any]) -> dict[str, str]:
     """Each marked block's text, from the record."""
     demo = record["demo"]
-    timing = (f"`uedp demo` took **{_minutes(demo['seconds'])}** with a fresh data home ({_machine(demo)})")
+    timing = (f"`OMP_NUM_THREADS={record['threads']} uedp demo` took **{_minutes(demo['seconds'])}** from a fresh "
+              f"home ({_machine(demo)})")
     make = record.get("make_demo")
     if make:
-        timing += (f"; `time make demo` in a fresh clone, installation included, took **{_minutes(make['seconds'])}**"
-                   f" ({_machine(make)})")
-    timing += ". Measured by `make doc-figures`"
+        timing += f"; `make demo` in a fresh clone, install included, **{_minutes(make['seconds'])}** ({_machine(make)})"
+    timing += " (`make doc-figures`)"
     return {"demo-output": f"```\n{demo['output']}\n```", "demo-timing": timing}
 
 
