@@ -14,6 +14,7 @@ Prefect form (``uedp.flows.ingest.IngestConfig``) extends and from which ``uedp 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
@@ -294,10 +295,8 @@ def ingest(home: DataHome, dataset: str, files: list[Path], options: IngestOptio
 def remove_if_empty(folder: Path) -> None:
     """Remove a dataset's folder a failed first ingest made, unless something else was written there since
     (a concurrent ingest's table, or a temporary of a live writer): only empty folders go."""
-    try:
+    with contextlib.suppress(OSError):
         folder.rmdir()
-    except OSError:
-        pass
 
 
 def _write_tables(home: DataHome, dataset: str, files: list[Path], options: IngestOptions, key: str,
