@@ -11,6 +11,8 @@ import fsspec
 import pytest
 import spacy
 from mlflow.tracking import MlflowClient
+from spacy.language import Language
+from spacy.tokens import Doc
 
 from uedp.detection.pipeline import DetectorConfig
 from uedp.errors import UedpError
@@ -105,16 +107,26 @@ def test_sharded_detection_equals_one_pass_and_is_shared_through_the_store(home:
     assert again.reused and _rows(trainer, demo) == single  # pulled, not re-detected
 
 
+@Language.component("uedp_test_fails_on_zorg")
+def _fails_on_zorg(doc: Doc) -> Doc:
+    """A pipeline step that fails on one sentence: the shard holding it fails, the others finish. (An
+    unknown label no longer serves: every shard refuses it before parsing, issue 50.)"""
+    if "Zorg" in doc.text:
+        raise ValueError("this shard's parse failed on purpose (Zorg)")
+    return doc
+
+
 def test_a_failing_shard_leaves_no_table_and_keeps_finished_parts(home: DataHome, tmp_path: Path,
                                                                   prefect_server: None) -> None:
     nlp = spacy.blank("en")
-    nlp.add_pipe("entity_ruler").add_patterns([{"label": "SPACESHIP", "pattern": "Zorg"}])
+    nlp.add_pipe("entity_ruler").add_patterns([{"label": "PERSON", "pattern": "Zorg"}])
+    nlp.add_pipe("uedp_test_fails_on_zorg")
     nlp.to_disk(tmp_path / "odd")
     texts = [f"Sentence number {i} is harmless." for i in range(30)] + ["Zorg lands."]
     corpus = write(tmp_path / "t.jsonl", "\n".join(json.dumps({"text": t, "user": f"u{i % 3}"}) for i, t in enumerate(texts)))
     ingest(home, "t", [corpus], IngestOptions(format="jsonl", text_col="text", user_col="user", split="users"))
     config = DetectorConfig(detectors=["spacy"], spacy_model=str(tmp_path / "odd"))
-    with pytest.raises(UedpError, match="SPACESHIP"):
+    with pytest.raises(ValueError, match=r"failed on purpose \(Zorg\)"):
         detect_flow("t", config, home=str(home.root), scale_out=ScaleOut(rows_per_shard=10, runner="threads"))
     assert read_manifest(home.table_dir("t", "entities")) is None
     staged = sorted(p.name for p in home.dataset_dir("t").glob(f"{STAGING_PREFIX}*/part-*.parquet"))

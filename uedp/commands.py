@@ -660,8 +660,13 @@ def train(
 
 
 def ignored_categories(config: Any, given: Any) -> str | None:
-    """Said when --categories is given to a mechanism that trains the same whatever the categories."""
+    """Said when --categories other than the default are given to a mechanism that trains the same whatever
+    the categories (a logged configuration fed back with --config holds the default: nothing to say)."""
+    from uedp.detection.categories import default_categories
+
     if given is None or config.spec.uses_categories(config.params):
+        return None
+    if set(config.categories) == set(default_categories()):
         return None
     shown = given if isinstance(given, str) else ",".join(given)
     unit = "no privacy unit" if config.spec.unit == "none" else f"its unit: {config.spec.unit}"

@@ -119,6 +119,7 @@ class UeDpBounded(UserDp):
         assert isinstance(params.holders_per_entity, int)
         self.k: int = params.holders_per_entity
         self.chosen = chosen  # how auto chose k, said in the statement (None: k was given)
+        self._choice: tuple[AttributionGraph, HolderChoiceResult] | None = None  # the last graph's holder choice
         self.group_size = 1 + self.k
         self.noise_floor = MIN_NOISE_MULTIPLIER * math.sqrt(self.group_size)  # per-release noise >= the floor
         super().__init__(params, None, randomness)
@@ -132,14 +133,21 @@ class UeDpBounded(UserDp):
         smaller = ("a smaller --holders-per-entity (k), or auto",) if self.k else ()
         return replace(super().noise_to_signal(units), mechanism=f"uedp-bounded (k = {self.k})", extra_fixes=smaller)
 
+    def holder_choice(self, graph: AttributionGraph) -> HolderChoiceResult:
+        """The k holders of each entity on ``graph``: auto's (made while choosing k), else made once and kept,
+        so the warning before training and the selection share it."""
+        if self.chosen is not None and (made := self.chosen.choice_on(graph)) is not None:
+            return made
+        if self._choice is None or self._choice[0] != graph:
+            self._choice = (graph, choose_holders(graph, self.k, self.params.holder_choice))
+        return self._choice[1]
+
     def select(self, data: TrainData) -> Selection:
         """Each entity's at most k holders, from the graph alone; the sentences they do not hold left out."""
         if data.entities is None:
             raise ValueError(f"{self.name} needs the sentences' entity sets (TrainData.entities)")
         graph = AttributionGraph.from_entity_sets(data.entities)
-        choice = self.chosen.choice_on(graph) if self.chosen is not None else None
-        kept = KeptHolders(graph, choice or choose_holders(graph, self.k, self.params.holder_choice),
-                           data.entities, users=self)
+        kept = KeptHolders(graph, self.holder_choice(graph), data.entities, users=self)
         return Selection(bounded_training_data(data, graph, kept.choice), sampling=kept,
                          extra={"holders_per_entity": float(self.k),
                                 "group_size": float(self.group_size), **kept.extra()},
@@ -159,9 +167,7 @@ def dropped_entities_warning(mechanism: UeDpBounded, entities: Mapping[str, Sequ
     graph = AttributionGraph.from_entity_sets(entities)
     if not graph.n_sensitive:
         return None
-    chosen = mechanism.chosen
-    choice = (chosen.choice_on(graph) if chosen is not None else None) or choose_holders(
-        graph, mechanism.k, mechanism.params.holder_choice)
+    chosen, choice = mechanism.chosen, mechanism.holder_choice(graph)
     share = choice.sensitive_kept / graph.n_sensitive
     if share >= KEEP_WARNING:
         return None
