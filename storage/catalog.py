@@ -41,12 +41,15 @@ class CommonEntity:
         return self.users / self.of_users if self.of_users else 0.0
 
 
+def ingested_datasets(home: DataHome) -> list[str]:
+    """The datasets of this home: folders with a complete sentences table (not what a killed ingest left)."""
+    return [name for name in home.dataset_folders() if read_manifest(home.table_dir(name, "sentences")) is not None]
+
+
 def require_ingested(home: DataHome, dataset: str) -> None:
     """A clear error, before any work starts, for a dataset that was never ingested into this home."""
     if read_manifest(home.table_dir(dataset, "sentences")) is None:
-        datasets = home.root / "datasets"
-        known = sorted(p.name for p in datasets.iterdir() if p.is_dir() and not p.name.startswith(".")) \
-            if datasets.is_dir() else []
+        known = ingested_datasets(home)
         raise UedpError(f"dataset {dataset!r} has no sentences table under {home.dataset_dir(dataset)}; ingest it "
                         f"first ({'datasets here: ' + ', '.join(known) if known else 'this data home has no datasets'})")
 

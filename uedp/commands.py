@@ -662,11 +662,9 @@ def train(
 def ignored_categories(config: Any, given: Any) -> str | None:
     """Said when --categories other than the default are given to a mechanism that trains the same whatever
     the categories (a logged configuration fed back with --config holds the default: nothing to say)."""
-    from uedp.detection.categories import default_categories
-
     if given is None or config.spec.uses_categories(config.params):
         return None
-    if set(config.categories) == set(default_categories()):
+    if set(config.categories) == set(DEFAULT_CATEGORIES):
         return None
     shown = given if isinstance(given, str) else ",".join(given)
     unit = "no privacy unit" if config.spec.unit == "none" else f"its unit: {config.spec.unit}"
@@ -1063,7 +1061,7 @@ def serve(
         typer.echo(f"Prefect UI  {stack.prefect_ui}   (deployments: {', '.join(stack.deployment_names())})")
         typer.echo(f"MLflow UI   {stack.mlflow_url}/{MODEL_TRAINING_VIEW}")
         typer.echo(f"CLI against it: export PREFECT_API_URL={stack.prefect_api} MLFLOW_TRACKING_URI={stack.mlflow_url}")
-        typer.echo("Ctrl-C (or kill -TERM) stops everything.", nl=True)
+        typer.echo("Ctrl-C (or kill -TERM) stops everything.")
         sys.stdout.flush()
         while True:
             time.sleep(3600)
@@ -1193,21 +1191,16 @@ def _ledger_lines(dataset: str, seen: LedgerView) -> list[str]:
 def datasets(home: Optional[Path] = HOME_OPTION) -> None:
     """List the datasets in the data home with their tables and row counts."""
     data_home = _prepare_runtime(home)
+    from uedp.storage.catalog import ingested_datasets
     from uedp.storage.tables import read_manifest
 
-    listed, incomplete = 0, []
-    for dataset in data_home.dataset_folders():
-        tables = []
-        for table in ("sentences", "users", "entities"):
-            manifest = read_manifest(data_home.table_dir(dataset, table))
-            if manifest:
-                tables.append(f"{table}={manifest['rows']}")
-        if "sentences=" not in " ".join(tables):  # not a dataset: nothing ingested completed there
-            incomplete.append(dataset)
-            continue
-        typer.echo(f"{dataset}: {' '.join(tables)}")
-        listed += 1
-    if not listed:
+    complete = ingested_datasets(data_home)
+    incomplete = [name for name in data_home.dataset_folders() if name not in complete]
+    for dataset in complete:
+        rows = {table: (read_manifest(data_home.table_dir(dataset, table)) or {}).get("rows")
+                for table in ("sentences", "users", "entities")}
+        typer.echo(f"{dataset}: " + " ".join(f"{table}={n}" for table, n in rows.items() if n is not None))
+    if not complete:
         typer.echo(f"no datasets under {data_home.root}; try `uedp ingest` or `uedp demo`")
     for dataset in incomplete:
         typer.echo(f"not a dataset: {data_home.dataset_dir(dataset)} holds no complete sentences table (an ingest that "
