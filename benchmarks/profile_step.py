@@ -51,13 +51,15 @@ def main() -> None:
 
     from uedp.models.threads import use_threads
     from uedp.models.tokenization import load_tokenizer
-    from uedp.privacy import accounting, primitives
+    from uedp.privacy import primitives
+    from uedp.privacy.accounting import rounds as round_accounting
     from uedp.privacy.mechanisms import dpsgd
     from uedp.privacy.population import Population
     from uedp.privacy.randomness import Randomness
     from uedp.services.config import TrainConfig
     from uedp.services.training_data import prepare_data
-    from uedp.services.training_setup import build_mechanism, loss_function
+    from uedp.services.training_plan import build_mechanism
+    from uedp.services.training_setup import loss_function
     from uedp.storage.catalog import Catalog
 
     use_threads(args.threads)
@@ -69,8 +71,8 @@ def main() -> None:
     primitives._noise_shaped = timed(phases, "secret noise (drawn on a background thread)", primitives._noise_shaped)
     concurrent.futures.Future.result = timed(phases, "waiting for the noise", concurrent.futures.Future.result)
     for method in ("plan", "spend", "exact_after"):  # planned before the first step; spend only counts
-        setattr(accounting.RoundAccountant, method, timed(phases, "accounting (planned before the first step)",
-                                                          getattr(accounting.RoundAccountant, method)))
+        setattr(round_accounting.RoundAccountant, method, timed(phases, "accounting (planned before the first step)",
+                                                          getattr(round_accounting.RoundAccountant, method)))
     torch.optim.Adam.step = timed(phases, "optimizer (Adam)", torch.optim.Adam.step)
 
     kind, size, _ = parse(args.model)

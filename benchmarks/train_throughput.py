@@ -185,7 +185,8 @@ def main() -> None:
     from uedp.privacy.population import Population
     from uedp.privacy.randomness import Randomness
     from uedp.services.training_data import prepare_data
-    from uedp.services.training_setup import build_mechanism, loss_function
+    from uedp.services.training_plan import build_mechanism
+    from uedp.services.training_setup import loss_function
     from uedp.storage.catalog import Catalog
 
     use_threads(args.threads)

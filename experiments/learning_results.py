@@ -17,7 +17,7 @@ a run within a few minutes on 2 cores. The two corpora run side by side, one tor
 
 A third start is **the Reuters base** (``--base``, on by default): the public base ``uedp pretrain`` builds
 from Reuters-21578 (1987 newswire, disjoint from both corpora) with its own BPE vocabulary, the cpu
-reproductions' base (GPT-2 small, 3000 steps; ``uedp.reproduce.starts.BASES``). It is built once in
+reproductions' base (GPT-2 small, 3000 steps; ``uedp.experiments.starts.BASES``). It is built once in
 ``--base-home`` (reused by content key: point it at a data home that already has it) and every
 configuration runs again from it with ``--init-from`` its model folder and ``--tokenizer`` its vocabulary.
 Its perplexities count BPE tokens, so they are compared with each other and with the base before
@@ -48,8 +48,9 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
-from page_files import write_command_file
+from uedp.experiments.common import write_command_file
 
 ROOT = Path(__file__).resolve().parents[1]
 PRIVATE = ("userdp", "uedp-bounded", "dpsgd", "selective")
@@ -123,13 +124,13 @@ def generated_messages(folder: Path, users: int) -> tuple[tuple[Path, ...], tupl
 
 
 def run_id_of(output: str) -> str:
-    return re.findall(r"MLflow run: (\w+)", output)[-1]
+    return str(re.findall(r"MLflow run: (\w+)", output)[-1])
 
 
 def reuters_base(public_dir: Path, home: Path, test_files: Sequence[Path], threads: int) -> ReutersBase:
     """Build (or reuse, by content key) the cpu reproductions' Reuters base in ``home`` with ``uedp pretrain``,
     measured on each corpus' test file."""
-    from uedp.reproduce.starts import BASES
+    from uedp.experiments.starts import BASES
 
     settings = BASES["cpu"]
     home.mkdir(parents=True, exist_ok=True)
@@ -183,7 +184,7 @@ def run_corpus(corpus: Corpus, home: Path, epsilons: Sequence[float], pretrain_s
                  threads=threads, log=log)
 
 
-def corpus_runs(home: Path, dataset: str) -> list[dict[str, object]]:
+def corpus_runs(home: Path, dataset: str) -> list[dict[str, Any]]:
     """The finished runs of ``dataset`` in a corpus' data home (the latest of each configuration)."""
     from mlflow.tracking import MlflowClient
 
@@ -221,8 +222,8 @@ def _cell(value: float) -> str:
     return f"{value:.1f}" if value < 1000 else f"{value:.2g}"
 
 
-def _order(runs: list[dict[str, object]]) -> list[tuple[str, float | None]]:
-    targets = sorted({float(r["target"]) for r in runs if r["target"] is not None})  # type: ignore[arg-type]
+def _order(runs: list[dict[str, Any]]) -> list[tuple[str, float | None]]:
+    targets = sorted({float(r["target"]) for r in runs if r["target"] is not None})
     return [("noiseless", None)] + [(m, e) for m in PRIVATE for e in targets]
 
 
@@ -256,16 +257,16 @@ def results_page(homes: dict[str, Path], out: Path, base: ReutersBase | None, st
             if scratch is None and warm is None:
                 continue
             shown = [r for r in (scratch, warm) if r is not None]
-            learnt = ", ".join(("yes" if float(r["test"]) < float(r["unigram"]) else "no")  # type: ignore[arg-type]
+            learnt = ", ".join(("yes" if float(r["test"]) < float(r["unigram"]) else "no")
                                for r in shown)
-            stopped = [r for r in shown if r["rounds"] < r["planned"]]  # type: ignore[operator]
-            gain = (f"{float(scratch['test']) / float(warm['test']):.2f}x" if scratch and warm else "-")  # type: ignore[arg-type]
+            stopped = [r for r in shown if r["rounds"] < r["planned"]]
+            gain = (f"{float(scratch['test']) / float(warm['test']):.2f}x" if scratch and warm else "-")
             ratio = shown[0]["ratio"]
             lines.append(
                 f"| {mechanism} | {'-' if target is None else f'{target:g}'} | "
-                f"{_cell(float(scratch['test'])) if scratch else '-'} | "  # type: ignore[arg-type]
-                f"{_cell(float(warm['test'])) if warm else '-'} | "  # type: ignore[arg-type]
-                f"{gain} | {'-' if math.isnan(float(ratio)) else f'{float(ratio):.3g}'} | "  # type: ignore[arg-type]
+                f"{_cell(float(scratch['test'])) if scratch else '-'} | "
+                f"{_cell(float(warm['test'])) if warm else '-'} | "
+                f"{gain} | {'-' if math.isnan(float(ratio)) else f'{float(ratio):.3g}'} | "
                 f"{shown[0]['k'] or '-'} | {learnt}{' (stopped: diverged)' if stopped else ''} |")
         lines.append("")
         lines += _base_table(name, runs, base)
@@ -274,7 +275,7 @@ def results_page(homes: dict[str, Path], out: Path, base: ReutersBase | None, st
     _plot(homes, out, base, starts, suffix)
 
 
-def _base_table(name: str, runs: list[dict[str, object]], base: ReutersBase | None,
+def _base_table(name: str, runs: list[dict[str, Any]], base: ReutersBase | None,
                 level: str = "###") -> list[str]:
     """The configurations from the Reuters base, against noiseless from it and the base before fine-tuning."""
     from_base = {(r["mechanism"], r["target"]): r for r in runs if r["start"] == "base"}
@@ -294,10 +295,10 @@ def _base_table(name: str, runs: list[dict[str, object]], base: ReutersBase | No
         row = from_base.get((mechanism, target))
         if row is None:
             continue
-        test, ratio = float(row["test"]), float(row["ratio"])  # type: ignore[arg-type]
-        stopped = " (stopped: diverged)" if row["rounds"] < row["planned"] else ""  # type: ignore[operator]
+        test, ratio = float(row["test"]), float(row["ratio"])
+        stopped = " (stopped: diverged)" if row["rounds"] < row["planned"] else ""
         lines.append(f"| {mechanism} | {'-' if target is None else f'{target:g}'} | {_cell(test)} | "
-                     f"{test / float(noiseless['test']):.2f}x | {'yes' if test < before else 'no'}{stopped} | "  # type: ignore[arg-type]
+                     f"{test / float(noiseless['test']):.2f}x | {'yes' if test < before else 'no'}{stopped} | "
                      f"{'-' if math.isnan(ratio) else f'{ratio:.3g}'} |")
     return [*lines, ""]
 
@@ -319,9 +320,10 @@ def _plot(homes: dict[str, Path], out: Path, base: ReutersBase | None, starts: S
     rows = int(with_bytes) + int(with_base)
     fig, axes = plt.subplots(rows, len(corpora), figsize=(6.5 * len(corpora), 5.2 * rows), dpi=120, squeeze=False)
     for column, (name, runs) in enumerate(corpora):
-        labels, bars = [], {start: [] for start in STARTS}  # type: dict[str, list[float]]
+        labels: list[str] = []
+        bars: dict[str, list[float]] = {start: [] for start in STARTS}
         for mechanism, target in _order(runs):
-            pick = {r["start"]: float(r["test"]) for r in runs  # type: ignore[arg-type]
+            pick = {r["start"]: float(r["test"]) for r in runs
                     if r["mechanism"] == mechanism and r["target"] == target}
             if not pick:
                 continue
@@ -335,8 +337,8 @@ def _plot(homes: dict[str, Path], out: Path, base: ReutersBase | None, starts: S
             ax.bar([i - 0.2 for i in x], bars["scratch"], 0.4, label="from scratch", color="C0")
             ax.bar([i + 0.2 for i in x], bars["public"], 0.4, label="public-pretrained start", color="C2")
             reference = next(r for r in runs if r["mechanism"] == "noiseless" and r["start"] != "base")
-            ax.axhline(float(reference["uniform"]), color="0.3", linestyle="--", label="uniform guess")  # type: ignore[arg-type]
-            ax.axhline(float(reference["unigram"]), color="C3", linestyle=":", label="unigram (validation split)")  # type: ignore[arg-type]
+            ax.axhline(float(reference["uniform"]), color="0.3", linestyle="--", label="uniform guess")
+            ax.axhline(float(reference["unigram"]), color="C3", linestyle=":", label="unigram (validation split)")
             ax.set(ylabel="test perplexity (byte tokens, log scale)", title=f"{name}: tiny GPT-2, lower is better")
             _finish(ax, labels)
         if with_base and base is not None:

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from page_files import write_command_file
+from uedp.experiments.common import write_command_file
 
 ROOT = Path(__file__).resolve().parents[1]
 

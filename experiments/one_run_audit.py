@@ -59,13 +59,13 @@ def broken_noise(active: bool) -> Iterator[None]:
     """DP-SGD's Gaussian noise scaled by 1e-6, the accountant untouched: a mechanism that lies."""
     import uedp.privacy.mechanisms.dpsgd as dpsgd
 
-    real = dpsgd.noise_ahead
+    real = dpsgd.noise_ahead  # type: ignore[attr-defined]  # the function the broken run patches
     if active:
-        dpsgd.noise_ahead = lambda t, std, source: real(t, std * 1e-6, source)
+        dpsgd.noise_ahead = lambda t, std, source: real(t, std * 1e-6, source)  # type: ignore[attr-defined,assignment]
     try:
         yield
     finally:
-        dpsgd.noise_ahead = real
+        dpsgd.noise_ahead = real  # type: ignore[attr-defined]
 
 
 def main() -> None:
@@ -104,7 +104,7 @@ def main() -> None:
         detect_entities(home, args.corpus, DetectorConfig(detectors=["gold"]))
         rows, results = [], []
         for label, mechanism, settings, broken in runs:
-            config = TrainConfig(dataset=args.corpus, mechanism=mechanism, randomness="seeded", checkpoint_every=0,
+            config = TrainConfig(dataset=args.corpus, mechanism=mechanism, randomness="seeded", checkpoint_every=0,  # type: ignore[call-arg]
                                  threads=args.threads, audit_canaries=args.canaries, **categories, **settings)
             began = time.time()
             with broken_noise(broken):

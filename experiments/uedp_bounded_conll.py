@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from page_files import write_command_file
+from uedp.experiments.common import write_command_file
 
 CATEGORIES = "PERSON,LOC,ORG,MISC"
 
@@ -54,7 +54,7 @@ def holder_table(home: Path, ks: list[int], q_entity: float, q_extended: float) 
     from uedp.storage.catalog import Catalog
     from uedp.storage.home import DataHome
 
-    config = TrainConfig(dataset="conll", mechanism="uedp-bounded", noise_multiplier=1.0,
+    config = TrainConfig(dataset="conll", mechanism="uedp-bounded", noise_multiplier=1.0,  # type: ignore[call-arg]
                          categories=CATEGORIES.split(","))
     with Catalog(DataHome(home), "conll") as catalog:
         graph = AttributionGraph.from_entity_sets(load_training_texts(catalog, config).entities)
@@ -141,7 +141,7 @@ def results_page(runs: list[dict[str, object]], out: Path) -> None:
         tests = [float(r["test"]) for r in group]  # type: ignore[arg-type]
         epsilon = statistics.fmean(float(r["epsilon"]) for r in group)  # type: ignore[arg-type]
         share = group[0]["data_share"]
-        zs = [r["z"] for r in group if r["z"] is not None and math.isfinite(epsilon)]
+        zs = [float(r["z"]) for r in group if r["z"] is not None and math.isfinite(epsilon)]  # type: ignore[arg-type]
         seconds = statistics.fmean(float(r["seconds"]) for r in group)  # type: ignore[arg-type]
         rows.append((label, target, epsilon, statistics.fmean(tests), seconds))
         lines.append(f"| {label} | {'-' if target is None else f'{target:g}'} | "

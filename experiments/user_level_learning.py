@@ -49,8 +49,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from learning_results import ReutersBase, reuters_base, uedp
-from page_files import write_command_file
+from uedp.experiments.common import write_command_file
+from uedp.experiments.learning_results import ReutersBase, reuters_base, uedp
 
 ROOT = Path(__file__).resolve().parents[1]
 CATEGORIES = "PERSON,LOC,ORG,MISC"
@@ -87,8 +87,9 @@ class Row:
 
 
 def plan_rows(epsilons: Sequence[float], seeds: Sequence[int], variants: Sequence[str],
-              mechanisms: Sequence[str] = ("noiseless", *(m for m, _ in ROWS))) -> list[Row]:
+              mechanisms: Sequence[str] = ()) -> list[Row]:
     """Every configuration, most needed first: per seed, noiseless, then epsilon 8's rows before epsilon 2's."""
+    mechanisms = mechanisms or ("noiseless", *(mechanism for mechanism, _ in ROWS))
     rows: list[Row] = []
     for seed in seeds:
         if "noiseless" in variants and "noiseless" in mechanisms:
@@ -202,7 +203,7 @@ def runs_of(home: Path, dataset: str) -> list[dict[str, object]]:
 
 
 def finished_rows(home: Path, dataset: str) -> set[Row]:
-    return {Row(str(r["mechanism"]), str(r["variant"]), r["target_epsilon"], int(r["seed"]))  # type: ignore[arg-type]
+    return {Row(str(r["mechanism"]), str(r["variant"]), r["target_epsilon"], int(r["seed"]))  # type: ignore[arg-type,call-overload]
             for r in runs_of(home, dataset)}
 
 

@@ -44,7 +44,13 @@ from uedp.models.presets import (
 )
 from uedp.privacy.attacks.canaries import canary_format
 from uedp.privacy.mechanisms import registry
-from uedp.privacy.mechanisms.params import MechanismParams, PrivateParams, SanitizationSettings
+from uedp.privacy.mechanisms.params import (
+    NOISE_OR_TARGET,
+    MechanismParams,
+    PrivateParams,
+    SanitizationSettings,
+    names_of,
+)
 from uedp.privacy.mechanisms.registry import MechanismSpec, RunShape
 from uedp.privacy.population import DEFAULT_COUNT_NOISE_STD
 from uedp.privacy.randomness import RandomnessMode
@@ -243,8 +249,13 @@ class TrainConfig(RunSettings):
         """The configuration a run logged (``resolved_config.json``), also from runs logged before the
         parameters were nested: those are flat, hold every mechanism's fields and a ``local_dp`` block."""
         if "params" in data:
-            return cls.model_validate(data)
+            params = dict(data["params"])
+            if params.get("target_epsilon") is not None:  # an older uedp let a target replace a given z
+                params["noise_multiplier"] = None
+            return cls.model_validate({**data, "params": params})
         legacy = {k: v for k, v in data.items() if k != "local_dp"} | dict(data.get("local_dp") or {})
+        if legacy.get("target_epsilon") is not None:
+            legacy["noise_multiplier"] = None
         mechanism = str(legacy.pop("mechanism"))
         if "rounds" not in legacy and "rounds" in parameter_names(registry.get(mechanism).params):
             legacy["rounds"] = legacy.pop("steps", None)  # flat runs counted userdp/uedp rounds as steps
@@ -359,11 +370,7 @@ def nest_flat(data: dict[str, Any], own: set[str], nested: str, others: dict[str
 
 def parameter_names(params: type[MechanismParams]) -> dict[str, list[str]]:
     """Each parameter's field name and the other names it accepts, in order (``rounds``: also ``steps``)."""
-    out: dict[str, list[str]] = {}
-    for name, info in params.model_fields.items():
-        choices = getattr(info.validation_alias, "choices", None) or [name]
-        out[name] = [name, *(c for c in choices if isinstance(c, str) and c != name)]
-    return out
+    return names_of(params)
 
 
 def _settings_fields() -> dict[str, tuple[Any, FieldInfo]]:
@@ -484,6 +491,8 @@ class SweepConfig(BaseModel):
     def _valid(self) -> SweepConfig:
         if any(not (e > 0 and math.isfinite(e)) for e in self.target_epsilons):
             raise ValueError("target epsilons must be positive numbers")
+        if self.target_epsilons and self.settings.noise_multiplier is not None:  # type: ignore[attr-defined]
+            raise ValueError(f"{NOISE_OR_TARGET} (target_epsilons calibrate z for each configuration)")
         self.plan()  # every configuration validates before any work starts
         return self
 
@@ -505,8 +514,7 @@ class SweepConfig(BaseModel):
                 axes = {axis: values for axis, values in self.grid.items() if axis in fields}
                 for target, point in itertools.product(targets, _points(axes)):
                     # A grid epsilon replaces any budget in the base (custext/santext: the per-token epsilon).
-                    budget = ({"noise_multiplier": None, "target_epsilon": target, "epsilon": target}
-                              if target is not None else {})
+                    budget = {"target_epsilon": target, "epsilon": target} if target is not None else {}
                     values = {**base, **{fields[axis]: value for axis, value in point.items()}, **budget}
                     variant = "-".join(f"{axis}={value}" for axis, value in point.items()
                                        if fields[axis] not in spec.params.label_fields)
@@ -561,8 +569,6 @@ class DemoConfig(BaseModel):
 
     def train_configs(self) -> list[TrainConfig]:
         settings = self.settings.model_dump()
-        if settings.get("target_epsilon") is not None:
-            settings["noise_multiplier"] = None
         return [TrainConfig.for_mechanism(mechanism, **settings, dataset=self.dataset, categories=self.categories,
                                           seed=self.seed, device=self.device, randomness=self.randomness)
                 for mechanism in self.mechanisms]

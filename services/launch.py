@@ -1,5 +1,6 @@
 """Where one configuration trains: in this process or under torchrun, its tables pulled from a table store
-first (this worker may be another machine), its local-DP release drawn once for every rank and machine,
+first (this worker may be another machine), its local-DP release drawn once for every rank and machine
+(:mod:`services.training_inputs`),
 and its one-run audit scored right after. Also the checks a flow or the CLI makes before any work starts.
 """
 
@@ -14,10 +15,11 @@ from uedp.services.attack import attack_run
 from uedp.services.config import SweepConfig, SweepItem, TrainConfig
 from uedp.services.torchrun import train_with_torchrun
 from uedp.services.training import TrainResult, train_configuration
-from uedp.services.training_setup import build_mechanism, planned_population, sanitize_config, sanitize_for
+from uedp.services.training_inputs import draw_inputs
+from uedp.services.training_plan import preflight_plan
 from uedp.storage.catalog import require_ingested
 from uedp.storage.home import DataHome
-from uedp.storage.remote import TableStore, open_store
+from uedp.storage.remote import open_store
 
 
 def preflight_sweep(home: DataHome, config: SweepConfig) -> list[SweepItem]:
@@ -40,7 +42,7 @@ def check_before_training(configs: list[TrainConfig], device: str) -> None:
     resolve_device(device)
     for config in configs:
         if config.spec.private and config.params.budget is not None and config.spec.early_calibration:
-            build_mechanism(config, planned_population(config), n_examples=0)
+            preflight_plan(config)
 
 
 def run_training(home: DataHome, config: TrainConfig, flow_run_id: str | None = None,
@@ -52,33 +54,11 @@ def run_training(home: DataHome, config: TrainConfig, flow_run_id: str | None = 
     if store:
         store.pull_required(home, config.dataset, ("sentences", "users"))
         store.pull(home, config.dataset, "entities")
-    if config.spec.text == "sanitized" and (store or config.processes > 1):
-        # drawn once, here: every rank and every machine then reuses this release (in one process
-        # without a store, the training draws or reuses it itself)
-        share_release(home, config, store)
+    draw_inputs(home, config, store)  # a local-DP release, drawn here once: every process opens it by name
     if config.processes > 1:
         return train_with_torchrun(home, config, flow_run_id, parent_run_id)
     result = train_configuration(home, config, flow_run_id, parent_run_id, report_to=report_to)
     return with_audit(home, config, result) if config.audit_canaries else result
-
-
-def share_release(home: DataHome, config: TrainConfig, store: TableStore | None) -> None:
-    """The local-DP release this configuration trains on, drawn once across machines: with a table store,
-    the store's release if it has one (pulled), else one drawn here and pushed, so a training on another
-    machine reuses it instead of drawing its own (two draws of the same text would compose). Two machines
-    that draw the same release at the same moment still draw twice: sanitize first (`uedp sanitize`, or
-    one training) where trainings of a release run side by side."""
-    name = sanitize_config(config).output_name
-    if store:
-        for table in RELEASE_TABLES:
-            store.pull(home, name, table)
-    release = sanitize_for(home, config)
-    if store and not release.reused:
-        for table in RELEASE_TABLES:
-            store.push(home, name, table)  # data and manifest only: the draws stay in this home
-
-
-RELEASE_TABLES = ("sentences", "users", "entities")
 
 
 def with_audit(home: DataHome, config: TrainConfig, result: TrainResult) -> TrainResult:

@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from uedp.errors import UedpError
-from uedp.privacy.accounting import compose_guarantees
+from uedp.privacy.accounting.composition import compose_guarantees
 from uedp.services.lineage import text_lineage
 from uedp.storage.home import DataHome
 from uedp.storage.privacy_ledger import FINISHED, LEDGER_FILE, RESERVED, LedgerEntry, LedgerState, PrivacyLedger

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +28,12 @@ from uedp.privacy.randomness import Randomness
 from uedp.privacy.sanitization.draws import DRAWS_FILE, Draws
 from uedp.privacy.sanitization.embeddings import WORD, Embeddings, from_model, load_vectors
 from uedp.privacy.sanitization.mechanisms import KEEP, UNKNOWN, Sampler, privatize
-from uedp.privacy.sanitization.release import ReleaseFigures, local_dp_kind, release_figures
+from uedp.privacy.sanitization.release import local_dp_kind, release_figures
 from uedp.progress import progress as progress_bar
 from uedp.services import privacy_budget
 from uedp.services.config import SanitizeConfig
-from uedp.services.sanitize_attack import ATTACK_FIGURES, attack_figures, attack_spec
+from uedp.services.releases import ATTACK_FIGURES, SanitizeResult, record_release
+from uedp.services.sanitize_attack import attack_figures, attack_spec
 from uedp.storage.catalog import Catalog
 from uedp.storage.home import DataHome
 from uedp.storage.schemas import ENTITIES, SENTENCES, USERS
@@ -46,26 +47,6 @@ UNKNOWN_TEXT = "<unk>"
 
 def _to_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-@dataclass(frozen=True)
-class SanitizeResult(ReleaseFigures):
-    """A release's figures (:class:`privacy.sanitization.release.ReleaseFigures`), its dataset and statement."""
-
-    dataset: str
-    reused: bool
-    unprotected_share: float  # custext: vocabulary tokens of type 1-N (no adjacent token)
-    statement: str
-    randomness: str = "secure"
-    caveats: tuple[str, ...] = ()
-    # The mask-token inference attack (thesis Table 3.7), when an attack model was given: share of all
-    # positions / of sanitized positions recovered from the sanitized text, and from the original text.
-    mask_inference_success: float | None = None
-    mask_inference_success_sanitized: float | None = None
-    mask_inference_success_original: float | None = None
-
-    def attack_figures(self) -> dict[str, float | None]:
-        return {name: getattr(self, name) for name in ATTACK_FIGURES}
 
 
 class Segmenter:
@@ -120,7 +101,8 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
                      say: Callable[[str], Any] | None = None) -> SanitizeResult:
     """Write the sanitized dataset (sentences + users, atomically), unless the same one exists. A new
     release is filed in the source dataset's privacy ledger; what it had already spent goes to ``say``
-    (default: stderr)."""
+    (default: stderr). Either way the release is recorded for the trainings that open it by name
+    (:func:`services.releases.open_release`)."""
     source = read_manifest(home.table_dir(config.dataset, "sentences"))
     if source is None:
         raise UedpError(f"dataset {config.dataset!r} has no sentences table under {home.dataset_dir(config.dataset)}; "
@@ -149,7 +131,9 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
     table = read_table(home.table_dir(config.dataset, "sentences"))
     texts = table["text"].to_pylist()
     if existing is not None:
-        return _reused(home, config, key, existing, sampler, unprotected, table, texts, segmenter)
+        reused = _reused(home, config, key, existing, sampler, unprotected, table, texts, segmenter)
+        record_release(home, config, key, reused)
+        return reused
 
     # A new draw is a release from the dataset's private text: filed in its privacy ledger first (refused
     # past its budget), withdrawn if the draw fails (nothing is written then). Keyed by the draw, not by
@@ -166,7 +150,9 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
     with privacy_budget.reserved(home, config.dataset, release) as spent:
         for line in spent:
             (say or _to_stderr)(line)
-        return _draw(home, config, key, identity, source, sampler, unprotected, segmenter, table, texts, progress)
+        drawn = _draw(home, config, key, identity, source, sampler, unprotected, segmenter, table, texts, progress)
+    record_release(home, config, key, drawn)  # what a training opens by name (services.releases)
+    return drawn
 
 
 def _draw(home: DataHome, config: SanitizeConfig, key: str, identity: dict[str, Any], source: dict[str, Any],

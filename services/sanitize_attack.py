@@ -24,9 +24,9 @@ from uedp.errors import UedpError
 from uedp.privacy.sanitization.draws import Draws
 from uedp.privacy.sanitization.mechanisms import KEEP
 from uedp.services.config import SanitizeConfig
+from uedp.services.releases import ATTACK_FIGURES
 from uedp.storage.home import DataHome
 
-ATTACK_FIGURES = ("mask_inference_success", "mask_inference_success_sanitized", "mask_inference_success_original")
 HASHED_UP_TO = 16 << 20  # files up to this size are hashed whole; larger (model weights) by their size
 
 

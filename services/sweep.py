@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from uedp.errors import UedpError
+from uedp.privacy.mechanisms.params import DEFAULT_NOISE_MULTIPLIER
 from uedp.services.config import SweepConfig, SweepItem
 from uedp.services.tracking import RunTracker
 from uedp.services.training import TrainResult
@@ -127,7 +128,7 @@ class SweepRun:
                             "configurations": len(items), "randomness": config.run.randomness,
                             "grid": " ".join(f"{k}={','.join(map(str, v))}" for k, v in config.grid.items()) or "none",
                             "noise_multiplier": "calibrated" if any(i.target is not None for i in items)
-                            else config.settings.noise_multiplier})  # type: ignore[attr-defined]
+                            else config.settings.noise_multiplier or DEFAULT_NOISE_MULTIPLIER})  # type: ignore[attr-defined]
         return cls(config, items, tracker)
 
     @property

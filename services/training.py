@@ -8,7 +8,6 @@ configuration: weights, generators and accountant come back, and the same MLflow
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -19,11 +18,11 @@ from uedp.services import privacy_budget
 from uedp.services.audit_plan import keep_for_run
 from uedp.services.config import TrainConfig
 from uedp.services.lineage import keyed_table_id
+from uedp.services.training_plan import TrainingPlan
 from uedp.services.training_record import RunRecorder, resumable_run_id
 from uedp.services.training_run import ProgressObserver, RunOutcome, run
-from uedp.services.training_setup import Setup, dataset_format, loss_function, set_up, unit_of
+from uedp.services.training_setup import loss_function, set_up
 from uedp.services.tuned import apply_tuned
-from uedp.storage.formats.registry import user_fix
 from uedp.storage.home import DataHome
 
 
@@ -68,9 +67,10 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
     Progress goes to the terminal (``progress``), or as lines to ``report_to`` (a Prefect flow run's log)."""
     config = apply_tuned(home, config)  # a public search's values, before anything reads the configuration
     s = set_up(home, config, Ranks.current())
-    config = s.config or config  # sampling=planned: the split it trains with, logged and charged as such
+    plan = s.plan
+    config = plan.config  # sampling=planned: the split it trains with, logged and charged as such
     say = report_to or _to_stderr
-    spend = ledger_release(home, config, s)
+    spend = reservation(home, plan)
     if spend is not None:  # a run the dataset's budget does not allow is refused before its MLflow run opens
         resuming = resumable_run_id(s.checkpoint)  # already charged: its entry is not counted twice
         privacy_budget.check(home, config.dataset, replace(spend, key=f"run:{resuming}" if resuming else ""))
@@ -83,14 +83,14 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
         except BaseException:
             recorder.finish(failed=True)
             raise
-    for line in s.said:  # read from the DP count: said once the run that releases (and charges) it is filed
+    for line in plan.said:  # read from the DP count: said once the run that releases (and charges) it is filed
         say(f"{config.run_name()}: {line}")
-    if s.noise_to_signal is not None:  # before training: a configuration that cannot learn is said up front
-        say(f"{config.run_name()}: {s.noise_to_signal.line()}")
-        if (warning := s.noise_to_signal.warning(user_fix(dataset_format(home, config.dataset)))) is not None:
-            say(f"warning: {warning}")
-        recorder.tracker.log_params({"noise_to_signal": f"{s.noise_to_signal.ratio:.6g}"})
-    for warning in s.warnings:
+    if plan.noise_to_signal is not None:  # before training: a configuration that cannot learn is said up front
+        say(f"{config.run_name()}: {plan.noise_to_signal.line()}")
+        if plan.noise_warning is not None:
+            say(f"warning: {plan.noise_warning}")
+        recorder.tracker.log_params({"noise_to_signal": f"{plan.noise_to_signal.ratio:.6g}"})
+    for warning in plan.warnings:
         say(f"warning: {config.run_name()}: {warning}")
     if s.threads is not None:  # what torch runs on, once per training (after the noise-to-signal, said first)
         say(f"{config.run_name()}: {s.threads.line()}")
@@ -105,31 +105,23 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
     recorder.finish()
     if s.audit is not None:  # filed last: a retry before this point resumes with the same canaries
         keep_for_run(home, config, recorder.run_id, s.audit, record)
-    return result_of(config, recorder.run_id, outcome, unit_of(config, s),
-                     s.recall.describe() if s.recall is not None else "")
+    return result_of(config, recorder.run_id, outcome, plan.unit, s.recall.describe() if s.recall is not None else "")
 
 
-def ledger_release(home: DataHome, config: TrainConfig, s: Setup) -> privacy_budget.Release | None:
-    """What this run spends from its dataset's privacy ledger, at the epsilon it plans (the mechanism's own
-    accounting, before round 1). None for a run on a local-DP release: the release was charged when it was
-    drawn, and training on it is post-processing (so is any run on a dataset that is such a release)."""
-    if s.release is not None or privacy_budget.derived_from(home, config.dataset) is not None:
+def reservation(home: DataHome, plan: TrainingPlan) -> privacy_budget.Release | None:
+    """What this run spends from its dataset's privacy ledger: the epsilon its plan states, before round 1.
+    None for a run on a local-DP release: the release was charged when it was drawn, and training on it is
+    post-processing (so is any run on a dataset that is such a release)."""
+    config = plan.config
+    if plan.on_release or privacy_budget.derived_from(home, config.dataset) is not None:
         return None
-    if config.is_private:
-        planner = getattr(s.mechanism, "planned_epsilon", None)
-        if planner is None:  # every private mechanism plans its run; one that does not cannot be charged
-            raise TypeError(f"{config.mechanism} has a guarantee but no planned_epsilon() (the epsilon its plan states, "
-                            "before round 1): the privacy ledger cannot reserve it (docs/guide.md, Extending uedp)")
-        epsilon, delta = float(planner()), float(config.params.delta)  # type: ignore[attr-defined]
-    else:
-        epsilon, delta = math.inf, 0.0
     # In words, for the ledger's table: an entity-level run's categories and the entities table it trained
     # with (the keyed id MLflow's uedp.entities_id tag shows). Totals compose across both (privacy_budget).
     entity_level = config.is_private and config.spec.uses_categories(config.params)
     scope = (f"categories {','.join(config.categories)}; entities {keyed_table_id(home, config.dataset, 'entities')[:12]}"
              if entity_level else "")
-    return privacy_budget.Release(key="", mechanism=config.label, unit=unit_of(config, s), epsilon=epsilon,
-                                  delta=delta, name=config.run_name(),
+    return privacy_budget.Release(key="", mechanism=config.label, unit=plan.unit, epsilon=plan.epsilon,
+                                  delta=plan.delta, name=config.run_name(),
                                   randomness=config.randomness if config.is_private else "none",
                                   scope=scope, fingerprint=config.fingerprint(),
                                   text=privacy_budget.text_of(home, config.dataset),
@@ -157,4 +149,4 @@ def result_of(config: TrainConfig, run_id: str, outcome: RunOutcome, unit: str, 
 def train_replica(home: DataHome, config: TrainConfig) -> None:
     """A torchrun process other than the main one: train its share of every round, log nothing."""
     s = set_up(home, config, Ranks.current())
-    s.mechanism.train(s.model, s.data.train, loss_function(config), s.device, lambda report: None, s.checkpoint)
+    s.mechanism.train(s.model, s.data.train, loss_function(s.config), s.device, lambda report: None, s.checkpoint)

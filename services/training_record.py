@@ -33,7 +33,7 @@ from uedp.services.lineage import (
 )
 from uedp.services.tracking import RunTracker
 from uedp.services.training_run import Observer, RunOutcome
-from uedp.services.training_setup import Setup, unit_of
+from uedp.services.training_setup import Setup
 from uedp.storage.home import DataHome
 
 RUN_FILE = "mlflow_run.json"
@@ -79,7 +79,7 @@ class RunRecorder(Observer):
         self.tracker.log_params(
             config.flat()
             | {"beta": getattr(config.params, "clip", "none"), "classes": ",".join(s.data.classes or []),
-               "privacy_unit": unit_of(config, s),
+               "privacy_unit": s.plan.unit,
                "model_parameters": sum(p.numel() for p in s.model.parameters()),
                "trainable_parameters": sum(p.numel() for p in s.model.parameters() if p.requires_grad)})
         self.tracker.log_metrics({f"{config.utility_metric}_valid": initial_valid()}, step=0)

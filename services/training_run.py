@@ -23,8 +23,9 @@ from uedp.models.metrics import (
     uniform_perplexity,
     unigram_perplexity,
 )
-from uedp.privacy.mechanisms.base import PrivacyStatement, RoundReport, SamplesUnits
+from uedp.privacy.mechanisms.base import RoundReport, SamplesUnits
 from uedp.privacy.sanitization.release import trained_on_release
+from uedp.privacy.statement import PrivacyStatement
 from uedp.progress import progress as progress_bar
 from uedp.services.config import TrainConfig
 from uedp.services.training_data import PreparedData

@@ -1,11 +1,12 @@
 """Set-up of one training configuration: everything it trains with (device, tokenizer, data for the chosen
-categories, model, the mechanism from the registry, the count of its units, the audit's canaries, the
-caveats its epsilon carries), built the same way in every torchrun process. Nothing here names a mechanism.
+categories, model, the count of its units, the audit's canaries, the caveats its epsilon carries) and its
+training plan (:mod:`services.training_plan`: the mechanism, what it spends), built the same way in every
+torchrun process. Set-up opens its inputs and never makes them: a local-DP release is drawn before
+training (:mod:`services.training_inputs`) and opened here by name. Nothing here names a mechanism.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,26 +17,22 @@ from uedp.detection.categories import taxonomy
 from uedp.detection.identity import IDENTITY_VERSION
 from uedp.errors import UedpError
 from uedp.models.device import resolve_device
-from uedp.models.metrics import causal_lm_loss, classification_loss
 from uedp.models.parallel import Ranks
 from uedp.models.threads import ThreadChoice, apply_threads, choose_threads
 from uedp.models.tokenization import load_tokenizer
 from uedp.privacy.attacks.audit_canaries import AuditPlan
-from uedp.privacy.mechanisms.auto_sampling import SamplingChoice, choose_for
 from uedp.privacy.mechanisms.base import Checkpointer, LossFn, Mechanism
-from uedp.privacy.mechanisms.registry import BuildContext
-from uedp.privacy.mechanisms.uedp_bounded import UeDpBounded, dropped_entities_warning
 from uedp.privacy.population import Population, exact_count
 from uedp.privacy.randomness import Randomness
-from uedp.privacy.signal import NoiseToSignal
 from uedp.services.audit_plan import absent_units, plan_for
-from uedp.services.config import SanitizeConfig, TrainConfig
+from uedp.services.config import TrainConfig
 from uedp.services.coverage import DetectorRecall, detector_recall
 from uedp.services.initial_model import Start, resolve_start, start_model
 from uedp.services.lineage import keyed_table_id
 from uedp.services.ner import refuse_ner_fitted_to_training_text
-from uedp.services.sanitize import SanitizeResult, sanitize_dataset
+from uedp.services.releases import SanitizeResult, open_release, sanitize_config
 from uedp.services.training_data import PreparedData, prepare_data
+from uedp.services.training_plan import PublicFacts, TrainingPlan, plan_training
 from uedp.services.tuned import tuned_public
 from uedp.storage.catalog import Catalog
 from uedp.storage.formats.registry import user_fix
@@ -46,31 +43,6 @@ from uedp.storage.tables import read_manifest
 def loss_function(config: TrainConfig) -> LossFn:
     """The training objective; DP-SGD clips per example, so its loss must be a mean of per-example losses."""
     return config.spec.loss(config.task == "classification")
-
-
-def build_mechanism(config: TrainConfig, population: Population | None, n_examples: int,
-                    randomness: Randomness | None = None,
-                    entities: Mapping[str, Sequence[frozenset[str]]] | None = None) -> Mechanism:
-    """The mechanism a configuration names, from the registry. ``population`` is the public or DP count of
-    the mechanism's units (sequences, users, writers), which sets sampling rates, denominators and uedp's
-    bound on sampled users; ``n_examples`` is used only where neighbours have the same count (selective)."""
-    randomness = randomness or Randomness.for_mode(config.randomness, config.seed)
-    public_loss = classification_loss if config.task == "classification" else causal_lm_loss
-    context = BuildContext(config.shape, randomness, population, n_examples, public_loss, entities)
-    try:
-        return config.spec.build(config.params, context)
-    except ValueError as exc:
-        raise UedpError(f"{config.mechanism}: {exc}") from None
-
-
-def planned_population(config: TrainConfig) -> Population | None:
-    """Before any data is read (to check a target epsilon early): the declared count, or a DP count whose
-    value is not known yet (its privacy cost is)."""
-    if config.spec.counts is None:
-        return None
-    if config.public_count is not None:
-        return Population.declared(config.public_count)
-    return Population(1.0, "dp-count", config.count_noise)
 
 
 def unit_population(config: TrainConfig, exact: int, randomness: Randomness, checkpoint: Checkpointer,
@@ -103,45 +75,36 @@ class Setup:
     tokenizer: Any
     data: PreparedData
     model: torch.nn.Module
-    mechanism: Mechanism
+    plan: TrainingPlan  # the mechanism, the configuration as it trains, unit, epsilon: fixed before round 1
     checkpoint: Checkpointer
     release: SanitizeResult | None = None  # custext/santext: the local-DP release the data comes from
     caveats: tuple[str, ...] = ()  # what the epsilon does not cover (detection, evaluation)
     audit: AuditPlan | None = None  # the one-run audit's canaries and their secret coins
     recall: DetectorRecall | None = None  # entity-level mechanisms: the detectors' recall their epsilon rests on
     start: Start | None = None  # where the weights came from (the statement names it public; LoRA's base)
-    # The averaged update's noise beside its signal (private mechanisms that average an update): said
-    # before training, logged, and warned about past the measured threshold.
-    noise_to_signal: NoiseToSignal | None = None
     threads: ThreadChoice | None = None  # torch's intra-op threads and why (said before training)
     public: tuple[str, ...] = ()  # what else the statement treats as public (a search's hyperparameters)
-    # The configuration as it trains (sampling=planned: with the planner's q_user and rounds), and what was
-    # chosen, in words, said before training.
-    config: TrainConfig | None = None
-    said: tuple[str, ...] = ()
-    # Said as warnings before training, as loudly as the noise-to-signal's (uedp-bounded dropping most entity text).
-    warnings: tuple[str, ...] = ()
 
+    @property
+    def mechanism(self) -> Mechanism:
+        return self.plan.mechanism
 
-def unit_of(config: TrainConfig, s: Setup) -> str:
-    """The privacy unit a run states, in words (MLflow's ``privacy_unit``, the result's, the report's): the
-    built mechanism's (recurrent selective's depends on the tokenizer), or for training on a local-DP
-    release, the release's unit from the registry (the release's own statement is a whole sentence)."""
-    return config.spec.unit if s.release is not None else s.mechanism.unit
+    @property
+    def config(self) -> TrainConfig:
+        """The configuration as it trains (sampling=planned: with the planner's q_user and rounds)."""
+        return self.plan.config
 
 
 def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
-    """``custext``/``santext`` read the sanitized dataset (its valid and test splits are the original ones)."""
+    """Open everything a configuration trains with and plan it. ``custext``/``santext`` read their local-DP
+    release (its valid and test splits are the original ones), opened by name: drawn before training by
+    :mod:`services.training_inputs`, never here."""
     device = resolve_device(config.device)
     threads = apply_threads(choose_threads(config.threads))
     torch.manual_seed(config.seed)  # the same initial weights in every process
     start = resolve_start(home, config)
     tokenizer = load_tokenizer(start.tokenizer)
-    release = sanitize_for(home, config) if config.spec.text == "sanitized" else None
-    if release is not None and ranks.world > 1 and not release.reused:
-        # run_training makes the release before torchrun starts; a rank drawing its own would train on a
-        # second release (a different one: releases are secure by default), and two releases compose.
-        raise RuntimeError(f"rank {ranks.rank}: the local-DP release {release.dataset} was not made before torchrun")
+    release = open_release(home, sanitize_config(config)) if config.spec.text == "sanitized" else None
     # A checkpoint holds only what trains (LoRA's adapters): resuming on a base whose files changed is refused.
     checkpoint = Checkpointer(home.checkpoint_dir(config.dataset, config.fingerprint()), config.checkpoint_every,
                               config.fingerprint() + (f"+{start.content_hash}" if start.content_hash else ""),
@@ -168,27 +131,11 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
                                  keyed_table_id(home, config.dataset, "sentences"),
                                  ceiling=exact_units + (absent_units(audit, config.spec.counts) if audit else 0))
     # The checkpoint was named by the configuration as given: a resume plans the same split from the same count.
-    config, planned = planned_sampling(config, population)
-    mechanism = build_mechanism(config, population, len(data.train.sequences), randomness, data.train.entities)
-    return Setup(device, tokenizer, data, model, mechanism, checkpoint, release, caveats, audit, recall, start,
-                 noise_to_signal_of(mechanism, population, data.train.n_users), threads, tuned_public(home, config),
-                 config, (f"sampling planned: {planned.reason}",) if planned else (),
-                 data_warnings(mechanism, data.train.entities))
-
-
-def planned_sampling(config: TrainConfig, population: Population | None) -> tuple[TrainConfig, SamplingChoice | None]:
-    """``sampling=planned``: the configuration with the planner's q_user and rounds for its budget, from the
-    run's public or DP count of users (never the exact one), candidates ranked with the RDP accountant."""
-    if getattr(config.params, "sampling", "fixed") != "planned" or population is None or config.spec.plan is None:
-        return config, None
-    try:
-        params, choice = choose_for(config.spec.plan, config.params, population, rank_accountant="rdp")
-    except ValueError:  # its words quote the DP count, drawn but not charged to a run that stops here
-        raise UedpError(f"{config.mechanism} sampling=planned: no split of this configuration's budget (rounds x "
-                        "q_user) keeps 10 users a round over at least 10 rounds of this dataset: raise --rounds or "
-                        "--q-user (`uedp epsilon --choose-sampling --users N` shows the splits for a count you "
-                        "give)") from None
-    return config.model_copy(update={"params": params}), choice
+    facts = PublicFacts(population, n_examples=len(data.train.sequences), train_users=data.train.n_users,
+                        entities=data.train.entities, on_release=release is not None,
+                        more_users=user_fix(dataset_format(home, config.dataset)))
+    return Setup(device, tokenizer, data, model, plan_training(config, facts, randomness), checkpoint, release,
+                 caveats, audit, recall, start, threads, tuned_public(home, config))
 
 
 def check_trainable(home: DataHome, config: TrainConfig, data: PreparedData) -> None:
@@ -212,31 +159,10 @@ def check_trainable(home: DataHome, config: TrainConfig, data: PreparedData) -> 
                         "one training sequence")
 
 
-def data_warnings(mechanism: Mechanism, entities: Any) -> tuple[str, ...]:
-    """What the built mechanism will not train on, when that is most of what it protects (uedp-bounded's k)."""
-    if isinstance(mechanism, UeDpBounded) and entities is not None:
-        warning = dropped_entities_warning(mechanism, entities)
-        return (warning,) if warning is not None else ()
-    return ()
-
-
 def dataset_format(home: DataHome, dataset: str) -> str:
     """The corpus format a dataset was ingested from ("" when its manifest does not say: a derived table)."""
     source = (read_manifest(home.table_dir(dataset, "sentences")) or {}).get("source") or {}
     return str(source.get("options", {}).get("format", ""))
-
-
-def noise_to_signal_of(mechanism: Mechanism, population: Population | None, users: int) -> NoiseToSignal | None:
-    """The built mechanism's noise-to-signal, from its public or DP count of units; a mechanism without a
-    count of its own (uedp-bounded) counts the training users, public under its substitution adjacency."""
-    of = getattr(mechanism, "noise_to_signal", None)
-    if of is None:
-        return None
-    try:
-        signal: NoiseToSignal = of(population.value if population is not None else float(users))
-    except ValueError as exc:  # a setting refused once the count is known (adaptive clipping's room)
-        raise UedpError(f"{getattr(mechanism, 'name', 'mechanism')}: {exc}") from None
-    return signal
 
 
 EVALUATION_CAVEAT = ("validation and test metrics are computed without noise on held-out users' text, which the "
@@ -316,15 +242,3 @@ def coverage_caveats(config: TrainConfig, recall: DetectorRecall | None) -> tupl
             caveats.append(f"{n} surface{'s' if n != 1 else ''} listed in --ignore-entities {'are' if n != 1 else 'is'} "
                            "not protected as entities (dropped from detection by the curator)")
     return tuple(caveats)
-
-
-def sanitize_config(config: TrainConfig) -> SanitizeConfig:
-    """The local-DP release a configuration trains on (its train split, sanitized with its parameters)."""
-    settings = config.params.model_dump(include=set(SanitizeConfig.model_fields))
-    return SanitizeConfig(**settings, dataset=config.dataset, categories=list(config.categories), seed=config.seed,
-                          randomness=config.randomness)
-
-
-def sanitize_for(home: DataHome, config: TrainConfig) -> SanitizeResult:
-    """The local-DP release this configuration trains on: made once, reused by every later run."""
-    return sanitize_dataset(home, sanitize_config(config))

@@ -11,17 +11,10 @@ import dp_accounting
 import pytest
 from dp_accounting import pld, rdp
 
-from uedp.privacy import accounting
-from uedp.privacy.accounting import (
-    FIRST_SHOWN,
-    SHOWN_ROUNDS,
-    RoundAccountant,
-    calibrate_noise_multiplier,
-    check_delta,
-    epsilon_after,
-    poisson_gaussian_round,
-    shown_rounds,
-)
+from uedp.privacy.accounting import rounds as round_accounting
+from uedp.privacy.accounting.calibration import calibrate_noise_multiplier, check_delta
+from uedp.privacy.accounting.events import epsilon_after, poisson_gaussian_round
+from uedp.privacy.accounting.rounds import FIRST_SHOWN, SHOWN_ROUNDS, RoundAccountant, shown_rounds
 from uedp.privacy.mechanisms.base import RoundReport
 from uedp.privacy.mechanisms.checkpoint import Checkpointer
 from uedp.privacy.mechanisms.loop import NoLedger, RoundLoop, RoundOutput, WorstCaseLedger
@@ -214,7 +207,7 @@ def _count_accounting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     for owner, name in [(PrivacyLossDistribution, "compose"), (PrivacyLossDistribution, "self_compose"),
                         (PrivacyLossDistribution, "get_epsilon_for_delta"), (pld.PLDAccountant, "get_epsilon"),
-                        (rdp.RdpAccountant, "get_epsilon"), (accounting, "epsilon_after")]:
+                        (rdp.RdpAccountant, "get_epsilon"), (round_accounting, "epsilon_after")]:
         counting(owner, name)
     return calls
 

@@ -28,7 +28,7 @@ from typer.testing import CliRunner
 
 from uedp.cli import app
 from uedp.models.metrics import causal_lm_loss
-from uedp.privacy.accounting import delta_noise_multiplier, group_replace_round, poisson_gaussian_round
+from uedp.privacy.accounting.events import delta_noise_multiplier, group_replace_round, poisson_gaussian_round
 from uedp.privacy.mechanisms.base import RoundReport, TrainData
 from uedp.privacy.mechanisms.checkpoint import Checkpointer
 from uedp.privacy.mechanisms.fedavg import LocalTrainer

@@ -7,7 +7,7 @@ same layer do not import each other):
     uedp.cli                             the entry point (answers --help and --version without importing the rest)
     uedp.commands                        the commands
     uedp.stack, uedp.options, uedp.prefect_server   the local stack; options; the temporary Prefect server
-    uedp.reproduce                       the seed papers' experiments (runs flows, writes results pages)
+    uedp.experiments                     results pages: the papers' reproductions and uedp's own (run flows, write pages)
     uedp.flows                           Prefect flows: composition only
     uedp.tasks                           Prefect tasks: thin wrappers over the services
     uedp.services                        the pipeline's services (training, configuration, tracking, ...): no Prefect
@@ -26,12 +26,12 @@ from pathlib import Path
 from support import REPO
 
 # Folder on disk -> subpackage of uedp (pyproject.toml's package-dir says the same; a test checks it).
-FOLDERS = {"uedp": "uedp", "flows": "uedp.flows", "tasks": "uedp.tasks", "services": "uedp.services",
-           "storage": "uedp.storage",
+FOLDERS = {"uedp": "uedp", "experiments": "uedp.experiments", "flows": "uedp.flows", "tasks": "uedp.tasks",
+           "services": "uedp.services", "storage": "uedp.storage",
            "models": "uedp.models", "privacy": "uedp.privacy", "detection": "uedp.detection",
            "deployments": "uedp.deployments"}
 LAYERS = {
-    "uedp.cli": 8, "uedp.commands": 7, "uedp.stack": 6, "uedp.reproduce": 6, "uedp.options": 6, "uedp.prefect_server": 6,
+    "uedp.cli": 8, "uedp.commands": 7, "uedp.stack": 6, "uedp.experiments": 6, "uedp.options": 6, "uedp.prefect_server": 6,
     "uedp.flows": 5, "uedp.tasks": 4, "uedp.services": 3,
     "uedp.privacy": 2, "uedp.storage": 2, "uedp.detection": 2, "uedp.deployments": 2,
     "uedp.models": 1,
@@ -151,7 +151,7 @@ def mechanism_names_in_control_flow(mods: dict[str, Path], names: set[str]) -> l
     the reproductions (each is one paper's experiment: which mechanisms it compares is its content)."""
     found = []
     for module, path in mods.items():
-        if component(module) in ("uedp.privacy", "uedp.reproduce"):
+        if component(module) in ("uedp.privacy", "uedp.experiments"):
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             constants: list[ast.expr] = []
@@ -236,3 +236,82 @@ def test_the_architecture_checks_catch_planted_violations(tmp_path: Path) -> Non
     assert import_cycles(mods) == [["uedp.tasks.a", "uedp.tasks.b"]]
     assert mechanism_names_in_control_flow(mods, mechanism_names()) == [f"{mods['uedp.tasks.b']}:2 ('dpsgd')",
                                                                         f"{mods['uedp.tasks.b']}:4 ('uedp-naive')"]
+
+
+# Training set-up opens its inputs and never makes them: the services that draw from the private data or
+# file a draw in the privacy ledger are outside everything set-up imports (services.training_inputs draws
+# a configuration's local-DP release before training, in one place).
+SETUP = "uedp.services.training_setup"
+DRAWING_SERVICES = ("uedp.services.sanitize", "uedp.services.sanitize_attack", "uedp.services.training_inputs",
+                    "uedp.services.privacy_budget")
+# The questions only the training plan asks a built mechanism (what it will spend, whether it can learn);
+# everyone else reads the plan's answers.
+PLAN = "uedp.services.training_plan"
+PLAN_QUESTIONS = ("planned_epsilon", "noise_to_signal")
+
+
+def import_closure(mods: dict[str, Path], start: str) -> dict[str, str]:
+    """Every module ``start`` reaches through imports, each with the module that imports it."""
+    reached: dict[str, str] = {}
+    todo = [start]
+    while todo:
+        module = todo.pop()
+        for name, _ in imports(mods[module], module):
+            target = name if name in mods else name.rsplit(".", 1)[0]
+            if target in mods and target not in reached and target != start:
+                reached[target] = module
+                todo.append(target)
+    return reached
+
+
+def setup_draws(mods: dict[str, Path]) -> list[str]:
+    reached = import_closure(mods, SETUP)
+    return [f"{SETUP} reaches {service} (imported by {reached[service]})" for service in DRAWING_SERVICES
+            if service in reached]
+
+
+def epsilon_outside_the_plan(mods: dict[str, Path]) -> list[str]:
+    """Calls of a mechanism's plan questions outside the privacy core and the training plan, and any
+    ``getattr`` for them (the protocol declares both: nothing looks them up by name)."""
+    found = []
+    for module, path in mods.items():
+        asks = component(module) == "uedp.privacy" or module == PLAN
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            if isinstance(node.func, ast.Attribute) and node.func.attr in PLAN_QUESTIONS and not asks:
+                found.append(f"{path}:{node.lineno} calls .{node.func.attr}() (read the training plan)")
+            if (isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") and len(node.args) > 1
+                    and isinstance(node.args[1], ast.Constant) and node.args[1].value in PLAN_QUESTIONS):
+                found.append(f"{path}:{node.lineno} looks up {node.args[1].value!r} by name (the protocol declares it)")
+    return found
+
+
+def test_training_setup_opens_its_inputs_and_draws_none() -> None:
+    assert not setup_draws(ALL)
+
+
+def test_the_training_plan_is_the_only_way_a_run_learns_its_epsilon() -> None:
+    assert not epsilon_outside_the_plan(ALL)
+
+
+def test_the_plan_and_setup_rules_catch_planted_violations(tmp_path: Path) -> None:
+    """Set-up importing a release-drawing service (through a helper), a service asking a mechanism its
+    epsilon, and a lookup by name: each is caught, and the real modules pass."""
+    def planted(name: str, text: str) -> Path:
+        path = tmp_path / f"{name}.py"
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    mods = {
+        SETUP: planted("setup", "from uedp.services import helper\n"),
+        "uedp.services.helper": planted("helper", "from uedp.services.sanitize import sanitize_dataset\n"),
+        "uedp.services.sanitize": planted("sanitize", "x = 1\n"),
+        "uedp.services.training": planted("training", "epsilon = s.mechanism.planned_epsilon()\n"),
+        "uedp.services.report": planted("report", "ask = getattr(mechanism, 'noise_to_signal', None)\n"),
+        PLAN: planted("plan", "epsilon = mechanism.planned_epsilon()\n"),
+    }
+    assert setup_draws(mods) == [f"{SETUP} reaches uedp.services.sanitize (imported by uedp.services.helper)"]
+    assert epsilon_outside_the_plan(mods) == [
+        f"{mods['uedp.services.training']}:1 calls .planned_epsilon() (read the training plan)",
+        f"{mods['uedp.services.report']}:1 looks up 'noise_to_signal' by name (the protocol declares it)"]

@@ -13,7 +13,8 @@ from torch.nn.utils import parameters_to_vector
 from uedp.models.batching import encode, encode_with_private_mask
 from uedp.models.lstm import build_lstm
 from uedp.models.metrics import causal_lm_loss, per_sequence_lm_loss
-from uedp.privacy.accounting import RoundAccountant, epsilon_after, poisson_gaussian_round
+from uedp.privacy.accounting.events import epsilon_after, poisson_gaussian_round
+from uedp.privacy.accounting.rounds import RoundAccountant
 from uedp.privacy.mechanisms.base import Mechanism, RoundReport, TrainData
 from uedp.privacy.mechanisms.checkpoint import Checkpointer, CheckpointMismatch
 from uedp.privacy.mechanisms.dpsgd import DpSgd, DpSgdParams

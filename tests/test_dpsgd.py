@@ -16,7 +16,7 @@ from torch.nn.utils import parameters_to_vector
 
 from uedp.models.batching import collate, encode
 from uedp.models.metrics import per_sequence_lm_loss, perplexity
-from uedp.privacy.accounting import epsilon_after, poisson_gaussian_round
+from uedp.privacy.accounting.events import epsilon_after, poisson_gaussian_round
 from uedp.privacy.mechanisms.base import TrainData
 from uedp.privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
 from uedp.privacy.per_sample import per_sample_clipping

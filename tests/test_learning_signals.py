@@ -15,7 +15,9 @@ from uedp.commands import app
 from uedp.detection.pipeline import DetectorConfig
 from uedp.flows.demo import DEMO_CORPUS
 from uedp.models.metrics import causal_lm_loss
-from uedp.privacy.accounting import RoundAccountant, UeDpAccounting, epsilon_after, poisson_gaussian_round
+from uedp.privacy.accounting.events import epsilon_after, poisson_gaussian_round
+from uedp.privacy.accounting.rounds import RoundAccountant
+from uedp.privacy.accounting.worst_case import UeDpAccounting
 from uedp.privacy.attribution import AttributionGraph, choose_holders
 from uedp.privacy.mechanisms.auto_holders import CANDIDATES, FIXED_NOISE_K, choose_k
 from uedp.privacy.mechanisms.base import TrainData

@@ -15,7 +15,7 @@ from transformers.modeling_outputs import CausalLMOutput
 from typer.testing import CliRunner
 
 from uedp.cli import app
-from uedp.commands import _print_summary
+from uedp.commands.tables import print_summary
 from uedp.flows.demo import DEMO_CORPUS
 from uedp.models.batching import encode
 from uedp.models.factory import build_model
@@ -139,7 +139,7 @@ def test_the_summary_warns_for_each_run_no_better_than_its_baselines(capsys: pyt
                            noise_multiplier=0.0, utility_metric="perplexity", utility_valid=test, utility_test=test,
                            rounds=1, baselines={"uniform": 257.0, "unigram": 27.5})
 
-    _print_summary([result("noiseless", 20.0), result("dpsgd", 300.0), result("userdp", 40.0)])
+    print_summary([result("noiseless", 20.0), result("dpsgd", 300.0), result("userdp", 40.0)])
     out, err = capsys.readouterr()
     assert "uniform guess perplexity 257, unigram (fitted on the validation split) perplexity 27.5" in out
     assert "warning: dpsgd (categories PER) is no better than a uniform guess (test perplexity 300 >= 257)" in err

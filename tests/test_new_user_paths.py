@@ -134,7 +134,7 @@ def test_train_says_when_a_mechanism_ignores_the_categories_given(demo_home) -> 
     assert userdp.exit_code == 0, userdp.output
     assert ("warning: userdp ignores --categories PERSON: it trains the same whatever entities a sentence names "
             "(its unit: one user (all of their sentences)") in userdp.stderr
-    from uedp.commands import ignored_categories
+    from uedp.commands.training import ignored_categories
     from uedp.services.config import TrainConfig
 
     assert ignored_categories(TrainConfig(dataset="demo", mechanism="uedp-bounded", categories="PERSON"), "PERSON") is None

@@ -21,7 +21,7 @@ from uedp.commands import app
 from uedp.detection.pipeline import DetectorConfig
 from uedp.errors import UedpError
 from uedp.flows.demo import DEMO_CORPUS
-from uedp.privacy.accounting import compose_guarantees
+from uedp.privacy.accounting.composition import compose_guarantees
 from uedp.services import privacy_budget
 from uedp.services.config import SanitizeConfig, TrainConfig
 from uedp.services.detect import detect_entities

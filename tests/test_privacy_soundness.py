@@ -24,7 +24,7 @@ from uedp.detection.pipeline import DetectorConfig
 from uedp.flows.demo import DEMO_CORPUS
 from uedp.models.batching import encode
 from uedp.models.metrics import causal_lm_loss
-from uedp.privacy.accounting import epsilon_after, poisson_gaussian_round
+from uedp.privacy.accounting.events import epsilon_after, poisson_gaussian_round
 from uedp.privacy.mechanisms.base import TrainData
 from uedp.privacy.mechanisms.fedavg import LocalTrainer
 from uedp.privacy.mechanisms.uedp import UeDp, UeDpParams, usable_sequences

@@ -23,7 +23,7 @@ from pydantic import Field
 from uedp.detection.pipeline import DetectorConfig
 from uedp.flows.demo import DEMO_CORPUS
 from uedp.models.batching import collate
-from uedp.privacy.accounting import RoundAccountant, shown_rounds
+from uedp.privacy.accounting.rounds import RoundAccountant, shown_rounds
 from uedp.privacy.mechanisms import registry
 from uedp.privacy.mechanisms.base import NO_CHECKPOINT, Checkpointer, LossFn, OnRound, TrainData, Trained
 from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, planned_epsilon, private_statement
@@ -74,6 +74,10 @@ class ToyFullBatch:
     def planned_epsilon(self) -> float:
         """What a mechanism with a guarantee must say before round 1: the privacy ledger reserves it."""
         return planned_epsilon(self.ledger(), self.params.steps, self.params.max_epsilon)
+
+    def noise_to_signal(self, units: float) -> None:
+        """The other question the training plan asks: None, no warning about an averaged update's noise."""
+        return None
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
               on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> Trained:

@@ -14,7 +14,7 @@ import pytest
 
 from uedp.detection.pipeline import DetectorConfig
 from uedp.errors import UedpError
-from uedp.privacy.accounting import shown_rounds
+from uedp.privacy.accounting.rounds import shown_rounds
 from uedp.services.detect import detect_entities
 from uedp.storage.catalog import Catalog
 from uedp.storage.ingest import IngestOptions, ingest

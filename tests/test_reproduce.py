@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from uedp.errors import UedpError
-from uedp.reproduce import EXPERIMENTS, reproduce
-from uedp.reproduce.common import Claim, Context, Page, Results, RunRow, conll_documents, judge
-from uedp.reproduce.sanitize_conll import SCALES as SCALES_OF_SANITIZE
+from uedp.experiments.common import Claim, Context, Page, Results, RunRow, conll_documents, judge
+from uedp.experiments.reproduce import EXPERIMENTS, reproduce
+from uedp.experiments.sanitize_conll import SCALES as SCALES_OF_SANITIZE
 
 CONLL_EXPERIMENTS = [name for name, experiment in EXPERIMENTS.items() if experiment.corpus == "conll"]
 
@@ -46,7 +46,7 @@ def test_ci_scale_runs_the_experiment_and_its_claims_hold(name: str, home, share
 
 
 def test_every_experiment_is_offered_by_the_cli() -> None:
-    from uedp.commands import REPRODUCE_NAMES
+    from uedp.commands.results import REPRODUCE_NAMES
 
     assert set(REPRODUCE_NAMES) == set(EXPERIMENTS)
 
@@ -70,7 +70,7 @@ def test_every_experiment_names_its_corpus_folder_and_where_to_get_it(home, tmp_
     from typer.testing import CliRunner
 
     from uedp.cli import app
-    from uedp.reproduce.common import CORPORA, Context, corpus_folder
+    from uedp.experiments.common import CORPORA, Context, corpus_folder
 
     for corpus in CORPORA.values():
         monkeypatch.delenv(corpus.env, raising=False)
@@ -181,7 +181,7 @@ def _release(label: str, epsilon: float, kept: float, attacked: float, original:
 
 
 def test_sanitize_attack_claims_fail_on_a_release_that_hides_nothing_or_an_attacker_that_ignores_context() -> None:
-    from uedp.reproduce.sanitize_conll import SCALES, attack_on_original, claims
+    from uedp.experiments.sanitize_conll import SCALES, attack_on_original, claims
 
     def verdicts(runs: list[RunRow]) -> dict[str, bool]:
         results = Results([_row("noiseless", 10.0), *runs])
@@ -201,8 +201,8 @@ def test_sanitize_attack_claims_fail_on_a_release_that_hides_nothing_or_an_attac
 def test_a_page_re_rendered_twice_says_so_once(home, tmp_path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    from uedp.reproduce import rerender
-    from uedp.reproduce.sanitize_conll import page
+    from uedp.experiments.reproduce import rerender
+    from uedp.experiments.sanitize_conll import page
 
     out = tmp_path / "sanitize-conll"
     results = Results([_row("noiseless", 10.0), _release("custext", 1.0, 0.1, 0.08),
@@ -223,9 +223,9 @@ def test_a_page_re_rendered_twice_says_so_once(home, tmp_path: Path) -> None:
 def test_exposure_claims_are_not_passed_on_what_a_random_rank_gives() -> None:
     """Exposures near a random rank's 1.44 bits say the attack found nothing: a claim comparing them must
     not hold whichever way the noise fell; with the noiseless model's canaries found, it is judged by a margin."""
-    from uedp.reproduce.common import MEASURABLE_EXPOSURE
-    from uedp.reproduce.selective_conll import SCALES as SELECTIVE_SCALES
-    from uedp.reproduce.selective_conll import claims
+    from uedp.experiments.common import MEASURABLE_EXPOSURE
+    from uedp.experiments.selective_conll import SCALES as SELECTIVE_SCALES
+    from uedp.experiments.selective_conll import claims
 
     def results(noiseless: float, dpsgd: float, selective: float) -> Results:
         return Results([RunRow(label, "gpt2 tiny", None, 1.0, 10.0, 1.0, "r" * 32, {"canary_exposure_mean": value})

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from uedp.errors import UedpError
-from uedp.reproduce import EXPERIMENTS, reproduce, rerender
-from uedp.reproduce.common import Context, Results, RunRow, judge
+from uedp.experiments.common import Context, Results, RunRow, judge
+from uedp.experiments.reproduce import EXPERIMENTS, reproduce, rerender
 
 PEOPLE = [("Ilsa", "Varnholm"), ("Tomas", "Quenby"), ("Marek", "Oduya"), ("Petra", "Lindqvast"),
           ("Jonas", "Abernak"), ("Celia", "Moravetz")]
@@ -93,7 +93,7 @@ def corpora(tmp_path: Path) -> Path:
 
 def test_ci_scale_runs_the_experiment_and_its_claims_hold(home, corpora: Path, prefect_server,
                                                           tmp_path: Path) -> None:
-    from uedp.reproduce.uedp_agnews import SCALES
+    from uedp.experiments.uedp_agnews import SCALES
 
     out = tmp_path / "page"
     lines: list[str] = []
@@ -147,15 +147,15 @@ def test_ci_scale_runs_the_experiment_and_its_claims_hold(home, corpora: Path, p
 
 
 def test_the_experiment_is_registered_with_its_corpus_option() -> None:
-    from uedp.commands import REPRODUCE_NAMES
-    from uedp.reproduce.common import CORPORA
+    from uedp.commands.results import REPRODUCE_NAMES
+    from uedp.experiments.common import CORPORA
 
     assert "uedp-agnews" in REPRODUCE_NAMES and EXPERIMENTS["uedp-agnews"].corpus == "ag"
     assert CORPORA["ag"].option == "--ag-dir" and "train.jsonl" in CORPORA["ag"].files
 
 
 def test_evenly_spaced_cap_spreads_by_position() -> None:
-    from uedp.reproduce.uedp_agnews import evenly_spaced
+    from uedp.experiments.uedp_agnews import evenly_spaced
 
     items = [c for c in "abcd" for _ in range(25)]  # sorted by class, as AG's train file
     kept = evenly_spaced(items, 20)
@@ -167,7 +167,7 @@ def test_evenly_spaced_cap_spreads_by_position() -> None:
 def test_csv_and_jsonl_inputs_become_the_same_capped_copies(home, tmp_path: Path) -> None:
     """The original release's CSV (no header, quoted, backslash line breaks) and a headed CSV are read by
     the ag_news reader and copied as JSONL holding the item's own fields; the copy ingests like the CSV."""
-    from uedp.reproduce.uedp_agnews import SCALES, prepare_inputs, read_items
+    from uedp.experiments.uedp_agnews import SCALES, prepare_inputs, read_items
     from uedp.storage.formats.agnews import agnews_csv_records, agnews_jsonl_records
 
     folder = tmp_path / "ag"
@@ -191,7 +191,7 @@ def test_csv_and_jsonl_inputs_become_the_same_capped_copies(home, tmp_path: Path
 
 
 def test_bad_items_are_named_by_file_and_line(tmp_path: Path) -> None:
-    from uedp.reproduce.uedp_agnews import read_items
+    from uedp.experiments.uedp_agnews import read_items
 
     bad_json = tmp_path / "train.jsonl"
     bad_json.write_text('{"text": "fine", "label": 1}\n\n{"text": "no label"}\n', encoding="utf-8")
@@ -232,7 +232,7 @@ def _figures(share: float = 0.8) -> dict[str, object]:
 
 
 def test_claims_fail_on_figures_that_break_them() -> None:
-    from uedp.reproduce.uedp_agnews import SCALES, claims
+    from uedp.experiments.uedp_agnews import SCALES, claims
 
     s = SCALES["cpu"]
 

@@ -18,9 +18,9 @@ import pytest
 import spacy
 
 from uedp.errors import UedpError
-from uedp.reproduce import reproduce, rerender
-from uedp.reproduce.common import Context, Results, judge
-from uedp.reproduce.selective_customersim import (
+from uedp.experiments.common import Context, Results, judge
+from uedp.experiments.reproduce import reproduce, rerender
+from uedp.experiments.selective_customersim import (
     POLICY,
     POLICY_ENTITIES,
     SCALES,

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from uedp.errors import UedpError
-from uedp.reproduce import reproduce, rerender
-from uedp.reproduce.common import Context
-from uedp.reproduce.sanitize_sst2 import SCALES, inputs, read_sentences, read_sst2, word_tokenizer
+from uedp.experiments.common import Context
+from uedp.experiments.reproduce import reproduce, rerender
+from uedp.experiments.sanitize_sst2 import SCALES, inputs, read_sentences, read_sst2, word_tokenizer
 from uedp.storage.formats import FormatError
 from uedp.storage.formats.tabular import is_tsv, read_tsv_rows, tsv_records
 from uedp.storage.ingest import IngestOptions, ingest

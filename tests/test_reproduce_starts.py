@@ -12,9 +12,9 @@ import pytest
 
 from tests.support import reuters_corpus
 from uedp.errors import UedpError
-from uedp.reproduce import reproduce
-from uedp.reproduce.common import Results, RunRow, judge
-from uedp.reproduce.starts import Start, record_start, split_by_start, start_choice
+from uedp.experiments.common import Results, RunRow, judge
+from uedp.experiments.reproduce import reproduce
+from uedp.experiments.starts import Start, record_start, split_by_start, start_choice
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def test_uedp_conll_from_the_public_base_keeps_scratch_rows_beside_the_base_rows
     assert any(v.statement.startswith("from the Reuters base: ") for v in page.verdicts)
     failed = [v.statement for v in page.verdicts if not v.holds]
     assert not failed, failed
-    from uedp.reproduce import rerender  # --page-only: the start comes back from results.json
+    from uedp.experiments.reproduce import rerender  # --page-only: the start comes back from results.json
 
     again = rerender("uedp-conll", home, out)
     assert [v.statement for v in again.verdicts] == [v.statement for v in page.verdicts]
@@ -82,8 +82,8 @@ def test_selective_conll_from_the_base_adds_gpt2s_mechanisms_with_their_canaries
 
 def _rerun_base_lines(home, conll: Path, reuters: Path, tmp_path: Path) -> list[str]:
     """The base is pretrained once per data home: a second page reuses it by content key."""
-    from uedp.reproduce.common import Context
-    from uedp.reproduce.starts import BASES, prepare_start
+    from uedp.experiments.common import Context
+    from uedp.experiments.starts import BASES, prepare_start
 
     lines: list[str] = []
     ctx = Context("uedp-conll", "ci", home, conll, say=lines.append, conll_dir=conll, start="base", public_dir=reuters)
@@ -129,8 +129,8 @@ def test_start_choice_defaults_and_refusals(tmp_path: Path) -> None:
 
 
 def test_a_missing_public_corpus_is_named_before_anything_trains(home, tmp_path: Path) -> None:
-    from uedp.reproduce.common import Context
-    from uedp.reproduce.starts import BaseSettings, prepare_start
+    from uedp.experiments.common import Context
+    from uedp.experiments.starts import BaseSettings, prepare_start
 
     ctx = Context("uedp-conll", "ci", home, tmp_path, start="base", public_dir=tmp_path / "no-reuters")
     with pytest.raises(UedpError, match=r"no-reuters: no reut2-\*\.sgm files.*--public-dir.*never downloads"):
@@ -140,7 +140,7 @@ def test_a_missing_public_corpus_is_named_before_anything_trains(home, tmp_path:
 def test_claims_are_judged_on_each_start_apart() -> None:
     """A mean over both starts would hide a start where a claim fails: the rows split by family, and a
     start whose private model is no better than the start itself fails its claim."""
-    from uedp.reproduce.uedp_conll import SCALES, claims
+    from uedp.experiments.uedp_conll import SCALES, claims
 
     start = Start("base", "gpt2 small from the Reuters base", {}, 8192.0, "Reuters", before=300.0, run_id="r" * 32)
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from uedp.errors import UedpError
-from uedp.reproduce import EXPERIMENTS, reproduce
-from uedp.reproduce.common import Context, Results, RunRow, judge
+from uedp.experiments.common import Context, Results, RunRow, judge
+from uedp.experiments.reproduce import EXPERIMENTS, reproduce
 from uedp.storage.formats import FormatError
 
 NOUNS = ["station", "river", "album", "church", "bridge", "battle", "season", "school", "ship", "village", "song",
@@ -105,7 +105,7 @@ def test_the_digit_policy_marks_every_digit_run_and_nothing_else() -> None:
     import spacy
 
     from uedp.detection.presidio_engine import build_analyzer
-    from uedp.reproduce.selective_wikitext import CATEGORY, POLICY
+    from uedp.experiments.selective_wikitext import CATEGORY, POLICY
 
     nlp = spacy.blank("en")
     analyzer, engine = build_analyzer(nlp, str(POLICY), defaults=False)
@@ -132,7 +132,7 @@ def test_wikitext_articles_split_at_top_headings_and_name_a_bad_file(tmp_path: P
 
 
 def test_either_layout_of_the_corpus_folder_is_read_and_a_missing_split_is_named(home, tmp_path: Path) -> None:
-    from uedp.reproduce.selective_wikitext import corpus_files
+    from uedp.experiments.selective_wikitext import corpus_files
 
     archive = tmp_path / "wikitext-2-v1"
     for split in ("train", "valid", "test"):
@@ -156,7 +156,7 @@ SHARE = {"tokens": 0.04, "words": 0.03, "sentences": 0.3, "digit_tokens_public":
 
 
 def _verdicts(runs: list[RunRow], share: dict[str, float] = SHARE) -> dict[str, bool]:
-    from uedp.reproduce.selective_wikitext import SCALES, claims
+    from uedp.experiments.selective_wikitext import SCALES, claims
 
     results = Results(runs, {"private_token_share": share})
     return {v.statement: v.holds for v in judge(claims(SCALES["cpu"]), results, "cpu")}
@@ -167,7 +167,7 @@ def test_without_the_training_file_the_page_trains_on_validation_articles_and_le
     """WikiText-2's train.txt is the file offline copies lack: the page then trains on the validation
     file's first articles, holds the rest out as the validation split, and takes its vocabulary from those
     held-out articles only (never from text a run trains on or is tested on)."""
-    from uedp.reproduce.selective_wikitext import SCALES, build_tokenizer, layout
+    from uedp.experiments.selective_wikitext import SCALES, build_tokenizer, layout
 
     folder = tmp_path / "wikitext-2"
     write_wikitext(folder / "valid.txt", 9, 1)

@@ -275,12 +275,21 @@ def test_mask_token_inference_attack_recovers_less_from_sanitized_text(home, dem
 def test_custext_trains_through_the_same_task_and_logs_its_local_guarantee(home, demo: str, vectors: Path) -> None:
     from mlflow.tracking import MlflowClient
 
+    from uedp.errors import UedpError
     from uedp.services.config import TrainConfig
+    from uedp.services.launch import run_training
+    from uedp.services.privacy_budget import ledger_of
     from uedp.services.training import train_configuration
 
     config = TrainConfig(dataset=demo, mechanism="custext", target_epsilon=2.0, steps=5, checkpoint_every=0,
                          embeddings=str(vectors), k=10)
-    result = train_configuration(home, config, progress=False)
+    # Set-up opens a release and never draws one: a training asked for a release nobody drew says so,
+    # and draws, writes and charges nothing.
+    with pytest.raises(UedpError, match="'demo-custext-e2-k10-token' this training reads is not drawn"):
+        train_configuration(home, config, progress=False)
+    assert not home.dataset_dir("demo-custext-e2-k10-token").exists() and not ledger_of(home, demo).read().entries
+    result = run_training(home, config)  # the launch draws it (and files it in the ledger), then trains
+    assert [entry.key.split(":")[0] for entry in ledger_of(home, demo).read().entries] == ["release"]
     assert result.epsilon == 2.0 and result.delta == 0.0 and 1 < result.utility_test < 300
     run = MlflowClient(tracking_uri=home.mlflow_tracking_uri).get_run(result.run_id)
     assert run.info.experiment_id == MlflowClient(tracking_uri=home.mlflow_tracking_uri).get_experiment_by_name(demo).experiment_id

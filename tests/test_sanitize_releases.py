@@ -180,7 +180,7 @@ def test_a_second_machine_trains_on_the_release_the_first_drew(home, demo: str, 
     """With a table store, a release drawn on one machine is pushed, and another machine pulls it instead
     of drawing its own (two draws of the same text would compose)."""
     from uedp.services.config import TrainConfig
-    from uedp.services.launch import share_release
+    from uedp.services.training_inputs import draw_inputs
     from uedp.storage.home import DataHome
     from uedp.storage.remote import TableStore
 
@@ -188,12 +188,12 @@ def test_a_second_machine_trains_on_the_release_the_first_drew(home, demo: str, 
     for table in ("sentences", "users", "entities"):
         store.push(home, demo, table)
     config = TrainConfig(dataset=demo, mechanism="custext", target_epsilon=1.0, embeddings=str(vectors), k=5)
-    share_release(home, config, store)
+    draw_inputs(home, config, store)
     name = "demo-custext-e1-k5-token"
     drawn = _train_text(home, name)
     other = DataHome.from_env(tmp_path / "other-machine")
     store.pull_required(other, demo, ("sentences", "users", "entities"))
-    share_release(other, config, store)
+    draw_inputs(other, config, store)
     assert _train_text(other, name) == drawn  # pulled, not drawn again
     assert not (other.table_dir(name, "sentences") / "draws.npz").exists()
 

@@ -28,7 +28,7 @@ from uedp.models.causal_lm import load_causal_lm
 from uedp.models.gpt2 import load_gpt2
 from uedp.models.lora import LoraSettings, with_lora
 from uedp.models.metrics import causal_lm_loss, per_sequence_lm_loss
-from uedp.privacy.accounting import UeDpAccounting, max_sampled_users
+from uedp.privacy.accounting.worst_case import UeDpAccounting, max_sampled_users
 from uedp.privacy.mechanisms import registry
 from uedp.privacy.mechanisms.base import TrainData
 from uedp.privacy.mechanisms.dpsgd import DpSgd, DpSgdParams

@@ -8,7 +8,7 @@ import torch
 
 from uedp.models.batching import encode
 from uedp.models.metrics import causal_lm_loss, per_sequence_lm_loss
-from uedp.privacy.accounting import epsilon_after, poisson_gaussian_round
+from uedp.privacy.accounting.events import epsilon_after, poisson_gaussian_round
 from uedp.privacy.deid import redact
 from uedp.privacy.mechanisms.base import RoundReport, TrainData
 from uedp.privacy.mechanisms.selective import SelectiveParams, SelectiveTwoPhase

@@ -14,7 +14,7 @@ from uedp.models.batching import encode_with_private_mask
 from uedp.models.lstm import build_lstm
 from uedp.models.metrics import causal_lm_loss
 from uedp.models.tokenization import byte_level_tokenizer
-from uedp.privacy.accounting import epsilon_after
+from uedp.privacy.accounting.events import epsilon_after
 from uedp.privacy.mechanisms.base import RoundReport, TrainData
 from uedp.privacy.mechanisms.params import SelectiveParams
 from uedp.privacy.mechanisms.selective_recurrent import SelectiveRecurrent, step_event

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from uedp.cli import app
 from uedp.models.batching import encode
 from uedp.models.metrics import causal_lm_loss
-from uedp.privacy.accounting import UeDpAccounting, epsilon_after, max_sampled_users, poisson_gaussian_round
+from uedp.privacy.accounting.events import epsilon_after, poisson_gaussian_round
+from uedp.privacy.accounting.worst_case import UeDpAccounting, max_sampled_users
 from uedp.privacy.mechanisms.base import TrainData
 from uedp.privacy.mechanisms.fedavg import LocalTrainer
 from uedp.privacy.mechanisms.uedp import UeDp, UeDpParams, usable_sequences
@@ -171,7 +172,7 @@ def test_epsilon_command_plans_without_training() -> None:
     assert target.exit_code == 0 and ("epsilon = 1 " in target.stdout or "epsilon = 0.99" in target.stdout)
     both = runner.invoke(app, ["epsilon", "--mechanism", "uedp", "--users", "9", "--q-user", "0.5", "--steps", "3",
                                "--noise-multiplier", "1", "--target-epsilon", "2"])
-    assert both.exit_code == 2 and "at most one of --noise-multiplier and --target-epsilon" in both.stderr
+    assert both.exit_code == 2 and "give at most one of noise_multiplier and target_epsilon" in both.stderr
     # Without either, the planner uses training's default noise multiplier (one default, defined once).
     default = runner.invoke(app, ["epsilon", "--mechanism", "userdp", "--users", "946", "--q-user", "0.05"])
     assert default.exit_code == 0 and "z = 1 " in default.stdout and "after 30 rounds" in default.stdout

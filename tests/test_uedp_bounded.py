@@ -21,8 +21,11 @@ from typer.testing import CliRunner
 from uedp.cli import app
 from uedp.models.batching import encode
 from uedp.models.metrics import causal_lm_loss
-from uedp.privacy import accounting, attribution
-from uedp.privacy.accounting import RoundAccountant, epsilon_after, group_replace_round
+from uedp.privacy import attribution
+from uedp.privacy.accounting import events
+from uedp.privacy.accounting import rounds as round_accounting
+from uedp.privacy.accounting.events import epsilon_after, group_replace_round
+from uedp.privacy.accounting.rounds import RoundAccountant
 from uedp.privacy.attribution import AttributionGraph, choose_holders
 from uedp.privacy.mechanisms import userdp as userdp_module
 from uedp.privacy.mechanisms.base import TrainData
@@ -275,8 +278,8 @@ def test_the_conservative_group_bound_dominates_the_exact_one_round_curve(q: flo
     """Our derivation checked independently: at every epsilon the bound's delta is at least the exact
     one-round delta of the worst case (and equal for q = 1, where it is one Gaussian of sensitivity 2g);
     treating the group as one user (no group at all) falls below the exact curve, so the check can fail."""
-    bound = accounting._round_pld(group_replace_round(q, z, group), "replace")
-    single = accounting._round_pld(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)),
+    bound = round_accounting._round_pld(group_replace_round(q, z, group), "replace")
+    single = round_accounting._round_pld(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)),
                                    "replace")
     undercounted = False
     for epsilon in (0.1, 0.5, 1.0, 2.0, 4.0):
@@ -294,7 +297,7 @@ def test_calibration_meets_the_target_within_one_percent(k: int, target: float) 
     mechanism = UeDpBounded(params)
     epsilon = mechanism.epsilon()
     assert target * 0.99 <= epsilon <= target
-    assert mechanism.noise_multiplier >= accounting.MIN_NOISE_MULTIPLIER * math.sqrt(1 + k)
+    assert mechanism.noise_multiplier >= events.MIN_NOISE_MULTIPLIER * math.sqrt(1 + k)
 
 
 def test_the_rdp_accountant_is_refused_for_substitution() -> None:

@@ -11,7 +11,7 @@ from torch.nn.utils import parameters_to_vector
 
 from uedp.models.batching import encode
 from uedp.models.metrics import causal_lm_loss
-from uedp.privacy.accounting import epsilon_after, poisson_gaussian_round
+from uedp.privacy.accounting.events import epsilon_after, poisson_gaussian_round
 from uedp.privacy.mechanisms.base import RoundReport, TrainData
 from uedp.privacy.mechanisms.userdp import UserDp, UserDpParams
 from uedp.privacy.population import Population

@@ -3,9 +3,8 @@ its privacy statement (unit, sampling, noise, accountant), so callers can log an
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -13,9 +12,11 @@ import torch
 from uedp.models.batching import Example
 from uedp.models.training import LossFn  # loss_fn(model, batch) -> mean loss; mechanisms stay model-agnostic
 from uedp.privacy.mechanisms.checkpoint import NO_CHECKPOINT, Checkpointer
+from uedp.privacy.signal import NoiseToSignal
+from uedp.privacy.statement import PrivacyStatement
 
-__all__ = ["NO_CHECKPOINT", "Checkpointer", "HostUnits", "LossFn", "Mechanism", "OnRound", "PrivacyStatement",
-           "RoundReport", "SamplesUnits", "TrainData", "Trained"]
+__all__ = ["NO_CHECKPOINT", "Checkpointer", "HostUnits", "LossFn", "Mechanism", "OnRound", "RoundReport", "SamplesUnits",
+           "TrainData", "Trained"]
 
 
 @dataclass
@@ -63,27 +64,6 @@ class RoundReport:
     participants: int | None = None
 
 
-@dataclass(frozen=True)
-class PrivacyStatement:
-    """What the reported epsilon means: logged as run parameters next to the figures."""
-
-    mechanism: str
-    unit: str
-    epsilon: float = math.inf
-    delta: float = 0.0
-    accountant: str = "none"
-    noise_multiplier: float = 0.0
-    sampling_probability: float = 1.0
-    rounds: int = 0
-    notes: str = ""
-    extra: dict[str, float] = field(default_factory=dict)
-    # "secure" (OS randomness, never stored), "seeded" (the guarantee does not hold against anyone who
-    # knows the seed) or "none" (no guarantee to keep).
-    randomness: str = "none"
-    public: tuple[str, ...] = ()  # what the guarantee treats as public (PRIVACY.md rule 4)
-    caveats: tuple[str, ...] = ()  # what the epsilon does not cover
-
-
 OnRound = Callable[[RoundReport], None]
 
 
@@ -93,6 +73,17 @@ class Mechanism(Protocol):
 
     name: str
     unit: str
+
+    def planned_epsilon(self) -> float:
+        """The epsilon the run will state if it runs its planned rounds (or up to its budget stop), from a
+        fresh accountant before round 1 (inf without a guarantee). Read only through the training plan
+        (:mod:`services.training_plan`), which the privacy ledger, ``uedp epsilon`` and training share."""
+        ...
+
+    def noise_to_signal(self, units: float) -> NoiseToSignal | None:
+        """The averaged update's noise beside its signal for ``units`` units (a public or DP count); None
+        for a mechanism that adds no noise to an averaged update."""
+        ...
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
               on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> Trained:

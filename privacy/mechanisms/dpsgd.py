@@ -22,14 +22,9 @@ from uedp.models.batching import collate
 from uedp.models.device import autocast
 from uedp.models.parallel import Ranks
 from uedp.models.training import adam
-from uedp.privacy.accounting import (
-    Adjacency,
-    RoundAccountant,
-    check_delta,
-    epsilon_after,
-    poisson_gaussian_round,
-    resolve_noise_multiplier,
-)
+from uedp.privacy.accounting.calibration import check_delta, resolve_noise_multiplier
+from uedp.privacy.accounting.events import Adjacency, epsilon_after, poisson_gaussian_round
+from uedp.privacy.accounting.rounds import RoundAccountant
 from uedp.privacy.layer_randomness import dropout_switched_off
 from uedp.privacy.mechanisms.base import (
     NO_CHECKPOINT,

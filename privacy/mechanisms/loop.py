@@ -33,13 +33,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from uedp.privacy.accounting import EpsilonSchedule, RoundAccountant, plan_epsilons
+from uedp.privacy.accounting.rounds import EpsilonSchedule, RoundAccountant, plan_epsilons
 from uedp.privacy.layer_randomness import DROPOUT_NOTE, no_global_draws
-from uedp.privacy.mechanisms.base import OnRound, PrivacyStatement, RoundReport
+from uedp.privacy.mechanisms.base import OnRound, RoundReport
 from uedp.privacy.mechanisms.checkpoint import Checkpointer, Restorable
 from uedp.privacy.mechanisms.divergence import DivergenceWatch, weight_norm
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness, RoundRandomness
+from uedp.privacy.statement import PrivacyStatement
 
 DIVERGED = "the run diverged"  # in a divergence stop's note (selective reads its noiseless phase's)
 

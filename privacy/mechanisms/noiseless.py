@@ -4,6 +4,8 @@ Its epsilon is infinite: it promises nothing. ``deid`` and the local-DP mechanis
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from uedp.models.batching import ShuffledBatches, collate
@@ -14,7 +16,6 @@ from uedp.privacy.mechanisms.base import (
     Checkpointer,
     LossFn,
     OnRound,
-    PrivacyStatement,
     TrainData,
     Trained,
 )
@@ -22,6 +23,7 @@ from uedp.privacy.mechanisms.loop import NoLedger, RoundLoop, RoundOutput
 from uedp.privacy.mechanisms.params import NoiselessParams
 from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, MechanismSpec, register
 from uedp.privacy.randomness import Randomness, RoundRandomness
+from uedp.privacy.statement import PrivacyStatement
 
 __all__ = ["Noiseless", "NoiselessParams"]
 
@@ -34,6 +36,14 @@ class Noiseless:
         self.params = params
         self.seed = seed  # batch order: nothing to keep secret without a guarantee
         self.name = params.mechanism
+
+    def planned_epsilon(self) -> float:
+        """No guarantee: what a noiseless (or deid, or local-DP-trained) run states is infinite."""
+        return math.inf
+
+    def noise_to_signal(self, units: float) -> None:
+        """No noise: nothing drowns the update."""
+        return None
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
               on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT, scope: str = "noiseless") -> Trained:

@@ -11,10 +11,26 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from uedp.privacy.accounting import AccountantKind
+from uedp.privacy.accounting.events import AccountantKind
 from uedp.privacy.attribution import HolderChoice
 from uedp.privacy.sanitization.mapping import MappingMode, Metric
 from uedp.privacy.sanitization.mechanisms import check_strategy
+
+
+def names_of(params: type[BaseModel]) -> dict[str, list[str]]:
+    """Each parameter's field name and the other names it accepts, in order (``rounds``: also ``steps``)."""
+    out: dict[str, list[str]] = {}
+    for name, info in params.model_fields.items():
+        choices = getattr(info.validation_alias, "choices", None) or [name]
+        out[name] = [name, *(c for c in choices if isinstance(c, str) and c != name)]
+    return out
+
+
+def one_name_only(mechanism: str, given: list[str]) -> str:
+    """The rule for a parameter given under several of its names, in one place for every front end."""
+    others = " and ".join(given[1:])
+    return (f"{mechanism} takes {given[0]} under one name: give {given[0]} only ({others} "
+            f"{'is its alias' if len(given) == 2 else 'are its aliases'})")
 
 
 class MechanismParams(BaseModel):
@@ -25,6 +41,20 @@ class MechanismParams(BaseModel):
     mechanism: str
     # The parameters :meth:`label` shows (a sweep's grid names the others in the run's name).
     label_fields: ClassVar[tuple[str, ...]] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_name_each(cls, data: Any) -> Any:
+        """A parameter is given under one of its names: ``rounds`` and its alias ``steps`` together are
+        refused wherever a configuration is written (flags, --config, --set, a Prefect form), never
+        resolved by which came first. (Shared settings of several mechanisms, a sweep's or the demo's,
+        hold ``steps`` as dpsgd's own parameter: ``TrainConfig.for_mechanism`` passes each one name.)"""
+        if isinstance(data, dict):
+            for names in names_of(cls).values():
+                given = [n for n in names if data.get(n) is not None]
+                if len(given) > 1:
+                    raise ValueError(one_name_only(str(data.get("mechanism", cls.__name__)), given))
+        return data
 
     def label(self) -> str:
         """The name runs of these parameters are shown under (report rows, run names): the mechanism's,
@@ -56,12 +86,20 @@ class NoiselessParams(MechanismParams):
         return self.steps
 
 
+# One rule for the noise of every mechanism with a central guarantee, stated here once: the parameter
+# texts below, the validator, the CLI's errors, config files and the Prefect forms all read it.
+DEFAULT_NOISE_MULTIPLIER = 1.0
+NOISE_OR_TARGET = "give at most one of noise_multiplier and target_epsilon"
+
+
 class PrivateParams(MechanismParams):
     """What every mechanism with a central guarantee takes: noise or a target, delta, the accountant."""
 
-    noise_multiplier: float | None = Field(1.0, gt=0, description="noise multiplier z (noise std = z * sensitivity); "
-                                                                  "ignored when target_epsilon is set")
-    target_epsilon: float | None = Field(None, gt=0, description="calibrate z so the run ends at this epsilon")
+    noise_multiplier: float | None = Field(
+        None, gt=0, description=f"noise multiplier z (noise std = z * sensitivity); {DEFAULT_NOISE_MULTIPLIER:g} when "
+                                f"target_epsilon is unset ({NOISE_OR_TARGET})")
+    target_epsilon: float | None = Field(None, gt=0, description=f"calibrate z so the run ends at this epsilon "
+                                                                 f"({NOISE_OR_TARGET})")
     clip: float = Field(1.0, gt=0, description="L2 clipping bound: per example (dpsgd, selective) or per user delta")
     delta: float = Field(1e-5, gt=0, lt=1, description="target delta")
     accountant: AccountantKind = Field("pld", description="pld (tightest) or rdp")
@@ -73,17 +111,14 @@ class PrivateParams(MechanismParams):
 
     @model_validator(mode="before")
     @classmethod
-    def _target_replaces_noise(cls, data: Any) -> Any:
-        """A target epsilon without an explicit noise multiplier: z is calibrated, not the default 1."""
-        if isinstance(data, dict) and data.get("target_epsilon") is not None and "noise_multiplier" not in data:
-            return {**data, "noise_multiplier": None}
-        return data
-
-    @model_validator(mode="after")
-    def _noise_or_target(self) -> PrivateParams:
-        if self.noise_multiplier is None and self.target_epsilon is None:
-            raise ValueError(f"{self.mechanism} needs noise_multiplier or target_epsilon")
-        return self
+    def _noise_or_target(cls, data: Any) -> Any:
+        """Both given: refused (which one would win is not the user's to guess). Neither: the default z."""
+        if not isinstance(data, dict):
+            return data
+        noise, target = data.get("noise_multiplier"), data.get("target_epsilon")
+        if noise is not None and target is not None:
+            raise ValueError(NOISE_OR_TARGET)
+        return {**data, "noise_multiplier": DEFAULT_NOISE_MULTIPLIER} if noise is None and target is None else data
 
 
 class DpSgdParams(PrivateParams):

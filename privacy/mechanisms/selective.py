@@ -31,7 +31,6 @@ from uedp.privacy.mechanisms.base import (
     LossFn,
     Mechanism,
     OnRound,
-    PrivacyStatement,
     RoundReport,
     TrainData,
     Trained,
@@ -44,6 +43,7 @@ from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, Mechanis
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
 from uedp.privacy.signal import NoiseToSignal
+from uedp.privacy.statement import PrivacyStatement
 
 # What the selective epsilon does not cover (PRIVACY.md): shown next to it everywhere.
 MISSED_TOKENS_CAVEAT = ("only tokens the detector found are protected as tokens: a missed name reaches the noiseless "

@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # Opacus and the LSTM (transformers) load when a run trains, 
 
 from uedp.models.batching import IGNORE, collate
 from uedp.models.device import autocast
-from uedp.privacy.accounting import Adjacency
+from uedp.privacy.accounting.events import Adjacency
 from uedp.privacy.mechanisms.base import LossFn, TrainData
 from uedp.privacy.mechanisms.dpsgd import DpSgd
 from uedp.privacy.mechanisms.params import SelectiveParams

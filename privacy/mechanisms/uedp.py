@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import torch
 
-from uedp.privacy.accounting import UeDpAccounting, check_delta, epsilon_after, poisson_gaussian_round
+from uedp.privacy.accounting.calibration import check_delta
+from uedp.privacy.accounting.events import epsilon_after, poisson_gaussian_round
+from uedp.privacy.accounting.worst_case import UeDpAccounting
 from uedp.privacy.layer_randomness import dropout_switched_off
 from uedp.privacy.mechanisms.base import (
     NO_CHECKPOINT,

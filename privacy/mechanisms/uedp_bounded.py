@@ -36,7 +36,12 @@ from dataclasses import dataclass, replace
 
 import dp_accounting
 
-from uedp.privacy.accounting import MIN_NOISE_MULTIPLIER, epsilon_after, group_replace_round, poisson_gaussian_round
+from uedp.privacy.accounting.events import (
+    MIN_NOISE_MULTIPLIER,
+    epsilon_after,
+    group_replace_round,
+    poisson_gaussian_round,
+)
 from uedp.privacy.attribution import AttributionGraph, HolderChoiceResult, choose_holders
 from uedp.privacy.mechanisms.auto_holders import FIXED_NOISE_K, AutoHolders, choose_k, fixed_noise_choice
 from uedp.privacy.mechanisms.base import HostUnits, SamplesUnits, TrainData
@@ -211,24 +216,36 @@ def _signal_of(params: UeDpBoundedParams, users: float, built: dict[int, UeDpBou
     return signal_for
 
 
+def planned_auto(params: UeDpBoundedParams, users: float, randomness: Randomness | None = None) -> UeDpBounded:
+    """``holders_per_entity auto`` before the data is read (``uedp epsilon --users N``): k from the signal
+    alone, the largest training may take (the graph may make it smaller)."""
+    if params.target_epsilon is None:
+        return UeDpBounded(params, randomness)
+    built: dict[int, UeDpBounded] = {}
+    chosen = choose_k(None, _signal_of(params, users, built, randomness))
+    mechanism = built[chosen.k]
+    mechanism.chosen = chosen
+    return mechanism
+
+
 def _build(params: UeDpBoundedParams, context: BuildContext) -> UeDpBounded:
     if params.holders_per_entity == "auto":
-        if context.entities is None:
-            raise ValueError("holders_per_entity auto needs the training data's attribution graph")
-        return resolve_auto(params, context.entities, context.randomness)
+        if context.entities is not None:
+            return resolve_auto(params, context.entities, context.randomness)
+        if context.population is not None:  # a plan from a count the user gives, before any data
+            return planned_auto(params, context.population.value, context.randomness)
+        raise ValueError("holders_per_entity auto needs the training data's attribution graph")
     return UeDpBounded(params, context.randomness)
 
 
 def _plan(params: UeDpBoundedParams, population: Population) -> EpsilonPlan:
-    auto, mechanism = "", None
-    if params.holders_per_entity == "auto" and params.target_epsilon is not None:
-        built: dict[int, UeDpBounded] = {}
-        chosen = choose_k(None, _signal_of(params, population.value, built))
+    auto = ""
+    mechanism = planned_auto(params, population.value) if params.holders_per_entity == "auto" else UeDpBounded(params)
+    if mechanism.chosen is not None and params.target_epsilon is not None:
+        chosen = mechanism.chosen
         shown = ", ".join(f"k = {c.k}: {c.signal.ratio:.3g}" for c in chosen.candidates)
         auto = (f"  holders_per_entity auto: noise-to-signal {shown}; training takes k = {chosen.k} at most (a "
                 "smaller one if it already keeps every sentence with an entity: the graph decides)")
-        mechanism = built[chosen.k]
-    mechanism = mechanism or UeDpBounded(params)
     params = mechanism.params
     if mechanism.chosen is not None and not auto:
         auto = f"  holders_per_entity auto: {mechanism.chosen.reason}"

@@ -39,16 +39,15 @@ from dataclasses import dataclass, field, replace
 import dp_accounting
 import torch
 
-from uedp.privacy.accounting import (
+from uedp.privacy.accounting.calibration import check_delta, resolve_noise_multiplier
+from uedp.privacy.accounting.events import (
     MIN_NOISE_MULTIPLIER,
     Adjacency,
-    RoundAccountant,
-    check_delta,
     delta_noise_multiplier,
     epsilon_after,
     poisson_gaussian_round,
-    resolve_noise_multiplier,
 )
+from uedp.privacy.accounting.rounds import RoundAccountant
 from uedp.privacy.layer_randomness import dropout_switched_off
 from uedp.privacy.mechanisms.base import (
     NO_CHECKPOINT,

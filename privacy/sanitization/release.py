@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from uedp.privacy.mechanisms.base import PrivacyStatement
 from uedp.privacy.sanitization.embeddings import Embeddings
 from uedp.privacy.sanitization.mapping import MappingMode, Metric, build_mapping
 from uedp.privacy.sanitization.mechanisms import KEEP, UNKNOWN, CusText, Sampler, SanText, releases_per_record
+from uedp.privacy.statement import PrivacyStatement
 
 KEPT = {"none": "", "stopwords": "; stopwords released unchanged",
         "non-entities": "; tokens outside detected entities released unchanged (entity positions are visible)"}

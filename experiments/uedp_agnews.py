@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from uedp.errors import UedpError
-from uedp.reproduce.common import (
+from uedp.experiments.common import (
     CORPORA,
     GOLD_CATEGORIES,
     UNIFORM_BYTE_PERPLEXITY,
@@ -39,11 +39,15 @@ from uedp.reproduce.common import (
     Results,
     conll_inputs,
     corpus_folder,
+    epsilon_curves,
+    epsilon_curves_figure,
     judge,
     markdown_table,
     number,
     perplexity_text,
+    plus_no_worse_than_naive,
     run_sweep,
+    uedp_above_userdp_at_50,
     verdict_table,
     write_if_changed,
 )
@@ -291,33 +295,9 @@ def run(ctx: Context) -> Page:
             device=ctx.device, threads=ctx.threads, checkpoint_every=0))
         results.runs += run_sweep(ctx, config, family.name)
     ctx.say("epsilon against rounds at the paper's sampling rates")
-    results.figures.update(data=data, ner=ner_scores, epsilon_curves=epsilon_curves(PAPER_USERS, s.curve_rounds))
+    results.figures.update(data=data, ner=ner_scores, epsilon_curves=epsilon_curves(
+        CURVE_MECHANISMS, PAPER_USERS, s.curve_rounds, paper_settings))
     return page(ctx, s, results)
-
-
-def epsilon_curves(users: int, rounds: tuple[int, ...]) -> dict[str, list[list[float]]]:
-    """Each mechanism's sound epsilon (delta 1e-5) after T rounds at the paper's rates and z, with
-    ``users`` declared public: {mechanism: [[T, epsilon], ...]}."""
-    from uedp.privacy.mechanisms import registry
-    from uedp.privacy.population import Population
-    from uedp.services.config import TrainConfig
-
-    curves: dict[str, list[list[float]]] = {}
-    for mechanism in CURVE_MECHANISMS:
-        points = []
-        for t in rounds:
-            extra = {} if mechanism == "userdp" else {"q_entity": PAPER_RATES["q_entity"],
-                                                      "q_extended": PAPER_RATES["q_extended"]}
-            params = TrainConfig.model_validate(dict(dataset="plan", mechanism=mechanism, noise_multiplier=PAPER_Z,
-                                                     rounds=t, q_user=PAPER_RATES["q_user"], **extra)).params
-            plan = registry.get(mechanism).plan(params, Population.declared(users))  # type: ignore[misc]
-            points.append([float(t), float(plan.epsilon)])
-        curves[mechanism] = points
-    return curves
-
-
-def _at(curves: dict[str, list[list[float]]], mechanism: str, t: float) -> float:
-    return next(e for r, e in curves[mechanism] if r == t)
 
 
 # --- claims -------------------------------------------------------------------------------------------
@@ -345,25 +325,13 @@ def claims(s: Settings) -> list[Claim]:
     for family in s.families:
         out += _family_claims(s, family)
 
-    def sound_at_50(r: Results) -> tuple[bool, str]:
-        curves = r.figures["epsilon_curves"]
-        u, n, d = (_at(curves, m, 50) for m in ("uedp", "uedp-naive", "userdp"))
-        return u > d, f"uedp {number(u)}, uedp-naive {number(n)}, userdp {number(d)}"
-
-    def plus_no_worse(r: Results) -> tuple[bool, str]:
-        curves = r.figures["epsilon_curves"]
-        pairs = [(t, e, _at(curves, "uedp-naive", t)) for t, e in curves["uedp"]]
-        equal = sum(1 for _, a, b in pairs if math.isclose(a, b, rel_tol=1e-3))
-        return all(a <= b * (1 + 1e-9) for _, a, b in pairs), \
-            f"uedp <= uedp-naive at all {len(pairs)} round counts ({equal} equal: the entity case dominates both)"
-
     out += [
         Claim(f"with sound accounting, uedp (f_E+) has a higher epsilon than userdp at the paper's rates "
               f"(q_u {PAPER_RATES['q_user']:g}, q_e {PAPER_RATES['q_entity']:g}, q_s {PAPER_RATES['q_extended']:g}, "
               f"z {PAPER_Z:g}, {PAPER_USERS:,} users) after T = 50 rounds",
-              "AG: f_E+ 0.50 < f_E 0.75 < user-level DP 1.48 (Fig. 4)", "contradicts", sound_at_50),
+              "AG: f_E+ 0.50 < f_E 0.75 < user-level DP 1.48 (Fig. 4)", "contradicts", uedp_above_userdp_at_50),
         Claim("uedp (f_E+) never costs more epsilon than uedp-naive (f_E)", "f_E+ is tighter than f_E (Fig. 4)",
-              "reproduces", plus_no_worse),
+              "reproduces", plus_no_worse_than_naive),
     ]
     return out
 
@@ -467,7 +435,10 @@ def page(ctx: Context, s: Settings, results: Results) -> Page:
         "## The seeds' claims, checked\n\n" + verdict_table(verdicts),
         DISCUSSION,
     ]
-    figures = {"agnews.png": results_figure(results, s), "epsilon_rounds.png": curve_figure(curves)}
+    figures = {"agnews.png": results_figure(results, s), "epsilon_rounds.png": epsilon_curves_figure(
+        curves, PAPER_EPSILON_AT_50, f"AG: epsilon against rounds, q_u {PAPER_RATES['q_user']:g}, q_e "
+        f"{PAPER_RATES['q_entity']:g}, q_s {PAPER_RATES['q_extended']:g}, z {PAPER_Z:g}, {PAPER_USERS:,} users",
+        markersize=4)}
     return Page("UeDP on AG News: the paper's Fig. 3, Fig. 2b, Fig. 6 and Fig. 4 with sound epsilons", sections,
                 figures, results, verdicts)
 
@@ -611,36 +582,6 @@ def results_figure(results: Results, s: Settings) -> Any:
     return fig
 
 
-def curve_figure(curves: dict[str, list[list[float]]]) -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
-    for index, mechanism in enumerate(CURVE_MECHANISMS):
-        points = curves[mechanism]
-        same = mechanism == "uedp-naive" and all(math.isclose(a[1], b[1], rel_tol=1e-6)
-                                                 for a, b in zip(points, curves["uedp"]))
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=4, color=f"C{index + 2}",
-                linestyle="--" if same else "-", linewidth=2.5 if mechanism == "uedp" else 1.5,
-                label=f"{mechanism} (sound{'; equal to uedp' if same else ''})")
-        ax.plot(50, PAPER_EPSILON_AT_50[mechanism], marker="x", markersize=10, mew=2, color=f"C{index + 2}",
-                linestyle="none", label=f"paper's {mechanism} at T = 50: {PAPER_EPSILON_AT_50[mechanism]}")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    for axis in (ax.get_xaxis(), ax.get_yaxis()):
-        axis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
-        axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    ax.set(xlabel="rounds T", ylabel="epsilon at delta 1e-5 (log scale)",
-           title=f"AG: epsilon against rounds, q_u {PAPER_RATES['q_user']:g}, q_e {PAPER_RATES['q_entity']:g}, "
-                 f"q_s {PAPER_RATES['q_extended']:g}, z {PAPER_Z:g}, {PAPER_USERS:,} users")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    return fig
-
-
 INTRO = """The UeDP paper (`uedp-user-entity-dp.txt`) protects users and the sensitive entities in their text
 at once, and reports on AG News that its algorithm beats user-level DP and de-identification: in
 text classification with BERT (Fig. 3a, epsilon 0.18 to 0.19), in next-word prediction with GPT-2
@@ -685,3 +626,9 @@ The verdicts above say, claim by claim, what holds at the scale this page was ma
   paper's Table II): both are outside every guarantee. The class label set is treated as public (AG News' four
   classes). The NER depends on CoNLL-2003 only. Entities the NER misses are protected only as part of
   their pseudo-user's text; deid and noiseless have no guarantee."""
+
+
+def paper_settings(mechanism: str) -> dict[str, Any]:
+    """Fig. 4's rates and z for ``mechanism`` (userdp samples users only)."""
+    rates = {} if mechanism == "userdp" else {"q_entity": PAPER_RATES["q_entity"], "q_extended": PAPER_RATES["q_extended"]}
+    return {"noise_multiplier": PAPER_Z, "q_user": PAPER_RATES["q_user"], **rates}

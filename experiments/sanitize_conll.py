@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from uedp.reproduce.common import (
+from uedp.experiments.common import (
     UNIFORM_BYTE_PERPLEXITY,
     Claim,
     Context,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from uedp.errors import UedpError
-from uedp.reproduce.common import Context, Results, Verdict
+from uedp.experiments.common import Context, Results, Verdict
 
 SCRATCH = "scratch"
 BASE = "base"

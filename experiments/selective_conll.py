@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from uedp.reproduce.common import (
+from uedp.experiments.common import (
     GOLD_CATEGORIES,
     UNIFORM_BYTE_PERPLEXITY,
     Claim,
@@ -35,7 +35,7 @@ from uedp.reproduce.common import (
     run_sweep,
     verdict_table,
 )
-from uedp.reproduce.starts import (
+from uedp.experiments.starts import (
     BASES,
     Start,
     labelled,

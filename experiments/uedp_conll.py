@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from uedp.reproduce.common import (
+from uedp.experiments.common import (
     GOLD_CATEGORIES,
     UNIFORM_BYTE_PERPLEXITY,
     Claim,
@@ -20,15 +20,19 @@ from uedp.reproduce.common import (
     Page,
     Results,
     conll_inputs,
+    epsilon_curves,
+    epsilon_curves_figure,
     ingest_conll_gold,
     judge,
     markdown_table,
     number,
     perplexity_text,
+    plus_no_worse_than_naive,
     run_sweep,
+    uedp_above_userdp_at_50,
     verdict_table,
 )
-from uedp.reproduce.starts import (
+from uedp.experiments.starts import (
     BASES,
     Start,
     labelled,
@@ -115,7 +119,8 @@ def run(ctx: Context) -> Page:
         results.runs += run_sweep(ctx, _sweep(ctx, dataset, FROM_START[ctx.scale], start.run_settings), start.family)
     record_start(results, start)
     ctx.say("epsilon against rounds at the paper's sampling rates")
-    results.figures["epsilon_curves"] = epsilon_curves(users, s.curve_rounds, s.holders)
+    results.figures["epsilon_curves"] = epsilon_curves(CURVE_MECHANISMS, users, s.curve_rounds,
+                                                        lambda mechanism: paper_settings(mechanism, s.holders))
     results.figures["train_users"] = users
     results.figures["dataset"] = dataset
     return page(ctx, s, results)
@@ -131,32 +136,6 @@ def _sweep(ctx: Context, dataset: str, s: Settings, model: dict[str, Any]) -> An
         rounds=s.rounds, q_user=s.q_user, q_entity=PAPER_RATES["q_entity"], q_extended=PAPER_RATES["q_extended"],
         local_steps=s.local_steps, batch_size=s.batch_size, randomness=s.randomness, device=ctx.device,
         threads=ctx.threads, checkpoint_every=0, **model))
-
-
-def epsilon_curves(users: int, rounds: tuple[int, ...], holders: int) -> dict[str, list[list[float]]]:
-    """Each mechanism's sound epsilon (delta 1e-5) after T rounds at the paper's rates and z, with the
-    number of users declared public (the paper's |U|): {mechanism: [[T, epsilon], ...]}."""
-    from uedp.privacy.mechanisms import registry
-    from uedp.privacy.population import Population
-    from uedp.services.config import TrainConfig
-
-    curves: dict[str, list[list[float]]] = {}
-    for mechanism in CURVE_MECHANISMS:
-        points = []
-        for t in rounds:
-            extra = {"holders_per_entity": holders} if mechanism == "uedp-bounded" else \
-                {"q_entity": PAPER_RATES["q_entity"], "q_extended": PAPER_RATES["q_extended"]} \
-                if mechanism != "userdp" else {}
-            params = TrainConfig.model_validate(dict(dataset="plan", mechanism=mechanism, noise_multiplier=PAPER_Z, rounds=t,
-                                 q_user=PAPER_RATES["q_user"], **extra)).params
-            plan = registry.get(mechanism).plan(params, Population.declared(users))  # type: ignore[misc]
-            points.append([float(t), float(plan.epsilon)])
-        curves[mechanism] = points
-    return curves
-
-
-def _at(curves: dict[str, list[list[float]]], mechanism: str, t: float) -> float:
-    return next(e for r, e in curves[mechanism] if r == t)
 
 
 def _label(mechanism: str, holders: int) -> str:
@@ -192,18 +171,6 @@ def claims(s: Settings, start: Start | None = None) -> list[Claim]:
         return all(b < u for _, b, u in pairs), "; ".join(
             f"epsilon {e:g}: uedp-bounded k={k} {text(b)}, uedp {text(u)}" for e, b, u in pairs)
 
-    def sound_at_50(r: Results) -> tuple[bool, str]:
-        curves = r.figures["epsilon_curves"]
-        u, n, d = (_at(curves, m, 50) for m in ("uedp", "uedp-naive", "userdp"))
-        return u > d, f"uedp {number(u)}, uedp-naive {number(n)}, userdp {number(d)}"
-
-    def plus_no_worse(r: Results) -> tuple[bool, str]:
-        curves = r.figures["epsilon_curves"]
-        pairs = [(t, e, _at(curves, "uedp-naive", t)) for t, e in curves["uedp"]]
-        equal = sum(1 for _, a, b in pairs if math.isclose(a, b, rel_tol=1e-3))
-        return all(a <= b * (1 + 1e-9) for _, a, b in pairs), \
-            f"uedp <= uedp-naive at all {len(pairs)} round counts ({equal} equal: the entity case dominates both)"
-
     def beats_start(r: Results) -> tuple[bool, str]:
         assert start is not None
         private = sorted({(row.label, row.target) for row in r.runs if math.isfinite(row.epsilon)},
@@ -231,9 +198,9 @@ def claims(s: Settings, start: Start | None = None) -> list[Claim]:
         deid,
         Claim("with sound accounting, uedp (f_E+) has a higher epsilon than userdp at the paper's rates "
               "(q_u 0.05, q_e 0.5, q_s 1, z 2) after T = 50 rounds",
-              "f_E+ 0.52 < f_E 0.62 < user-level DP 1.18 (Fig. 4)", "contradicts", sound_at_50),
+              "f_E+ 0.52 < f_E 0.62 < user-level DP 1.18 (Fig. 4)", "contradicts", uedp_above_userdp_at_50),
         Claim("uedp (f_E+) never costs more epsilon than uedp-naive (f_E)", "f_E+ is tighter than f_E (Fig. 4)",
-              "reproduces", plus_no_worse),
+              "reproduces", plus_no_worse_than_naive),
         userdp,
         bounded,
     ]
@@ -280,7 +247,10 @@ def page(ctx: Context, s: Settings, results: Results) -> Page:
         "## The seeds' claims, checked\n\n" + verdict_table(verdicts),
         DISCUSSION,
     ]
-    figures["epsilon_rounds.png"] = curve_figure(curves, s)
+    figures["epsilon_rounds.png"] = epsilon_curves_figure(
+        curves, PAPER_EPSILON_AT_50, f"epsilon against rounds: q_u {PAPER_RATES['q_user']:g}, q_e "
+        f"{PAPER_RATES['q_entity']:g}, q_s {PAPER_RATES['q_extended']:g}, z {PAPER_Z:g}",
+        label=lambda mechanism: _label(mechanism, s.holders))
     return Page("UeDP on CoNLL-2003: the paper's Fig. 2 and Fig. 4 with sound epsilons", sections, figures, results,
                 verdicts)
 
@@ -347,37 +317,6 @@ def perplexity_figure(results: Results, s: Settings, what: str, start: Start | N
     return fig
 
 
-def curve_figure(curves: dict[str, list[list[float]]], s: Settings) -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
-    for index, mechanism in enumerate(CURVE_MECHANISMS):
-        points = curves[mechanism]
-        same = mechanism == "uedp-naive" and all(math.isclose(a[1], b[1], rel_tol=1e-6)
-                                                 for a, b in zip(points, curves["uedp"]))
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, color=f"C{index + 2}",
-                linestyle="--" if same else "-", linewidth=2.5 if mechanism == "uedp" else 1.5,
-                label=f"{_label(mechanism, s.holders)} (sound{'; equal to uedp' if same else ''})")
-        if mechanism in PAPER_EPSILON_AT_50:
-            ax.plot(50, PAPER_EPSILON_AT_50[mechanism], marker="x", markersize=10, mew=2, color=f"C{index + 2}",
-                    linestyle="none", label=f"paper's {mechanism} at T = 50: {PAPER_EPSILON_AT_50[mechanism]}")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    for axis in (ax.get_xaxis(), ax.get_yaxis()):
-        axis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
-        axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    ax.set(xlabel="rounds T", ylabel="epsilon at delta 1e-5 (log scale)",
-           title=f"epsilon against rounds: q_u {PAPER_RATES['q_user']:g}, q_e {PAPER_RATES['q_entity']:g}, "
-                 f"q_s {PAPER_RATES['q_extended']:g}, z {PAPER_Z:g}")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    return fig
-
-
 INTRO = """The UeDP paper (`uedp-user-entity-dp.txt`) trains GPT-2 on CoNLL-2003 with users and sensitive
 entities protected at once, and reports (Fig. 2a) that its algorithm beats user-level DP and
 de-identification at epsilon 0.18 to 0.20, with (Fig. 4) epsilons of 0.52 (its estimator f_E+),
@@ -418,3 +357,14 @@ DISCUSSION = """## What this shows, and what it cannot
 - Test perplexity is computed without noise on held-out documents: evaluation is outside every
   guarantee. The gold entities are protected exactly; with a detector, missed entities are protected
   only as part of their writer's text."""
+
+
+def paper_settings(mechanism: str, holders: int) -> dict[str, Any]:
+    """Fig. 4's rates and z for ``mechanism``: uedp-bounded with its k holders, userdp samples users only."""
+    if mechanism == "uedp-bounded":
+        rates: dict[str, Any] = {"holders_per_entity": holders}
+    elif mechanism == "userdp":
+        rates = {}
+    else:
+        rates = {"q_entity": PAPER_RATES["q_entity"], "q_extended": PAPER_RATES["q_extended"]}
+    return {"noise_multiplier": PAPER_Z, "q_user": PAPER_RATES["q_user"], **rates}

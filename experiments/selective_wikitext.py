@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from uedp.errors import UedpError
-from uedp.reproduce.common import (
+from uedp.experiments.common import (
     Claim,
     Context,
     Page,
@@ -420,7 +420,7 @@ def page(ctx: Context, s: Settings, results: Results) -> Page:
         INTRO,
         f"**Data.** `{results.figures['dataset']}`: WikiText-2, {used} (one user per article), the canary's "
         f"article (\"{CANARY_TEXT}\" {CANARY_REPEATS} times) after them; test perplexity on {evaluated} test file. "
-        f"**Policy**: every run of digits ([`digit_policy.yaml`](../../../uedp/reproduce/digit_policy.yaml), "
+        f"**Policy**: every run of digits ([`digit_policy.yaml`](../../../experiments/digit_policy.yaml), "
         f"a Presidio recognizer, category {CATEGORY}); it marks **{share['tokens']:.1%} of the train split's "
         f"tokens** (ours: words, with numbers split into digits), {share['words']:.1%} of its whitespace words "
         f"and {share['sentences']:.1%} of its sentences. The paper's policy marked {PAPER_PRIVATE_SHARE:.1%} of its "

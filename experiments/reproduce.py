@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from uedp.errors import UedpError
-from uedp.reproduce import (
+from uedp.experiments import (
     sanitize_conll,
     sanitize_sst2,
     selective_conll,
@@ -31,8 +31,8 @@ from uedp.reproduce import (
     uedp_agnews,
     uedp_conll,
 )
-from uedp.reproduce.common import CORPORA, SCALES, Context, Page, Results, RunRow, Scale, machine
-from uedp.reproduce.starts import SCRATCH, start_choice
+from uedp.experiments.common import CORPORA, SCALES, Context, Page, Results, RunRow, Scale, machine
+from uedp.experiments.starts import SCRATCH, start_choice
 from uedp.storage.home import DataHome
 
 

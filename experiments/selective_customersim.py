@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from uedp.errors import UedpError
-from uedp.reproduce.common import (
+from uedp.experiments.common import (
     UNIFORM_BYTE_PERPLEXITY,
     Claim,
     Context,
@@ -41,7 +41,7 @@ from uedp.reproduce.common import (
     run_sweep,
     verdict_table,
 )
-from uedp.reproduce.selective_conll import (
+from uedp.experiments.selective_conll import (
     dpsgd_hides_canaries,
     family_order,
     improves_on_redacted,
@@ -348,7 +348,7 @@ def page(ctx: Context, s: Settings, results: Results) -> Page:
            if dialogs else "")
         + " (any `canary-*.txt` files, the Selective-DP copy's planted secret, left out: the runs plant canaries of their "
         f"own). One dialog is one user; each turn (`SYS: ...`, `USR: ...`, its role kept) is one sentence. The "
-        f"policy (`uedp/reproduce/{POLICY.name}`) marks **{share['words']:.1%} of the train split's words, "
+        f"policy (`experiments/{POLICY.name}`) marks **{share['words']:.1%} of the train split's words, "
         f"{share['bytes']:.1%} of its bytes** (the models' tokens; {by_category}), in {share['sentences']:.1%} of "
         f"its turns; the paper's policy marked {PAPER_SHARE:.1%} of its BPE tokens, where a name or a number is "
         "split into several tokens and a template word is one. Models from scratch with byte tokens "

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from uedp.reproduce.common import (
+from uedp.experiments.common import (
     Claim,
     Context,
     Page,

@@ -1,0 +1,32 @@
+"""What a reported epsilon means, as one record: the statement every mechanism, a local-DP release and a
+training on one end with, logged as run parameters next to the figures. It sits on the privacy core's
+floor, below the mechanisms, so the count of units and the local-DP releases state guarantees without
+importing the mechanisms' machinery."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+__all__ = ["PrivacyStatement"]
+
+
+@dataclass(frozen=True)
+class PrivacyStatement:
+    """What the reported epsilon means: logged as run parameters next to the figures."""
+
+    mechanism: str
+    unit: str
+    epsilon: float = math.inf
+    delta: float = 0.0
+    accountant: str = "none"
+    noise_multiplier: float = 0.0
+    sampling_probability: float = 1.0
+    rounds: int = 0
+    notes: str = ""
+    extra: dict[str, float] = field(default_factory=dict)
+    # "secure" (OS randomness, never stored), "seeded" (the guarantee does not hold against anyone who
+    # knows the seed) or "none" (no guarantee to keep).
+    randomness: str = "none"
+    public: tuple[str, ...] = ()  # what the guarantee treats as public (PRIVACY.md rule 4)
+    caveats: tuple[str, ...] = ()  # what the epsilon does not cover

@@ -1,0 +1,144 @@
+"""A run's training plan: what it will train with and spend, fixed before round 1 from its configuration
+and public facts only (in the spirit of jax_privacy's frozen execution plan).
+
+The plan is built from a :class:`~services.config.TrainConfig` and :class:`PublicFacts`: counts that are
+public or DP, and the attribution graph where the mechanism's adjacency makes it public. It holds the
+built mechanism, the configuration as it trains (``sampling=planned`` applied), the privacy unit, the
+epsilon the run plans to state, the privacy ledger's reservation, the noise-to-signal and the warnings
+said before training. ``uedp epsilon``, the pre-flight of a sweep, the ledger and training all read the
+same plan: it is the only way a run learns its epsilon before it trains.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from uedp.errors import UedpError
+from uedp.models.metrics import causal_lm_loss, classification_loss
+from uedp.privacy.mechanisms.auto_sampling import SamplingChoice, choose_for
+from uedp.privacy.mechanisms.base import Mechanism
+from uedp.privacy.mechanisms.registry import BuildContext, EpsilonPlan
+from uedp.privacy.mechanisms.uedp_bounded import UeDpBounded, dropped_entities_warning
+from uedp.privacy.population import Population
+from uedp.privacy.randomness import Randomness
+from uedp.privacy.signal import MORE_USERS, NoiseToSignal
+from uedp.services.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class PublicFacts:
+    """What a plan may read besides the configuration: each fact public, DP, or public by adjacency."""
+
+    population: Population | None = None  # the public or DP count of the mechanism's units
+    # Whether the count's value is drawn: a pre-flight plans with a DP count not drawn yet (its cost is
+    # known, its value is not), so it plans the epsilon and skips what needs the value.
+    count_drawn: bool = True
+    n_examples: int = 0  # training sequences, used where neighbours have the same number (selective)
+    train_users: int = 0  # uedp-bounded's denominator: public under its substitution adjacency
+    # Per training user, per sentence, its entities' keys: the attribution graph uedp-bounded's auto k reads.
+    entities: Mapping[str, Sequence[frozenset[str]]] | None = None
+    on_release: bool = False  # trains on a local-DP release: the guarantee is the release's, charged when drawn
+    more_users: str = MORE_USERS  # the dataset format's fix for too few users, in the warning's words
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """A run as planned before round 1; nothing in it depends on private data beyond ``PublicFacts``."""
+
+    config: TrainConfig  # as it trains (sampling=planned: with the planner's q_user and rounds)
+    mechanism: Mechanism  # built from the registry; trains with the plan's z, sampling and rounds
+    unit: str  # the privacy unit in words (MLflow's privacy_unit, the result's, the ledger's)
+    epsilon: float  # what the run states if it runs its planned rounds (or to its budget stop); inf: none
+    delta: float
+    on_release: bool = False  # trains on a local-DP release (charged when drawn; training is post-processing)
+    noise_to_signal: NoiseToSignal | None = None
+    noise_warning: str | None = None  # the noise-to-signal past its measured threshold, with what lowers it
+    said: tuple[str, ...] = ()  # said before training (the planner's choice, in words)
+    warnings: tuple[str, ...] = ()  # said as warnings before training (uedp-bounded dropping most entity text)
+    # The mechanism's own account of the plan (``spec.plan``), asked for by ``uedp epsilon`` only
+    description: EpsilonPlan | None = None
+
+
+def plan_training(config: TrainConfig, facts: PublicFacts, randomness: Randomness | None = None,
+                  describe: bool = False) -> TrainingPlan:
+    """The plan of ``config`` from ``facts``; ``randomness`` is the run's (a plan for printing draws nothing).
+    ``describe``: add the mechanism's own lines on its plan (``uedp epsilon`` prints them)."""
+    config, chosen = planned_sampling(config, facts.population)
+    mechanism = build_mechanism(config, facts.population, facts.n_examples, randomness, facts.entities)
+    signal = (noise_to_signal_of(mechanism, facts.population, facts.train_users)
+              if facts.count_drawn and not facts.on_release else None)
+    description = (config.spec.plan(config.params, facts.population) if describe and config.spec.plan is not None
+                   and facts.population is not None else None)
+    private = config.is_private and not facts.on_release
+    return TrainingPlan(
+        config=config, mechanism=mechanism, unit=config.spec.unit if facts.on_release else mechanism.unit,
+        epsilon=float(mechanism.planned_epsilon()) if private else math.inf,
+        delta=float(getattr(config.params, "delta", 0.0)) if private else 0.0, on_release=facts.on_release,
+        noise_to_signal=signal, noise_warning=signal.warning(facts.more_users) if signal is not None else None,
+        said=(f"sampling planned: {chosen.reason}",) if chosen else (),
+        warnings=data_warnings(mechanism, facts.entities), description=description)
+
+
+def build_mechanism(config: TrainConfig, population: Population | None, n_examples: int,
+                    randomness: Randomness | None = None,
+                    entities: Mapping[str, Sequence[frozenset[str]]] | None = None) -> Mechanism:
+    """The mechanism a configuration names, from the registry. ``population`` is the public or DP count of
+    the mechanism's units (sequences, users, writers), which sets sampling rates, denominators and uedp's
+    bound on sampled users; ``n_examples`` is used only where neighbours have the same count (selective)."""
+    randomness = randomness or Randomness.for_mode(config.randomness, config.seed)
+    public_loss = classification_loss if config.task == "classification" else causal_lm_loss
+    context = BuildContext(config.shape, randomness, population, n_examples, public_loss, entities)
+    try:
+        return config.spec.build(config.params, context)
+    except ValueError as exc:
+        raise UedpError(f"{config.mechanism}: {exc}") from None
+
+
+def planned_population(config: TrainConfig) -> Population | None:
+    """Before any data is read (to check a target epsilon early): the declared count, or a DP count whose
+    value is not known yet (its privacy cost is)."""
+    if config.spec.counts is None:
+        return None
+    if config.public_count is not None:
+        return Population.declared(config.public_count)
+    return Population(1.0, "dp-count", config.count_noise)
+
+
+def preflight_plan(config: TrainConfig) -> TrainingPlan:
+    """The plan a configuration can have before its data is read: a target epsilon out of reach is a
+    configuration error found in seconds (mechanisms whose z does not depend on the unit count)."""
+    return plan_training(config, PublicFacts(planned_population(config), count_drawn=config.public_count is not None))
+
+
+def planned_sampling(config: TrainConfig, population: Population | None) -> tuple[TrainConfig, SamplingChoice | None]:
+    """``sampling=planned``: the configuration with the planner's q_user and rounds for its budget, from the
+    run's public or DP count of users (never the exact one), candidates ranked with the RDP accountant."""
+    if getattr(config.params, "sampling", "fixed") != "planned" or population is None or config.spec.plan is None:
+        return config, None
+    try:
+        params, choice = choose_for(config.spec.plan, config.params, population, rank_accountant="rdp")
+    except ValueError:  # its words quote the DP count, drawn but not charged to a run that stops here
+        raise UedpError(f"{config.mechanism} sampling=planned: no split of this configuration's budget (rounds x "
+                        "q_user) keeps 10 users a round over at least 10 rounds of this dataset: raise --rounds or "
+                        "--q-user (`uedp epsilon --choose-sampling --users N` shows the splits for a count you "
+                        "give)") from None
+    return config.model_copy(update={"params": params}), choice
+
+
+def noise_to_signal_of(mechanism: Mechanism, population: Population | None, users: int) -> NoiseToSignal | None:
+    """The built mechanism's noise-to-signal, from its public or DP count of units; a mechanism without a
+    count of its own (uedp-bounded) counts the training users, public under its substitution adjacency."""
+    try:
+        return mechanism.noise_to_signal(population.value if population is not None else float(users))
+    except ValueError as exc:  # a setting refused once the count is known (adaptive clipping's room)
+        raise UedpError(f"{mechanism.name}: {exc}") from None
+
+
+def data_warnings(mechanism: Mechanism, entities: Mapping[str, Sequence[frozenset[str]]] | None) -> tuple[str, ...]:
+    """What the built mechanism will not train on, when that is most of what it protects (uedp-bounded's k)."""
+    if isinstance(mechanism, UeDpBounded) and entities is not None:
+        warning = dropped_entities_warning(mechanism, entities)
+        return (warning,) if warning is not None else ()
+    return ()

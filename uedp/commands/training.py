@@ -1,0 +1,328 @@
+"""Planning and training: ``uedp epsilon`` (a budget, from the same training plan a run reads),
+``train``, ``tune`` and ``sweep``."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from uedp.commands.common import (
+    CONFIG_OPTION,
+    HOME_OPTION,
+    LISTED,
+    MECHANISMS_HELP,
+    PLAN_OPTIONS,
+    SEEDED_OPTION,
+    SET_OPTION,
+    STORE_HELP,
+    SWEEP_OPTIONS,
+    TRAIN_OPTIONS,
+    app,
+    csv_list,
+    prefect_api,
+    prepare_runtime,
+    short_number,
+    user_errors,
+)
+from uedp.commands.tables import baseline_warning, baselines_line, print_guarantee, print_summary
+from uedp.detection.categories import DEFAULT_CATEGORIES
+from uedp.errors import UedpError
+from uedp.options import default_of, merged, with_options
+from uedp.privacy.mechanisms import registry
+from uedp.services.config import MechanismSettings, RunSettings, SweepConfig, TrainConfig
+
+
+@app.command()
+@user_errors
+@with_options(PLAN_OPTIONS)
+def epsilon(
+    mechanism: str = typer.Option(..., help="A mechanism with a planner: "
+                                  + ", ".join(n for n, spec in registry.mechanisms().items() if spec.plan) + "."),
+    users: int = typer.Option(..., "--users", "--units", min=1, help="Number of privacy units: training users "
+                              "(userdp; for uedp the writers with a sentence that names no detected entity) or "
+                              "sequences (dpsgd)."),
+    count_public: bool = typer.Option(False, "--count-public", help="Plan a run that declares the number of units "
+                                      "public (--public-count); default: training's DP count, composed in."),
+    count_noise: Optional[float] = typer.Option(None, "--count-noise", help="Noise std of that DP count "
+                                                f"\\[default: {RunSettings.model_fields['count_noise'].default}]",
+                                                show_default=False),
+    choose_sampling: bool = typer.Option(False, "--choose-sampling", help="userdp, uedp-bounded, uedp with a "
+                                         "target epsilon: choose --q-user and --rounds, the split of the compute "
+                                         "budget (--user-updates) with the least noise-to-signal, and plan that."),
+    user_updates: Optional[float] = typer.Option(None, "--user-updates", min=1, help="--choose-sampling: the compute "
+                                                 "budget, rounds x expected users a round \\[default: the "
+                                                 "configuration's, rounds x q_user x users]", show_default=False),
+    config_file: Optional[Path] = CONFIG_OPTION,
+    set_: Optional[list[str]] = SET_OPTION,
+    **settings: Any,
+) -> None:
+    """Plan a privacy budget without training: epsilon for a noise multiplier, or z for a target epsilon.
+
+    Reads the same defaults as training (every mechanism parameter is a flag or --set key=value). With
+    --choose-sampling the planner chooses a user-level run's sampling rate and rounds for its budget.
+
+    Example: uedp epsilon --mechanism uedp --users 946 --q-user 0.05 --q-entity 0.05 --rounds 500 --noise-multiplier 2
+    """
+    from uedp.privacy.accounting.calibration import check_delta
+    from uedp.privacy.population import COUNTED_IN_WORDS, Population
+    from uedp.services.training_plan import PublicFacts, plan_training
+
+    spec = registry.get(mechanism) if mechanism in registry.names() else None
+    if spec is None or spec.plan is None:
+        raise UedpError(f"unknown mechanism {mechanism!r} for planning; valid: "
+                        + ", ".join(n for n, s in registry.mechanisms().items() if s.plan))
+    values = {k: v for k, v in merged(config_file, settings, set_, LISTED).items()
+              if k in MechanismSettings.model_fields or k == "steps"}  # a file may hold run settings too
+    # Strict: a parameter this mechanism does not take is an error, not a silently different plan; the
+    # rules between settings (a z or a target, one name per parameter) are the parameters' own.
+    config = TrainConfig(**{**values, "dataset": "plan", "mechanism": mechanism})
+    noise = count_noise if count_noise is not None else RunSettings.model_fields["count_noise"].default
+    try:
+        warning = check_delta(config.params.delta, users)  # type: ignore[attr-defined]
+        # Training's count of units: declared public, or a DP count (planned at its expected value).
+        population = Population.declared(users) if count_public else Population(float(users), "dp-count", noise)
+        if choose_sampling:
+            config = config.model_copy(update={"params": _chosen_sampling(spec, config.params, population,
+                                                                          user_updates)})
+        # The plan training builds, from the count given here: the figure printed is the plan's epsilon.
+        plan = plan_training(config, PublicFacts(population, n_examples=users, train_users=users), describe=True)
+    except ValueError as exc:
+        raise UedpError(str(exc)) from None
+    assert plan.description is not None  # every mechanism with a planner (spec.plan) describes its plan
+    units = COUNTED_IN_WORDS[spec.counts or "users"]
+    counted = "" if count_public or spec.counts is None else f" (incl. the DP count of {units}, noise std {noise:g})"
+    lines = list(plan.description.lines)
+    typer.echo(lines[0] + counted)
+    for line in lines[1:]:
+        typer.echo(line)
+    if plan.noise_to_signal is not None:
+        typer.echo(plan.noise_to_signal.line())
+        if plan.noise_warning is not None:
+            typer.echo(f"warning: {plan.noise_warning}", err=True)
+    if warning:
+        typer.echo(f"warning: {warning}", err=True)
+
+
+def _chosen_sampling(spec: Any, params: Any, population: Any, user_updates: float | None) -> Any:
+    """``uedp epsilon --choose-sampling``: print the planner's split of the budget and return the parameters
+    with it (``q_user`` and ``rounds``)."""
+    from uedp.privacy.mechanisms.auto_sampling import choose_for
+
+    if not hasattr(params, "q_user") or getattr(params, "target_epsilon", None) is None:
+        raise ValueError("--choose-sampling chooses a user-level run's q_user and rounds (userdp, uedp-bounded, "
+                         "uedp) for a --target-epsilon")
+    chosen, choice = choose_for(spec.plan, params, population, user_updates)
+    typer.echo(choice.reason)
+    for line in choice.table():
+        typer.echo(line)
+    return chosen
+
+
+@app.command()
+@user_errors
+@with_options(TRAIN_OPTIONS)
+def train(
+    dataset: str = typer.Argument(..., help="An ingested (and detected) dataset."),
+    mechanism: Optional[str] = typer.Option(None, help=f"One of {MECHANISMS_HELP} (or `mechanism:` in --config).",
+                                            show_default=False),
+    seeded: bool = SEEDED_OPTION,
+    store: Optional[str] = typer.Option(None, help=STORE_HELP),
+    home: Optional[Path] = HOME_OPTION,
+    config_file: Optional[Path] = CONFIG_OPTION,
+    set_: Optional[list[str]] = SET_OPTION,
+    **settings: Any,
+) -> None:
+    """Train one configuration and log it to MLflow; prints the run id.
+
+    Every shared setting and every mechanism parameter is a flag (defaults from the configuration, shown
+    below), a key of --config, or --set key=value. Rerunning the same configuration after a crash resumes
+    from its last checkpoint (weights and accountant), continuing the same MLflow run.
+    """
+    data_home = prepare_runtime(home)
+    from uedp.services.launch import run_training
+    from uedp.services.tracking import run_link
+
+    values = merged(config_file, settings, set_, LISTED)
+    config = _train_config(dataset, mechanism, seeded, values)
+    from uedp.services.training_setup import categories_warning
+
+    if (ignored := ignored_categories(config, values.get("categories"))) is not None:
+        typer.echo(f"warning: {ignored}", err=True)
+    if (warning := categories_warning(data_home, config)) is not None:
+        typer.echo(f"warning: {warning}", err=True)
+    result = run_training(data_home, config, store_url=store)  # says "resumed from ..." when it resumes
+    guarantee = (f"epsilon {short_number(result.epsilon, 4)} at delta {result.delta:g}" if math.isfinite(result.epsilon)
+                 else "no privacy guarantee")
+    typer.echo(f"{config.run_name()}: {guarantee}; test {result.utility_metric} {result.utility_test:.4g} "
+               f"after {result.rounds} {config.step_word}s"
+               + (f" (resumed after {config.step_word} {result.resumed_from})" if result.resumed_from else ""))
+    if result.baselines:
+        typer.echo(baselines_line(result.baselines, result.utility_metric))
+    if (warning := baseline_warning(config.run_name(), result)) is not None:
+        typer.echo(f"warning: {warning}", err=True)
+    if result.detector_recall and math.isfinite(result.epsilon):
+        typer.echo(f"this epsilon covers the detected entities: {result.detector_recall}")
+    if result.notes:
+        typer.echo(f"note: {result.notes}")
+    if result.audit_epsilon is not None:
+        typer.echo(f"one-run audit ({config.audit_canaries} canaries at the unit): epsilon >= "
+                   f"{result.audit_epsilon:.3g} at 95% confidence, beside the accounted {short_number(result.epsilon, 4)} "
+                   f"(details: uedp attack {result.run_id} --kind audit)")
+    print_guarantee(result)
+    typer.echo(f"MLflow run: {result.run_id}   (browse: {run_link(data_home, result.run_id)})")
+
+
+def ignored_categories(config: Any, given: Any) -> str | None:
+    """Said when --categories other than the default are given to a mechanism that trains the same whatever
+    the categories (a logged configuration fed back with --config holds the default: nothing to say)."""
+    if given is None or config.spec.uses_categories(config.params):
+        return None
+    if set(config.categories) == set(DEFAULT_CATEGORIES):
+        return None
+    shown = given if isinstance(given, str) else ",".join(given)
+    unit = "no privacy unit" if config.spec.unit == "none" else f"its unit: {config.spec.unit}"
+    return (f"{config.mechanism} ignores --categories {shown}: it trains the same whatever entities a sentence names "
+            f"({unit}; its report says 'any'). To protect entities of these categories as such, train "
+            "uedp-bounded, uedp or selective")
+
+
+def _train_config(dataset: str, mechanism: Optional[str], seeded: bool, values: dict[str, Any]) -> Any:
+    """The configuration ``uedp train`` (and ``uedp tune``) builds from its flags, config file and --set
+    values. The rules between settings are the parameters models' own (privacy/mechanisms/params.py)."""
+    if mechanism is not None:
+        values["mechanism"] = mechanism
+    if "mechanism" not in values:
+        raise UedpError(f"--mechanism is required (one of {MECHANISMS_HELP})")
+    if values.get("mechanism") not in registry.names():
+        raise UedpError(f"unknown mechanism {values.get('mechanism')!r}; valid: {MECHANISMS_HELP}")
+    if seeded:
+        values["randomness"] = "seeded"
+    from uedp.services.tuned import TUNABLE
+
+    if values.get("tuned") and (given := [n for n in TUNABLE if values.get(n) is not None]):
+        raise UedpError(f"--tuned {values['tuned']} sets the searched values: drop --"
+                        f"{' and --'.join(g.replace('_', '-') for g in given)} (or drop --tuned)")
+    return TrainConfig(**{**values, "dataset": dataset})  # the named dataset wins over a config file's
+
+
+@app.command()
+@user_errors
+@with_options(TRAIN_OPTIONS)
+def tune(
+    dataset: str = typer.Argument(..., help="A public proxy dataset (e.g. the base's corpus, ingested with about as "
+                                  "many writers or pseudo-writers as the private dataset); never the private one."),
+    mechanism: Optional[str] = typer.Option(None, help=f"One of {MECHANISMS_HELP} (or `mechanism:` in --config).",
+                                            show_default=False),
+    grid_axes: Optional[list[str]] = typer.Option(None, "--grid", show_default=False, help="NAME=V1,V2,...: values "
+                                                  "to try, for server_lr, clip, local_lr or lr; repeatable (every "
+                                                  "combination is one trial)."),
+    seeded: bool = SEEDED_OPTION,
+    home: Optional[Path] = HOME_OPTION,
+    config_file: Optional[Path] = CONFIG_OPTION,
+    set_: Optional[list[str]] = SET_OPTION,
+    **settings: Any,
+) -> None:
+    """Choose learning rates and clip on public text: one training run per grid point on DATASET with the
+    settings the private run will use, keeping the least validation perplexity.
+
+    Prints the search's key; `uedp train PRIVATE --tuned KEY` takes its values and names the search in its
+    privacy statement. A private run whose own text is the searched dataset's is refused (a search on private
+    data is a release its epsilon does not count). The same search again reuses its record.
+    """
+    data_home = prepare_runtime(home)
+    from uedp.services.tune import tune as run_search
+
+    config = _train_config(dataset, mechanism, seeded, merged(config_file, settings, set_, LISTED))
+    record = run_search(data_home, config, parse_grid(grid_axes or []), say=typer.echo)
+    for trial in record.trials:
+        chosen = "*" if trial.values == record.chosen else " "
+        typer.echo(f"  {chosen} {', '.join(f'{k} {v:g}' for k, v in trial.values.items())}: validation perplexity "
+                   f"{trial.perplexity_valid:.4g} (run {trial.run_id})")
+    typer.echo(f"--tuned {record.key}")
+
+
+@app.command()
+@user_errors
+@with_options(SWEEP_OPTIONS)
+def sweep(
+    dataset: str = typer.Argument(..., help="An ingested and detected dataset."),
+    mechanisms: Optional[str] = typer.Option(None, help=f"Comma-separated: {MECHANISMS_HELP} "
+                                             f"{default_of(SweepConfig, 'mechanisms')}", show_default=False),
+    categories: Optional[list[str]] = typer.Option(None, show_default=False, help="A set of sensitive categories "
+                                                   f"{default_of(SweepConfig, 'category_sets')}; repeat the "
+                                         "option for several sets (e.g. --categories PERSON --categories PII)."),
+    epsilons: Optional[str] = typer.Option(None, help="Comma-separated target epsilons for every private mechanism "
+                                           "(default: the noise multiplier)."),
+    seeds: Optional[str] = typer.Option(None, show_default=False, help="Comma-separated seeds (initial weights; "
+                                        f"sampling and noise too with --seeded) {default_of(SweepConfig, 'seeds')}"),
+    grid_axes: Optional[list[str]] = typer.Option(None, "--grid", show_default=False, help="NAME=V1,V2,...: one more "
+                                                  "axis over a mechanism parameter; each mechanism that takes it runs "
+                                                  "once per value (e.g. --grid holders_per_entity=1,4,16); repeatable."),
+    seeded: bool = SEEDED_OPTION,
+    store: Optional[str] = typer.Option(None, help=STORE_HELP),
+    home: Optional[Path] = HOME_OPTION,
+    config_file: Optional[Path] = CONFIG_OPTION,
+    set_: Optional[list[str]] = SET_OPTION,
+    **settings: Any,
+) -> None:
+    """Train every mechanism x category set x epsilon x seed as a Prefect flow; nested MLflow runs under one
+    parent, and a privacy-utility report (PNG plots + Markdown) on the parent run and under the data home.
+
+    The grid is set by the options above; the base configuration by every other flag (defaults from the
+    configuration), --config or --set key=value."""
+    data_home = prepare_runtime(home)
+    from uedp.flows.sweep import sweep_flow
+    from uedp.services.tracking import run_link
+
+    try:
+        targets = [float(e) for e in csv_list(epsilons)]
+        seed_list = [int(s) for s in csv_list(seeds)]
+    except ValueError as exc:
+        raise UedpError(f"--epsilons and --seeds take comma-separated numbers: {exc}") from None
+    grid = {"mechanisms": csv_list(mechanisms) if mechanisms else None, "category_sets": categories or None,
+            "target_epsilons": targets or None, "seeds": seed_list or None, "store": store,
+            "randomness": "seeded" if seeded else None, "grid": parse_grid(grid_axes or []) or None}
+    values = merged(config_file, settings, set_, LISTED) | {k: v for k, v in grid.items() if v is not None}
+    config = SweepConfig(**{**values, "home": str(data_home.root), "dataset": dataset})
+    from uedp.services.launch import preflight_sweep
+    from uedp.services.sweep import SweepFailed
+
+    items = preflight_sweep(data_home, config)
+    typer.echo(f"uedp sweep: {len(items)} configurations on {dataset!r}")
+    failed: SweepFailed | None = None
+    with prefect_api(data_home):
+        try:
+            outcome = sweep_flow(config, progress=True)
+        except SweepFailed as exc:  # what finished is still worth a table and a report
+            failed, outcome = exc, exc.outcome
+    if outcome.runs:
+        print_summary(outcome.runs, title=f"uedp sweep on {dataset}")
+    typer.echo(f"\nreport: {outcome.report[0] if outcome.report else '-'}")
+    typer.echo(f"MLflow parent run: {outcome.parent_run_id}   (browse: {run_link(data_home, outcome.parent_run_id)})")
+    if failed is not None:
+        for failure in outcome.failures:
+            typer.echo(f"failed: {failure.describe()}", err=True)
+        raise UedpError(f"{len(outcome.failures)} of {failed.total} configurations failed (causes above)")
+
+
+def parse_grid(axes: list[str]) -> dict[str, list[Any]]:
+    """``--grid name=1,4,16`` -> ``{"name": [1, 4, 16]}`` (numbers where they parse, text otherwise)."""
+    out: dict[str, list[Any]] = {}
+    for axis in axes:
+        name, sep, values = axis.partition("=")
+        if not sep or not name.strip() or not values.strip():
+            raise UedpError(f"--grid takes NAME=V1,V2,... (e.g. holders_per_entity=1,4,16), got {axis!r}")
+        out[name.strip().replace("-", "_")] = [_scalar(v) for v in csv_list(values)]
+    return out
+
+
+def _scalar(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
