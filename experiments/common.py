@@ -1,6 +1,7 @@
 """What every reproduction shares: the CoNLL-2003 inputs (whole, or the first documents of each file for
 the ``ci`` scale), runs of the real flows, per-run figures read back from MLflow, the claims a page
-checks, and the page itself (written whole, or not at all).
+checks, and the page itself (written whole, or not at all); for the ``python experiments/<page>.py`` scripts,
+their common command line, the finished runs of a data home and ``command.txt``.
 
 A reproduction runs what a user runs (``ingest_flow``, ``detect_flow``, ``sweep_flow``) in a data
 home, so every run it reports is an MLflow run a reader can open; the page adds the seeds' own
@@ -9,6 +10,7 @@ figures beside ours and says, claim by claim, what holds.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -19,7 +21,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from uedp.errors import UedpError
 from uedp.storage.home import DataHome
@@ -326,7 +328,63 @@ def run_names_and_seconds(home: DataHome, run_ids: list[str]) -> dict[str, tuple
     return out
 
 
+def mlflow_client(home: Path) -> Any:
+    """An MLflow client on the tracking store of a page's data home (``home/mlflow.db``)."""
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=f"sqlite:///{(home / 'mlflow.db').resolve()}")
+
+
+def finished_runs(home: Path, dataset: str) -> list[Any]:
+    """The finished MLflow runs of ``dataset`` in a page's data home, latest first (none before its first run)."""
+    client = mlflow_client(home)
+    experiment = client.get_experiment_by_name(dataset)
+    if experiment is None:
+        return []
+    return [run for run in client.search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"])
+            if run.info.status == "FINISHED"]
+
+
 # --- the page -----------------------------------------------------------------------------------------
+
+
+class OneBudget(Protocol):
+    """A page's settings with one target epsilon, or (ci) one noise multiplier instead."""
+
+    @property
+    def epsilon(self) -> float: ...
+    @property
+    def noise_multiplier(self) -> float | None: ...
+
+
+class TargetBudgets(Protocol):
+    """A page's settings with target epsilons, or (ci: none) one noise multiplier instead."""
+
+    @property
+    def epsilons(self) -> tuple[float, ...]: ...
+    @property
+    def noise_multiplier(self) -> float | None: ...
+
+
+def budget_at(s: OneBudget) -> str:
+    """The budget of a one-epsilon page's private runs, as a claim or figure says "at ...": its epsilon, or
+    the noise multiplier that stands in for it."""
+    return f"noise multiplier {s.noise_multiplier:g}" if s.noise_multiplier else f"epsilon {s.epsilon:g}"
+
+
+def one_budget_sentence(s: OneBudget) -> str:
+    """The budget of a one-epsilon page's private runs, as its settings paragraph opens."""
+    if s.noise_multiplier:
+        return f"Noise multiplier {s.noise_multiplier:g} (no calibration at this scale), epsilon accounted"
+    return f"Target epsilon {s.epsilon:g}"
+
+
+def budgets_sentence(s: TargetBudgets) -> str:
+    """The budget of a page's private runs over several target epsilons, as its settings paragraph says it
+    (ci: one noise multiplier, since calibrating each target outlasts the whole ci training)."""
+    if s.epsilons:
+        return f"Target epsilons {', '.join(f'{e:g}' for e in s.epsilons)}"
+    return f"Noise multiplier {s.noise_multiplier:g} for every private mechanism (no calibration), epsilon accounted"
 
 
 def machine() -> str:
@@ -406,6 +464,16 @@ class Page:
             shutil.rmtree(partial, ignore_errors=True)
             raise
         return sorted(folder.iterdir())
+
+
+def conll_page_parser(doc: str | None, out: str, home_help: str) -> argparse.ArgumentParser:
+    """The command line a CoNLL-2003 page script starts from: ``--conll-dir`` (required), ``--out`` (default:
+    ``out``, the page's folder) and ``--home``; the page adds its own options after these."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--conll-dir", type=Path, required=True, help="folder with eng.train, eng.testa, eng.testb")
+    parser.add_argument("--out", type=Path, default=Path(out))
+    parser.add_argument("--home", type=Path, help=home_help)
+    return parser
 
 
 def write_command_file(out: Path, minutes: float, threads: str, *extra: str, name: str = "command.txt") -> None:

@@ -34,7 +34,6 @@ it stopped. The page's discussion
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -50,7 +49,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from uedp.experiments.common import write_command_file
+from uedp.experiments.common import conll_page_parser, finished_runs, write_command_file
 
 ROOT = Path(__file__).resolve().parents[1]
 PRIVATE = ("userdp", "uedp-bounded", "dpsgd", "selective")
@@ -186,16 +185,8 @@ def run_corpus(corpus: Corpus, home: Path, epsilons: Sequence[float], pretrain_s
 
 def corpus_runs(home: Path, dataset: str) -> list[dict[str, Any]]:
     """The finished runs of ``dataset`` in a corpus' data home (the latest of each configuration)."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=f"sqlite:///{(home / 'mlflow.db').resolve()}")
-    experiment = client.get_experiment_by_name(dataset)
-    if experiment is None:
-        return []
     rows, seen = [], set()
-    for run in client.search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"]):
-        if run.info.status != "FINISHED":
-            continue
+    for run in finished_runs(home, dataset):
         params, metrics = run.data.params, run.data.metrics
         target = params.get("target_epsilon")
         started = params.get("init_from", "none").lower() not in ("none", "")
@@ -362,10 +353,8 @@ def _finish(ax: object, labels: list[str]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--conll-dir", type=Path, required=True, help="folder with eng.train, eng.testa, eng.testb")
-    parser.add_argument("--out", type=Path, default=Path("docs/results/learning"))
-    parser.add_argument("--home", type=Path, help="folder for the data homes (default: a temporary one, removed)")
+    parser = conll_page_parser(__doc__, "docs/results/learning",
+                               "folder for the data homes (default: a temporary one, removed)")
     parser.add_argument("--epsilons", default="2,8")
     parser.add_argument("--messages-users", type=int, default=300, help="writers per generated message corpus")
     parser.add_argument("--pretrain-steps", type=int, default=1000)

@@ -17,7 +17,6 @@ per writer), so nothing is downloaded and no third-party text is committed.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import re
@@ -29,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from uedp.experiments.common import write_command_file
+from uedp.experiments.common import conll_page_parser, mlflow_client, write_command_file
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,9 +66,7 @@ def generated_messages(folder: Path) -> tuple[Path, ...]:
 
 
 def run_figures(home: Path, run_id: str) -> dict[str, float]:
-    from mlflow.tracking import MlflowClient
-
-    run = MlflowClient(tracking_uri=f"sqlite:///{(home / 'mlflow.db').resolve()}").get_run(run_id)
+    run = mlflow_client(home).get_run(run_id)
     metrics, params = run.data.metrics, run.data.params
     return {"test": metrics["perplexity_test"], "epsilon": metrics.get("final_epsilon", math.inf),
             "uniform": metrics.get("perplexity_test_uniform_baseline", math.nan),
@@ -103,10 +100,8 @@ def page(rows: list[dict[str, float | str]], out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--conll-dir", type=Path, required=True, help="folder with eng.train, eng.testa, eng.testb")
-    parser.add_argument("--out", type=Path, default=Path("docs/results/noise-to-signal"))
-    parser.add_argument("--home", type=Path, help="data home for the runs (default: a temporary folder, removed)")
+    parser = conll_page_parser(__doc__, "docs/results/noise-to-signal",
+                               "data home for the runs (default: a temporary folder, removed)")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     started = time.perf_counter()

@@ -24,6 +24,7 @@ from uedp.experiments.common import (
     Context,
     Page,
     Results,
+    budget_at,
     clearly_above,
     conll_inputs,
     exposure_unmeasurable,
@@ -31,6 +32,7 @@ from uedp.experiments.common import (
     judge,
     markdown_table,
     number,
+    one_budget_sentence,
     perplexity_text,
     run_sweep,
     verdict_table,
@@ -89,16 +91,6 @@ FROM_START = {"ci": replace(SCALES["ci"], steps=20, public_steps=10),
               "cpu": replace(SCALES["cpu"], steps=300, public_steps=150),
               "gpu": replace(SCALES["gpu"], steps=2000, public_steps=1000)}
 NEAR_NOISELESS = 1.15  # the issue's target from a pretrained start: within 15% of noiseless
-
-
-def _budget(s: Settings) -> str:
-    if s.noise_multiplier:
-        return f"Noise multiplier {s.noise_multiplier:g} (no calibration at this scale), epsilon accounted"
-    return f"Target epsilon {s.epsilon:g}"
-
-
-def _at(s: Settings) -> str:
-    return f"noise multiplier {s.noise_multiplier:g}" if s.noise_multiplier else f"epsilon {s.epsilon:g}"
 
 
 def render(ctx: Context, results: Results) -> Page:
@@ -253,11 +245,11 @@ def start_claims(s: Settings, start: Start) -> list[Claim]:
             + ", ".join(f"{m} {number(v)}" for m, v in values.items())
 
     return [
-        Claim(f"at {_at(s)}, GPT-2's two-phase selective beats dpsgd", "S-DPSGD beats DPSGD (Table 2, LSTM)",
+        Claim(f"at {budget_at(s)}, GPT-2's two-phase selective beats dpsgd", "S-DPSGD beats DPSGD (Table 2, LSTM)",
               "extends", selective_beats_dpsgd("gpt2", start.uniform)),
         Claim("GPT-2's two-phase selective improves on the redacted model it starts from (deid)", "22.56 against the "
               "redacted model's 24.30 (Table 3)", "reproduces", improves_on_redacted(start.uniform), ("cpu", "gpu")),
-        Claim(f"at {_at(s)}, dpsgd and selective are within {NEAR_NOISELESS - 1:.0%} of noiseless from the same "
+        Claim(f"at {budget_at(s)}, dpsgd and selective are within {NEAR_NOISELESS - 1:.0%} of noiseless from the same "
               "start", "private fine-tuning of a pretrained GPT-2 comes close to non-private (Table 3)", "reproduces",
               near_noiseless, ("cpu", "gpu")),
         Claim("dpsgd and selective are better than the pretrained start before fine-tuning", "(implied: Table 3's "
@@ -269,12 +261,12 @@ def start_claims(s: Settings, start: Start) -> list[Claim]:
 
 def claims(s: Settings) -> list[Claim]:
     return [
-        Claim(f"at {_at(s)}, the LSTM orders noiseless < selective < dpsgd in perplexity",
+        Claim(f"at {budget_at(s)}, the LSTM orders noiseless < selective < dpsgd in perplexity",
               "No-DP 60.98 < S-DPSGD 160.04 < DPSGD 305.86 at epsilon ~4.9 (Table 2)", "reproduces",
               family_order("lstm"), ("cpu", "gpu")),
-        Claim(f"at {_at(s)}, selective beats dpsgd with the LSTM", "S-DPSGD 160.04 against DPSGD "
+        Claim(f"at {budget_at(s)}, selective beats dpsgd with the LSTM", "S-DPSGD 160.04 against DPSGD "
               "305.86 (Table 2)", "reproduces", selective_beats_dpsgd("lstm"), ("cpu", "gpu")),
-        Claim(f"at {_at(s)}, GPT-2's two-phase selective (redacted, then DP on the original) beats "
+        Claim(f"at {budget_at(s)}, GPT-2's two-phase selective (redacted, then DP on the original) beats "
               "dpsgd", "S-DPSGD beats DPSGD (Table 2, LSTM); Table 3 has no GPT-2 DPSGD row", "extends",
               selective_beats_dpsgd("gpt2")),
         Claim("GPT-2's two-phase selective improves on the redacted model it starts from (deid)", "22.56 against the "
@@ -296,7 +288,7 @@ def page(ctx: Context, s: Settings, results: Results) -> Page:
     if start is not None and started is not None:
         f = FROM_START[ctx.scale]
         verdicts += labelled(judge(start_claims(f, start), started, ctx.scale), start)
-        figures["selective-start.png"] = utility_exposure_figure(started, _at(f), "test perplexity (its own tokens)")
+        figures["selective-start.png"] = utility_exposure_figure(started, budget_at(f), "test perplexity (its own tokens)")
         from_start = [
             f"## From a pretrained start: {start.family}\n\n{start_paragraph(start)} {f.steps} steps of "
             f"{f.batch_size} (selective: {f.public_steps} noiseless steps on the redacted text first); the same "
@@ -312,7 +304,7 @@ def page(ctx: Context, s: Settings, results: Results) -> Page:
         + (f", in {share['sentences']:.1%} of its sentences" if "sentences" in share else "") + ". Models from scratch with byte tokens "
         f"({UNIFORM_BYTE_PERPLEXITY:g} is a uniform guess): LSTM `{s.lstm_size}` and GPT-2 `{s.gpt2_size}`. "
         f"{s.steps} steps of batch {s.batch_size} (selective with GPT-2: {s.public_steps} noiseless steps on the "
-        f"redacted text first). {_budget(s)} at delta 1e-5 for dpsgd (one sentence, add/remove) "
+        f"redacted text first). {one_budget_sentence(s)} at delta 1e-5 for dpsgd (one sentence, add/remove) "
         f"and selective (one private token, replace-one). {s.canaries} canaries (`digits:6`), each planted "
         f"{s.canary_repeats} times, in every run; seeds {', '.join(map(str, s.seeds))}; randomness {s.randomness}."
         + ("" if start else " " + start_paragraph(None)),
@@ -351,7 +343,7 @@ def _run_table(results: Results, start: Start | None) -> str:
 
 
 def figure(results: Results, s: Settings) -> Any:
-    return utility_exposure_figure(results, _at(s), "test perplexity (lower is better)")
+    return utility_exposure_figure(results, budget_at(s), "test perplexity (lower is better)")
 
 
 def utility_exposure_figure(results: Results, at: str, perplexity_label: str) -> Any:

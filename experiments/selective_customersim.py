@@ -33,15 +33,18 @@ from uedp.experiments.common import (
     Results,
     RunRow,
     blank_pipeline,
+    budget_at,
     corpus_folder,
     judge,
     markdown_table,
     number,
+    one_budget_sentence,
     perplexity_text,
     run_sweep,
     verdict_table,
 )
 from uedp.experiments.selective_conll import (
+    FAMILIES,
     dpsgd_hides_canaries,
     family_order,
     improves_on_redacted,
@@ -49,6 +52,7 @@ from uedp.experiments.selective_conll import (
     selective_beats_dpsgd,
     utility_exposure_figure,
 )
+from uedp.experiments.selective_conll import Settings as SelectiveSettings
 
 POLICY = Path(__file__).with_name("customersim_policy.yaml")
 # What the policy emits (Presidio's names) and the categories they become (uedp's taxonomy).
@@ -69,21 +73,11 @@ SLOTS = (("name", "name"), ("address", "address"), ("phone", "phone"), ("order n
 
 
 @dataclass(frozen=True)
-class Settings:
-    first: dict[str, int] | None  # dialogs per split (the lowest-numbered ones); None: all
-    steps: int
-    public_steps: int  # selective with GPT-2: phase 1 on the redacted text
-    batch_size: int
-    epsilon: float
-    seeds: tuple[int, ...]
-    canaries: int
-    canary_repeats: int
-    lstm_size: str
-    gpt2_size: str
-    randomness: str
+class Settings(SelectiveSettings):
+    """Selective-CoNLL's settings (the same paper's Table 2), with ``first`` counting dialogs per split (the
+    lowest-numbered ones; None: all), and the bytes per turn."""
+
     max_len: int = 128  # bytes per turn (the longest turn of the paper's copy is 119), GPT-2 tiny's positions
-    # ci: one noise multiplier instead of the target epsilon (PLD calibration outlasts the ci training)
-    noise_multiplier: float | None = None
 
 
 SCALES = {
@@ -96,17 +90,6 @@ SCALES = {
     "gpu": Settings(first=None, steps=5000, public_steps=2000, batch_size=64, epsilon=2.6, seeds=(0, 1, 2),
                     canaries=10, canary_repeats=10, lstm_size="paper", gpt2_size="small", randomness="secure"),
 }
-FAMILIES = {"lstm": ["noiseless", "dpsgd", "selective"], "gpt2": ["noiseless", "deid", "dpsgd", "selective"]}
-
-
-def _budget(s: Settings) -> str:
-    if s.noise_multiplier:
-        return f"Noise multiplier {s.noise_multiplier:g} (no calibration at this scale), epsilon accounted"
-    return f"Target epsilon {s.epsilon:g}"
-
-
-def _at(s: Settings) -> str:
-    return f"noise multiplier {s.noise_multiplier:g}" if s.noise_multiplier else f"epsilon {s.epsilon:g}"
 
 
 # --- inputs -------------------------------------------------------------------------------------------
@@ -300,10 +283,10 @@ def claims(s: Settings) -> list[Claim]:
         Claim("the regex policy (Presidio recognizers) marks at least 99% of every slot's values (names, addresses, "
               "phone, order and tracking numbers), by an independent check", "the policy is built by regex "
               "(section 5); its recall is not reported", "extends", policy_finds_the_slots),
-        Claim(f"at {_at(s)}, the LSTM orders noiseless < selective < dpsgd in perplexity",
+        Claim(f"at {budget_at(s)}, the LSTM orders noiseless < selective < dpsgd in perplexity",
               "No-DP 3.06 < S-DPSGD 10.42 (epsilon 2.74) < DPSGD 11.82 (epsilon 2.51) (Table 2, right)", "reproduces",
               family_order("lstm"), ("cpu", "gpu")),
-        Claim(f"at {_at(s)}, GPT-2's two-phase selective (redacted, then DP on the original) beats dpsgd",
+        Claim(f"at {budget_at(s)}, GPT-2's two-phase selective (redacted, then DP on the original) beats dpsgd",
               "S-DPSGD beats DPSGD (Table 2, LSTM); no GPT-2 on CustomerSim", "extends", selective_beats_dpsgd("gpt2")),
         Claim("GPT-2's two-phase selective improves on the redacted model it starts from (deid)", "22.56 against the "
               "redacted model's 24.30 on WikiText-2 (Table 3); not run on CustomerSim", "extends",
@@ -354,7 +337,7 @@ def page(ctx: Context, s: Settings, results: Results) -> Page:
         "split into several tokens and a template word is one. Models from scratch with byte tokens "
         f"({UNIFORM_BYTE_PERPLEXITY:g} is a uniform guess): LSTM `{s.lstm_size}` and GPT-2 `{s.gpt2_size}`. "
         f"{s.steps} steps of batch {s.batch_size} (selective with GPT-2: {s.public_steps} noiseless steps on the "
-        f"redacted text first), turns of up to {s.max_len} bytes. {_budget(s)} at delta 1e-5 for dpsgd (one turn, "
+        f"redacted text first), turns of up to {s.max_len} bytes. {one_budget_sentence(s)} at delta 1e-5 for dpsgd (one turn, "
         f"add/remove) and selective (one private byte, replace-one). {s.canaries} "
         f"{'canary' if s.canaries == 1 else 'canaries'} (`digits:6`: \"My ID is NNNNNN .\", the paper's form), each planted {s.canary_repeats} times, in every run; seeds "
         f"{', '.join(map(str, s.seeds))}; randomness {s.randomness}.",
@@ -393,7 +376,7 @@ def _unit(row: RunRow) -> str:
 
 
 def figure(results: Results, s: Settings) -> Any:
-    return utility_exposure_figure(results, _at(s), "test perplexity per byte (lower is better)")
+    return utility_exposure_figure(results, budget_at(s), "test perplexity per byte (lower is better)")
 
 INTRO = """The Selective-DP paper (`selective-dp.txt`, sections 5 and 5.3) simulates customer-service
 dialogs (CustomerSim, with SimDial) whose customer names, addresses, phone numbers, order and tracking

@@ -34,6 +34,7 @@ from uedp.experiments.common import (
     Page,
     Results,
     blank_pipeline,
+    budget_at,
     clearly_above,
     corpus_folder,
     exposure_unmeasurable,
@@ -98,10 +99,6 @@ SCALES = {
                     seeds=(0, 1, 2), canaries=10, canary_repeats=10, lstm_size="paper", randomness="secure",
                     delta=1e-5),
 }
-
-
-def _at(s: Settings) -> str:
-    return f"noise multiplier {s.noise_multiplier:g}" if s.noise_multiplier else f"epsilon {s.epsilon:g}"
 
 
 def render(ctx: Context, results: Results) -> Page:
@@ -368,9 +365,9 @@ def claims(s: Settings) -> list[Claim]:
     return [
         Claim("the digit policy marks every digit token of the train split private, and no other token",
               "F outputs 0 (private) exactly for digit tokens (section 5)", "reproduces", policy_exact),
-        Claim(f"at {_at(s)}, selective beats dpsgd in test perplexity", "S-DPSGD 160.04 against DPSGD 305.86 at "
+        Claim(f"at {budget_at(s)}, selective beats dpsgd in test perplexity", "S-DPSGD 160.04 against DPSGD 305.86 at "
               "epsilon ~4.9 (Table 2)", "reproduces", selective_beats_dpsgd),
-        Claim(f"at {_at(s)}, the LSTM orders noiseless < selective < dpsgd in test perplexity", "No-DP 60.98 < "
+        Claim(f"at {budget_at(s)}, the LSTM orders noiseless < selective < dpsgd in test perplexity", "No-DP 60.98 < "
               "S-DPSGD 160.04 < DPSGD 305.86 (Table 2)", "reproduces", order, ("cpu", "gpu")),
         Claim("dpsgd and selective end at the same accounted epsilon (within 5% of the target)", "DPSGD 4.89, "
               "S-DPSGD 4.91 at delta 8e-5 (Table 2)", "reproduces", equal_epsilon, ("cpu", "gpu")),
@@ -470,7 +467,7 @@ def figure(results: Results, s: Settings) -> Any:
     import matplotlib.pyplot as plt
 
     labels = [m for m in ORDER if results.select(m)]
-    panels = [("perplexity", "test perplexity (lower is better)", f"utility at {_at(s)}"),
+    panels = [("perplexity", "test perplexity (lower is better)", f"utility at {budget_at(s)}"),
               ("marked_canary_exposure", "exposure (lower is safer)", "the marked canary (Fig. 3b)"),
               ("canary_exposure_mean", "exposure (mean; lower is safer)", "missed secrets (Fig. 6)")]
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.6), dpi=110)

@@ -37,6 +37,7 @@ from uedp.experiments.common import (
     Context,
     Page,
     Results,
+    budgets_sentence,
     conll_inputs,
     corpus_folder,
     epsilon_curves,
@@ -144,12 +145,6 @@ SCALES = {
                     rounds=100, q_user=0.05, local_steps=5, epsilons=(1.0, 2.0, 8.0), seeds=(0, 1, 2),
                     randomness="secure", curve_rounds=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)),
 }
-
-
-def _budget(s: Settings) -> str:
-    if s.epsilons:
-        return f"target epsilons {', '.join(f'{e:g}' for e in s.epsilons)}"
-    return f"noise multiplier {s.noise_multiplier:g} for every private mechanism (no calibration), epsilon accounted"
 
 
 def render(ctx: Context, results: Results) -> Page:
@@ -471,7 +466,7 @@ def _data_section(s: Settings, data: dict[str, Any], ner: dict[str, Any]) -> str
         f"{PAPER_RATES['q_entity']:g} and q_extended {PAPER_RATES['q_extended']:g}"
         + (f" ({PAPER_LSTM_Q_EXTENDED:g} for the LSTM classifier, as the paper's AWD-LSTM classifier)"
            if any(f.q_extended != PAPER_RATES["q_extended"] for f in s.families) else "")
-        + f". {_budget(s).capitalize()} at "
+        + f". {budgets_sentence(s)} at "
         f"delta 1e-5; seeds {', '.join(map(str, s.seeds))}; randomness {s.randomness}.")
 
 

@@ -21,7 +21,6 @@ The page's discussion (``README.md`` beside these files) is written by a person 
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import shutil
@@ -32,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from uedp.experiments.common import write_command_file
+from uedp.experiments.common import conll_page_parser, mlflow_client, write_command_file
 
 CATEGORIES = "PERSON,LOC,ORG,MISC"
 
@@ -83,9 +82,7 @@ def holder_table(home: Path, ks: list[int], q_entity: float, q_extended: float) 
 
 def sweep_runs(home: Path) -> list[dict[str, object]]:
     """The latest sweep's runs in the data home's MLflow store, one dict per run."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=f"sqlite:///{(home / 'mlflow.db').resolve()}")
+    client = mlflow_client(home)
     experiments = [e.experiment_id for e in client.search_experiments()]
     parents = client.search_runs(experiments, "tags.`uedp.kind` = 'sweep'", order_by=["attributes.start_time DESC"],
                                  max_results=1)
@@ -189,10 +186,8 @@ def results_page(runs: list[dict[str, object]], out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--conll-dir", type=Path, required=True, help="folder with eng.train, eng.testa, eng.testb")
-    parser.add_argument("--out", type=Path, default=Path("docs/results/uedp-bounded-conll"))
-    parser.add_argument("--home", type=Path, help="data home for the runs (default: a temporary folder, removed)")
+    parser = conll_page_parser(__doc__, "docs/results/uedp-bounded-conll",
+                               "data home for the runs (default: a temporary folder, removed)")
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--q-user", type=float, default=0.05)
     parser.add_argument("--noiseless-steps", type=int, default=1000)

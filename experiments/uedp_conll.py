@@ -19,6 +19,7 @@ from uedp.experiments.common import (
     Context,
     Page,
     Results,
+    budgets_sentence,
     conll_inputs,
     epsilon_curves,
     epsilon_curves_figure,
@@ -84,12 +85,6 @@ SCALES = {
                     seeds=(0, 1, 2), model_size="small", randomness="secure", holders=1,
                     curve_rounds=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)),
 }
-
-
-def _budget(s: Settings) -> str:
-    if s.epsilons:
-        return f"Target epsilons {', '.join(f'{e:g}' for e in s.epsilons)}"
-    return f"Noise multiplier {s.noise_multiplier:g} for every private mechanism (no calibration), epsilon accounted"
 
 
 def render(ctx: Context, results: Results) -> Page:
@@ -232,7 +227,7 @@ def page(ctx: Context, s: Settings, results: Results) -> Page:
         f"({UNIFORM_BYTE_PERPLEXITY:g} is a uniform guess). noiseless and deid: {s.steps} steps. Federated "
         f"mechanisms: {s.rounds} rounds, q_user {s.q_user:g}, {s.local_steps} local steps, q_entity "
         f"{PAPER_RATES['q_entity']:g} and q_extended {PAPER_RATES['q_extended']:g} (the paper's), uedp-bounded with "
-        f"k = {s.holders}. {_budget(s)} at delta 1e-5; seeds "
+        f"k = {s.holders}. {budgets_sentence(s)} at delta 1e-5; seeds "
         f"{', '.join(map(str, s.seeds))}; randomness {s.randomness}."
         + ("" if start else " " + start_paragraph(None)),
         "## Perplexity against epsilon (the paper's Fig. 2)\n\n![perplexity against epsilon](perplexity.png)\n\n"

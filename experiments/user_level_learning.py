@@ -49,7 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from uedp.experiments.common import write_command_file
+from uedp.experiments.common import finished_runs, write_command_file
 from uedp.experiments.learning_results import ReutersBase, reuters_base, uedp
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,16 +173,10 @@ def run_corpus(corpus: Corpus, home: Path, rows: Sequence[Row], base: ReutersBas
 
 def runs_of(home: Path, dataset: str) -> list[dict[str, object]]:
     """The finished runs of ``dataset`` in a corpus' data home, latest first, as the page's rows."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=f"sqlite:///{(home / 'mlflow.db').resolve()}")
-    experiment = client.get_experiment_by_name(dataset)
-    if experiment is None:
-        return []
     found, seen = [], set()
-    for run in client.search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"]):
+    for run in finished_runs(home, dataset):
         params, metrics = run.data.params, run.data.metrics
-        if run.info.status != "FINISHED" or "perplexity_test" not in metrics:
+        if "perplexity_test" not in metrics:
             continue
         target = params.get("target_epsilon")
         row = Row(params["mechanism"], params.get("variant", ""),

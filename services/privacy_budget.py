@@ -1,6 +1,6 @@
 """Budgets across runs: every release from a dataset goes into its privacy ledger
 (:mod:`storage.privacy_ledger`), the releases of one privacy unit of one text compose
-(:func:`privacy.accounting.compose_guarantees`), and a budget the curator sets is kept.
+(:func:`privacy.accounting.composition.compose_guarantees`), and a budget the curator sets is kept.
 
 What is charged, and when (docs/PRIVACY.md, "Several runs on the same data"):
 

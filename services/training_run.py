@@ -46,7 +46,7 @@ class RunOutcome:
     baselines: dict[str, float] = field(default_factory=dict)
     resumed_from: int = 0  # the round a resumed run restarted after (0: it started fresh)
     # (round, epsilon) at every round reported with a finite epsilon: the run's shown rounds, each figure
-    # exact, none above the final one (privacy.accounting.EpsilonSchedule)
+    # exact, none above the final one (privacy.accounting.rounds.EpsilonSchedule)
     curve: tuple[tuple[int, float], ...] = ()
 
 

@@ -54,7 +54,7 @@ class TrainData:
 class RoundReport:
     round: int  # 1-based
     loss: float  # NaN for private mechanisms: a function of private data the guarantee does not cover
-    # The exact epsilon after this round when the run's schedule shows it (privacy.accounting.EpsilonSchedule:
+    # The exact epsilon after this round when the run's schedule shows it (privacy.accounting.rounds.EpsilonSchedule:
     # every round of a short run, a bounded number of a longer one, fewer when a budget stops it, always the
     # last); None between shown rounds, where no figure is computed. inf for a mechanism without a guarantee.
     epsilon: float | None

@@ -10,7 +10,7 @@ The loop owns what must be done the same way everywhere, so a defect here is fix
   all units share) is refused (:mod:`privacy.layer_randomness`); only a loop without a guarantee
   (``shared_draws_allowed``) lets layers draw there;
 * **accounting off the hot path**: before the first round the ledger plans the run
-  (:class:`~uedp.privacy.accounting.EpsilonSchedule`): the last round a ``max_epsilon`` budget allows
+  (:class:`~uedp.privacy.accounting.rounds.EpsilonSchedule`): the last round a ``max_epsilon`` budget allows
   (exactly: epsilon after it is within the budget, after the next it would not be) and the exact
   epsilon of the rounds it shows. Rounds past the stop do not run (nothing is released for them);
   inside the loop the ledger only counts rounds;

@@ -10,9 +10,9 @@ Per round:
   does, and it is what the DP count counts and M is derived from;
 * Poisson-sample users (``q_user``), detected entities E (``q_entity``) and extended entities S
   (``q_extended``: one per sentence with no detected entity), each unit by its own coin; if more than M
-  users are drawn, keep a uniformly random M (M from :func:`privacy.accounting.max_sampled_users` on a
+  users are drawn, keep a uniformly random M (M from :func:`privacy.accounting.worst_case.max_sampled_users` on a
   public or DP upper bound of the number of users; the chance p that truncation or the bound ever fails
-  costs ``p (1 + e^epsilon)`` of delta, :class:`privacy.accounting.UeDpAccounting`);
+  costs ``p (1 + e^epsilon)`` of delta, :class:`privacy.accounting.worst_case.UeDpAccounting`);
 * each sampled user trains on its S sentences sampled this round and on its sensitive sentences **all**
   of whose entities were sampled (the AND rule; the paper's code used a sentence if *any* entity was);
   ``uedp-naive`` trains on sensitive sentences only;

@@ -14,7 +14,7 @@ Gaussian noise ``z * clip``, the fixed denominator ``q_user * N`` (N public unde
 Sensitivity: changing (u', e') changes u''s contribution and those of e''s at most k holders, every
 other user's data and randomness (batch order from its own stream, over a kept count the graph fixes)
 staying the same: at most ``1 + k`` clipped contributions, each moving from one vector of norm <= clip
-to another. Accounting: :func:`privacy.accounting.group_replace_round` (conservative; PLD only).
+to another. Accounting: :func:`privacy.accounting.events.group_replace_round` (conservative; PLD only).
 
 Adaptive clipping (as userdp, :mod:`privacy.mechanisms.userdp`): each sampled user also adds ``b_u - 1/2``
 to a count noised with std ``sigma_b``. Divide the update by its noise ``z_Delta C_t`` and the count by

@@ -23,7 +23,7 @@ Sensitivity of the count: each sampled user adds ``b_u - 1/2``, within 1/2 of th
 1/2 under add/remove (one user more or less), and 1/2 in dp_accounting's REPLACE_ONE terms too (uedp-bounded:
 a changed user's term flips by at most 1, twice 1/2, as a clipped delta moves by up to twice the clip it is
 accounted at). Both queries see the same sampled users, so a round is one Gaussian of noise multiplier z
-with ``z^-2 = z_Delta^-2 + (quantile_noise / (1/2))^-2`` (:func:`privacy.accounting.delta_noise_multiplier`):
+with ``z^-2 = z_Delta^-2 + (quantile_noise / (1/2))^-2`` (:func:`privacy.accounting.events.delta_noise_multiplier`):
 the z a run is given or calibrates is that z, its round event unchanged, and adaptive clipping costs no
 epsilon beyond it. The clips are functions of released noisy counts: public, and named in the statement.
 
@@ -144,7 +144,7 @@ class UserDp:
     def noise_split(self, population: Population) -> tuple[float, float | None]:
         """``(z_Delta, sigma_b)``: the update's noise multiplier and the std of the clip count's noise, for
         ``population`` users (the public or DP count). A fixed clip: ``(z, None)``. Adaptive clipping: the
-        two share z (:func:`privacy.accounting.delta_noise_multiplier`); refused, before anything is
+        two share z (:func:`privacy.accounting.events.delta_noise_multiplier`); refused, before anything is
         trained, when the count's noise alone would not leave room for the update's."""
         p, z = self.params, self.noise_multiplier
         if not p.adaptive_clip:
