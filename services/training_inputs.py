@@ -1,7 +1,9 @@
 """The step before training that draws what a configuration trains on but does not read as it is: its
-local-DP release (custext, santext). The one place a training's release is drawn, before any process
-trains, and so the one place it is charged to the dataset's privacy ledger (:mod:`services.sanitize`
-files the draw); set-up then opens it by name (:func:`services.releases.open_release`) in every process.
+local-DP release (custext, santext). The one function that draws a training's release, before any
+process trains: the launch (:func:`services.launch.run_training`) and a search's trials
+(:mod:`services.tune`) call it, so it is the one way a training's release is charged to the dataset's
+privacy ledger (:mod:`services.sanitize` files the draw); set-up then opens it by name
+(:func:`services.releases.open_release`) in every process.
 """
 
 from __future__ import annotations

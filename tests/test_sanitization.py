@@ -338,3 +338,17 @@ def test_embeddings_can_come_from_the_model_being_trained(home, demo: str, tmp_p
     assert 0.0 < result.sanitized_unchanged_share < 0.5
     before, after = _texts(home, demo)["train"], _texts(home, result.dataset)["train"]
     assert sum(a != b for a, b in zip(after, before)) > 0.9 * len(before)
+
+
+def test_a_search_of_a_custext_configuration_draws_its_release_before_each_trial(home, demo: str, vectors: Path) -> None:
+    """``uedp tune`` trains its trials directly (no launch): it draws the release itself, once, before the
+    first trial opens it (set-up only opens releases); later trials reuse it."""
+    from uedp.services.config import TrainConfig
+    from uedp.services.privacy_budget import ledger_of
+    from uedp.services.tune import tune
+
+    config = TrainConfig(dataset=demo, mechanism="custext", target_epsilon=2.0, steps=2, checkpoint_every=0,
+                         embeddings=str(vectors), k=10, threads=1)
+    record = tune(home, config, {"lr": [1e-3, 3e-3]}, say=lambda line: None, progress=False)
+    assert len(record.trials) == 2 and read_manifest(home.table_dir("demo-custext-e2-k10-token", "sentences"))
+    assert [entry.key.split(":")[0] for entry in ledger_of(home, demo).read().entries] == ["release"]
