@@ -15,12 +15,9 @@ candidates than that is not attacked, said on the terminal only (docs/PRIVACY.md
 
 from __future__ import annotations
 
-import json
 import random
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -30,10 +27,8 @@ from uedp.errors import UedpError
 from uedp.models.batching import encode
 from uedp.models.device import resolve_device
 from uedp.models.metrics import sequence_nll
-from uedp.models.saving import load_saved
-from uedp.models.tokenization import load_tokenizer
 from uedp.privacy.attacks.audit_canaries import audit_scores
-from uedp.privacy.attacks.canaries import Canary, chance_exposure, exposure, model_log_perplexity
+from uedp.privacy.attacks.canaries import chance_exposure, exposure, model_log_perplexity
 from uedp.privacy.attacks.extraction import Occurrence, extraction_rates
 from uedp.privacy.attacks.membership import (
     MembershipResult,
@@ -45,6 +40,7 @@ from uedp.privacy.attacks.membership import (
 from uedp.privacy.attacks.one_run import audit_best
 from uedp.services.audit_plan import load_for_run
 from uedp.services.config import TrainConfig
+from uedp.services.logged_run import load_logged_run
 from uedp.services.tracking import RunTracker
 from uedp.storage.catalog import Catalog
 from uedp.storage.home import DataHome
@@ -87,7 +83,8 @@ def attack_run(home: DataHome, run_id: str, kinds: list[str], members: int = 500
         raise UedpError(f"unknown attack {', '.join(unknown)}; valid: {', '.join(ATTACKS)}, all")
     tracker = RunTracker.attach(home, run_id)
     device = resolve_device(device_name)
-    config, model, tokenizer, canaries = _load_run(tracker, device)
+    loaded = load_logged_run(tracker, device, "the attacks")
+    config, model, tokenizer, canaries = loaded.config, loaded.model, loaded.tokenizer, loaded.canaries
     metrics: dict[str, float] = {}
     failed: dict[str, str] = {}
     skipped: dict[str, str] = {}
@@ -106,8 +103,8 @@ def attack_run(home: DataHome, run_id: str, kinds: list[str], members: int = 500
     nll = _scorer(model, tokenizer, device, config.max_len)
     reference = None
     if reference_run and "mia" in kinds:
-        _, ref_model, ref_tokenizer, _ = _load_run(RunTracker.attach(home, reference_run), device)
-        reference = _scorer(ref_model, ref_tokenizer, device, config.max_len)
+        ref = load_logged_run(RunTracker.attach(home, reference_run), device, "a reference model")
+        reference = _scorer(ref.model, ref.tokenizer, device, config.max_len)
 
     def audit() -> dict[str, float]:
         assert audit_plan is not None
@@ -251,27 +248,6 @@ def _with_interval(metrics: dict[str, float], key: str) -> str:
         if metrics[f"{key}_high"] < CHANCE_AUC:
             value += " below chance: see the note"
     return value
-
-
-def _load_run(tracker: RunTracker, device: torch.device):  # type: ignore[no-untyped-def]
-    """A training run's configuration, model, tokenizer and canaries, from its MLflow artifacts."""
-    tracker.require_run()
-    with tempfile.TemporaryDirectory() as tmp:
-        config_file = tracker.download("resolved_config.json", Path(tmp))
-        if config_file is None:
-            raise UedpError(f"run {tracker.run_id} has no resolved_config.json: not a uedp training run")
-        config = TrainConfig.from_logged(json.loads(config_file.read_text(encoding="utf-8"))["config"])
-        if config.task != "lm":
-            raise UedpError(f"the attacks target language models; run {tracker.run_id} trained a classifier")
-        model_dir = tracker.download("model", Path(tmp))
-        if model_dir is None:
-            raise UedpError(f"run {tracker.run_id} has no stored model; train with --log-model (or --canaries)")
-        tokenizer = load_tokenizer(model_dir)
-        model: torch.nn.Module = load_saved(model_dir, config.model)
-        model = model.to(device)
-        canaries_file = tracker.download("canaries.json", Path(tmp))
-        canaries = [Canary(**c) for c in json.loads(canaries_file.read_text())] if canaries_file else []
-    return config, model, tokenizer, canaries
 
 
 def _scorer(model: torch.nn.Module, tokenizer, device: torch.device, max_len: int):  # type: ignore[no-untyped-def]

@@ -31,6 +31,7 @@ from typing import Any
 from uedp.errors import UedpError
 from uedp.models.checkpoints import INIT_RUN_FILE
 from uedp.storage.home import DataHome
+from uedp.storage.schemas import GENERATED_FROM
 from uedp.storage.tables import read_manifest
 from uedp.storage.text_identity import TEXT_KEY, table_text_key
 
@@ -48,21 +49,29 @@ def keyed_table_id(home: DataHome, dataset: str, table: str) -> str:
 
 def text_lineage(home: DataHome, dataset: str) -> tuple[str, ...]:
     """The keyed ids of the texts a dataset's sentences are: its own text and, for a local-DP release, the
-    text it was drawn from (and that text's own sources)."""
+    text it was drawn from (and that text's own sources); for a synthetic dataset, the texts of the run whose
+    model it was sampled from (a model trained on it carries them: another release of those texts). That
+    run's start is not among them: the run treated it as public (:func:`run_lineage` still carries it)."""
     keys: list[str] = []
+    sampled_from: list[str] = []  # a synthetic dataset's: the keyed ids its model's lineage recorded
     seen: set[str] = set()
     name: str | None = dataset
     while name is not None and name not in seen:
         seen.add(name)
         sentences = home.table_dir(name, "sentences")
         keys.append(table_text_key(sentences))
-        source = (read_manifest(sentences) or {}).get("source")
+        manifest = read_manifest(sentences) or {}
+        source = manifest.get("source")
+        generated = manifest.get(GENERATED_FROM)
+        if isinstance(generated, dict):  # sampled from a model: it carries the texts that model's run protects
+            sampled_from += [str(i) for i in generated.get("lineage", ()) if i]
         name = None
         if isinstance(source, dict) and source.get("dataset"):
             # recorded when the release was drawn; an older release's: its source as it is now
             keys.append(str(source.get(TEXT_KEY) or ""))
             name = str(source["dataset"])
-    return tuple(dict.fromkeys(i for i in home.keyed_ids([f"text:{k}" if k else "" for k in keys]) if i))
+    keyed = home.keyed_ids([f"text:{k}" if k else "" for k in keys])
+    return tuple(dict.fromkeys(i for i in (*keyed, *sampled_from) if i))
 
 
 def protected_ids(home: DataHome, dataset: str) -> frozenset[str]:
@@ -102,8 +111,11 @@ class RunMarker:
 
 
 def run_lineage(home: DataHome, dataset: str, start_lineage: tuple[str, ...]) -> tuple[str, ...]:
-    """The texts a run's weights will have seen: its dataset's and its start's."""
-    return tuple(dict.fromkeys((*text_lineage(home, dataset), *start_lineage)))
+    """The texts a run's weights will have seen: its dataset's and its start's, and for a synthetic dataset
+    also those its generating model had started from (they shaped every sampled text)."""
+    generated = (read_manifest(home.table_dir(dataset, "sentences")) or {}).get(GENERATED_FROM)
+    sampled_start = [str(i) for i in generated.get("start_lineage", ()) if i] if isinstance(generated, dict) else []
+    return tuple(dict.fromkeys((*text_lineage(home, dataset), *sampled_start, *start_lineage)))
 
 
 def marker_in(folder: Path) -> RunMarker | None:

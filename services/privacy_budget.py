@@ -11,6 +11,8 @@ What is charged, and when (docs/PRIVACY.md, "Several runs on the same data"):
   (in its noise-to-signal) and may have run rounds, so a new attempt is a new entry;
 * a local-DP release (``uedp sanitize``, or custext/santext's first training), at its per-token epsilon,
   once; every run that trains on the release is post-processing of it and costs nothing;
+* a synthetic corpus (``uedp generate``) is entered as post-processing of the run it was sampled from
+  (``covered_by``): listed, at that run's figures, and in no total;
 * nothing else: reports, attacks, ``--init-from`` of a trained model and logging it again reuse a
   release.
 
@@ -33,7 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from uedp.errors import UedpError
 from uedp.privacy.accounting.composition import compose_guarantees
@@ -152,7 +154,7 @@ def unit_totals(entries: Sequence[LedgerEntry]) -> list[UnitTotal]:
     nothing (:func:`bounds_nothing`). ``entries`` are one text's (a :class:`LedgerView`'s)."""
     groups: dict[str, list[LedgerEntry]] = {}
     for entry in entries:
-        if not bounds_nothing(entry):
+        if not bounds_nothing(entry) and not entry.covered_by:
             groups.setdefault(entry.unit, []).append(entry)
     return [_total(unit, group) for unit, group in groups.items()]
 
@@ -165,7 +167,7 @@ def _total(unit: str, group: Sequence[LedgerEntry | Release]) -> UnitTotal:
 
 
 def _same(others: list[LedgerEntry], release: Release) -> list[LedgerEntry]:
-    return [e for e in others if e.unit == release.unit and not bounds_nothing(e)]
+    return [e for e in others if e.unit == release.unit and not bounds_nothing(e) and not e.covered_by]
 
 
 def _unit_total_with(others: list[LedgerEntry], release: Release) -> UnitTotal:
@@ -249,6 +251,18 @@ def _spent_lines(dataset: str, others: list[LedgerEntry], release: Release) -> l
             f"{release.unit}, over {len(same)} release{'s' if len(same) != 1 else ''} of its text; this run adds up "
             f"to {release.epsilon:.4g}: {after.epsilon:.4g} (delta {after.delta:.3g}) in all. Each run's epsilon is "
             f"for that run alone; `uedp budget {dataset}` lists them and sets a limit"]
+
+
+def file_post_processing(home: DataHome, dataset: str, entry: LedgerEntry) -> bool:
+    """Enter a release that is post-processing of ``entry.covered_by`` (no budget can refuse it: it spends
+    nothing). False when the ledger already holds it (the same corpus generated again is reused)."""
+    if not entry.covered_by:
+        raise ValueError(f"{entry.key}: a post-processing entry names the release it came from")
+    with ledger_of(home, dataset).editing() as ledger:
+        if ledger.state.entry(entry.key) is not None:
+            return False
+        ledger.add(replace(entry, status=FINISHED))
+    return True
 
 
 def finished(entry: LedgerEntry) -> bool:

@@ -18,6 +18,7 @@ from uedp.services import privacy_budget
 from uedp.services.audit_plan import keep_for_run
 from uedp.services.config import TrainConfig
 from uedp.services.lineage import keyed_table_id
+from uedp.services.synthetic_source import synthetic_source
 from uedp.services.training_plan import TrainingPlan
 from uedp.services.training_record import RunRecorder, resumable_run_id
 from uedp.services.training_run import ProgressObserver, RunOutcome, run
@@ -111,9 +112,11 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
 def reservation(home: DataHome, plan: TrainingPlan) -> privacy_budget.Release | None:
     """What this run spends from its dataset's privacy ledger: the epsilon its plan states, before round 1.
     None for a run on a local-DP release: the release was charged when it was drawn, and training on it is
-    post-processing (so is any run on a dataset that is such a release)."""
+    post-processing (so is any run on a dataset that is such a release, or on a synthetic corpus: its
+    generating run was charged when it trained)."""
     config = plan.config
-    if plan.on_release or privacy_budget.derived_from(home, config.dataset) is not None:
+    if (plan.on_release or privacy_budget.derived_from(home, config.dataset) is not None
+            or synthetic_source(home, config.dataset) is not None):
         return None
     # In words, for the ledger's table: an entity-level run's categories and the entities table it trained
     # with (the keyed id MLflow's uedp.entities_id tag shows). Totals compose across both (privacy_budget).

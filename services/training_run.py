@@ -28,6 +28,7 @@ from uedp.privacy.sanitization.release import trained_on_release
 from uedp.privacy.statement import PrivacyStatement
 from uedp.progress import progress as progress_bar
 from uedp.services.config import TrainConfig
+from uedp.services.synthetic_source import trained_on_synthetic
 from uedp.services.training_data import PreparedData
 from uedp.services.training_setup import Setup, loss_function
 
@@ -127,6 +128,8 @@ def run(config: TrainConfig, s: Setup, observers: Sequence[Observer] = ()) -> Ru
         r = s.release
         statement = trained_on_release(statement, config.mechanism, r.statement, r,
                                        r.unprotected_share, r.randomness, r.caveats, r.attack_figures())
+    if s.synthetic is not None:  # training on a synthetic corpus: the guarantee is its generating run's
+        statement = trained_on_synthetic(statement, s.synthetic)
     statement = replace(statement, caveats=(*statement.caveats, *s.caveats),
                         public=(*statement.public, *(s.start.public if s.start else ()), *s.public,
                                 *(("the class label set",) if s.data.classes else ())))

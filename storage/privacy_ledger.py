@@ -30,7 +30,7 @@ from typing import Any
 from uedp.errors import UedpError
 
 LEDGER_FILE = "privacy_ledger.json"
-VERSION = 2  # 2: entries record the text they released from and their categories
+VERSION = 3  # 2: entries record the text they released from and their categories; 3: post-processing entries
 
 # An entry's status: "reserved" from before the first round until training ends (counted at the
 # planned epsilon: the run may still finish or resume, and an attempt that stopped had already released
@@ -58,6 +58,9 @@ class LedgerEntry:
     # compose, whatever dataset name holds it. Empty in entries an older uedp wrote: the ledger's own text.
     text: str = ""
     categories: tuple[str, ...] = ()  # an entity- or token-level release's chosen categories
+    # A release that is post-processing of another (a synthetic corpus sampled from a run's model): the key
+    # of the release it came from. It states that release's guarantee and adds nothing to any total.
+    covered_by: str = ""
     when: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
 
     def as_json(self) -> dict[str, Any]:

@@ -53,3 +53,7 @@ DOCUMENT_TAGS = pa.schema([("doc_id", pa.string()), ("tag", pa.string()), ("valu
 DOCUMENT_TAGS_FILE = "documents.parquet"
 
 SPLITS = ("train", "valid", "test")
+
+# The manifest field of a synthetic dataset's tables (``uedp generate``): the run it was sampled from, that
+# run's privacy statement and the keyed ids of every text its model saw (services.synthetic_source).
+GENERATED_FROM = "generated_from"

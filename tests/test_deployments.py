@@ -21,12 +21,12 @@ SPEC = yaml.safe_load((Path(__file__).parents[1] / "deployments" / "prefect.yaml
 def test_prefect_accepts_the_file_and_knows_every_field() -> None:
     model = PrefectYamlModel.model_validate(SPEC)
     assert {d.name for d in model.deployments} == {"uedp-ingest", "uedp-detect", "uedp-sanitize", "uedp-sweep",
-                                                   "uedp-pipeline", "uedp-demo", "uedp-pretrain"}
+                                                   "uedp-pipeline", "uedp-demo", "uedp-pretrain", "uedp-generate"}
     for deployment in SPEC["deployments"]:
         assert set(deployment) <= set(DeploymentConfig.model_fields), deployment["name"]  # no ignored typos
         assert deployment["work_pool"]["name"] in ("cpu", "gpu")
     training = [d for d in model.deployments if d.work_pool and d.work_pool.name == "gpu"]
-    assert {d.name for d in training} == {"uedp-sweep", "uedp-pipeline", "uedp-pretrain"} and all(d.concurrency_limit == 1 for d in training)
+    assert {d.name for d in training} == {"uedp-sweep", "uedp-pipeline", "uedp-pretrain", "uedp-generate"} and all(d.concurrency_limit == 1 for d in training)
     assert any(d.schedules for d in model.deployments) and all(not s.active for d in model.deployments
                                                                   for s in (d.schedules or []))
 

@@ -32,6 +32,9 @@ COMMANDS: dict[str, str] = {
         'Train every mechanism x category set x epsilon x seed as a Prefect flow; nested MLflow runs '
         'under one parent, and a privacy-utility report (PNG plots + Markdown) on the parent run and '
         'under the data home.'),
+    'generate': (
+        "Sample a synthetic corpus from a run's logged model into a new dataset that states the run's "
+        'guarantee.'),
     'pretrain': 'Build a public base model once: a BPE vocabulary and noiseless pretraining on a public corpus.',
     'report': 'Rebuild the privacy-utility report (Markdown table and PNG plots) from runs already in MLflow.',
     'reproduce': (

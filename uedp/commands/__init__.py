@@ -4,8 +4,8 @@ Every command has ``--help``; bad input prints one line and exits 2.
 Prefect and the flows are imported inside commands, after the data home and Prefect's settings are
 known, because Prefect reads its settings at import time.
 
-The commands live in one module per group (:mod:`.data`, :mod:`.training`, :mod:`.results`, :mod:`.home`,
-:mod:`.serve`, :mod:`.demo`), each registering on the one app of :mod:`.common`; importing this package
+The commands live in one module per group (:mod:`.data`, :mod:`.training`, :mod:`.synthetic`, :mod:`.results`,
+:mod:`.home`, :mod:`.serve`, :mod:`.demo`), each registering on the one app of :mod:`.common`; importing this package
 registers them all, in the order ``uedp --help`` lists them.
 """
 
@@ -17,7 +17,7 @@ import sys
 from uedp.commands.common import app
 
 # Each group registers its commands when imported; ``uedp --help`` and docs/cli.md list them in this order.
-GROUPS = ("demo", "data", "training", "results", "serve", "home")
+GROUPS = ("demo", "data", "training", "synthetic", "results", "serve", "home")
 for _group in GROUPS:
     importlib.import_module(f"uedp.commands.{_group}")
 

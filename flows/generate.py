@@ -1,0 +1,45 @@
+"""``uedp generate`` as a flow: a synthetic corpus sampled from a logged model, written as a new dataset
+that states the model's guarantee; optionally its utility (logged to the generating run) and leakage (to a
+file in the data home only)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prefect import flow
+
+from uedp.services.synthetic import GenerateConfig, GenerateResult
+from uedp.services.synthetic_measures import UtilityFigures
+from uedp.storage.home import DataHome
+from uedp.tasks.generate import generate_task, leakage_task, utility_task
+
+
+@dataclass(frozen=True)
+class GenerateOutcome:
+    corpus: GenerateResult
+    utility: UtilityFigures | None = None
+    leakage_file: str = ""  # where the leakage figures are (the data home's reports: the curator's eyes only)
+
+
+@flow(name="uedp-generate", flow_run_name="generate-{config.run_id}")
+def generate_flow(config: GenerateConfig, home: str = "", measure: bool = False, utility_steps: int = 200,
+                  reference: str | None = None, progress: bool = False) -> GenerateOutcome:
+    """Sample a synthetic corpus from a finished run's logged model into a new dataset (reused when it exists
+    with the same settings).
+
+    Args:
+        config: the run (its MLflow id), how many texts, how each is sampled, public prompts.
+        home: the data home; empty: the one `uedp serve` was given (UEDP_HOME), else ./.uedp.
+        measure: also train a model on the corpus and score it on the real test split (logged to the
+            generating run), and measure its leakage (written to the data home's reports only).
+        utility_steps: noiseless training steps of that model.
+        reference: a dataset of public text the leakage figures compare with (default: the source's test split).
+        progress: report progress on stderr (the worker's log), besides the flow run's log.
+    """
+    data_home = DataHome.from_env(home or None)
+    corpus = generate_task(data_home, config, progress)
+    if not measure:
+        return GenerateOutcome(corpus)
+    utility = utility_task(data_home, corpus.dataset, utility_steps, config.device, progress)
+    where = leakage_task(data_home, corpus.dataset, corpus.source_dataset, reference, utility.run_id, config.device)
+    return GenerateOutcome(corpus, utility, where)

@@ -1,0 +1,67 @@
+"""A finished training run as MLflow holds it: its configuration, privacy statement, model, tokenizer and
+planted canaries, downloaded from its artifacts. What ``uedp attack`` aims at and what ``uedp generate``
+samples from; both only read what the run already released."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from uedp.errors import UedpError
+from uedp.models.checkpoints import RESOLVED_CONFIG
+from uedp.models.saving import load_saved
+from uedp.models.tokenization import load_tokenizer
+from uedp.privacy.attacks.canaries import Canary
+from uedp.privacy.statement import PrivacyStatement
+from uedp.services.config import TrainConfig
+from uedp.services.tracking import RunTracker
+
+
+@dataclass
+class LoggedRun:
+    """What a training run logged, loaded onto ``device``."""
+
+    run_id: str
+    config: TrainConfig
+    statement: PrivacyStatement
+    model: torch.nn.Module
+    tokenizer: Any
+    canaries: list[Canary] = field(default_factory=list)
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def statement_of(logged: dict[str, Any]) -> PrivacyStatement:
+    """The privacy statement a run logged in its resolved configuration (tuples come back as lists)."""
+    data = dict(logged.get("privacy") or {})
+    known = {k: v for k, v in data.items() if k in PrivacyStatement.__dataclass_fields__}
+    for name in ("public", "caveats"):
+        known[name] = tuple(known.get(name) or ())
+    known["epsilon"] = float(known.get("epsilon", float("inf")))
+    return PrivacyStatement(**known)
+
+
+def load_logged_run(tracker: RunTracker, device: torch.device, purpose: str) -> LoggedRun:
+    """A language model's run, from its MLflow artifacts (``purpose``: what it is loaded for, in errors)."""
+    tracker.require_run()
+    with tempfile.TemporaryDirectory() as tmp:
+        config_file = tracker.download(RESOLVED_CONFIG, Path(tmp))
+        if config_file is None:
+            raise UedpError(f"run {tracker.run_id} has no {RESOLVED_CONFIG}: not a finished uedp training run")
+        logged = json.loads(config_file.read_text(encoding="utf-8"))
+        config = TrainConfig.from_logged(logged["config"])
+        if config.task != "lm":
+            raise UedpError(f"{purpose} needs a language model; run {tracker.run_id} trained a classifier")
+        model_dir = tracker.download("model", Path(tmp))
+        if model_dir is None:
+            raise UedpError(f"run {tracker.run_id} has no stored model; train with --log-model (or --canaries)")
+        tokenizer = load_tokenizer(model_dir)
+        model: torch.nn.Module = load_saved(model_dir, config.model).to(device)
+        canaries_file = tracker.download("canaries.json", Path(tmp))
+        canaries = [Canary(**c) for c in json.loads(canaries_file.read_text())] if canaries_file else []
+    tags = dict(tracker.client.get_run(tracker.run_id).data.tags)
+    return LoggedRun(tracker.run_id, config, statement_of(logged), model, tokenizer, canaries, tags)

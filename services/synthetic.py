@@ -1,0 +1,281 @@
+"""``uedp generate``: a synthetic corpus sampled from a logged model, written as a new dataset of the data
+home (sentences, users and an empty entities table, like an ingested corpus) with made-up writers, whose
+manifest records the run it came from and that run's privacy statement (:mod:`services.synthetic_source`).
+
+Generation reads the run's released model and nothing else of the private data: its prompts, when there
+are any, come from a dataset of public text, refused when it shares a text (by content, or one sentence
+verbatim) with the run's dataset. So the corpus is post-processing of the model and states the model's
+guarantee; the source dataset's privacy ledger lists it at that guarantee, in no total.
+
+The corpus is written at once, after every text was sampled (the three tables swapped in together): an
+interrupted generation (Ctrl-C, a crash) leaves nothing, and the same command with the same settings
+later reuses the corpus it wrote rather than sampling again.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from uedp.detection.identity import IDENTITY_VERSION
+from uedp.errors import UedpError
+from uedp.models.sampling import SamplingSettings, sample_texts
+from uedp.privacy.statement import PrivacyStatement
+from uedp.progress import progress as progress_bar
+from uedp.services import privacy_budget
+from uedp.services.lineage import DATASET_ID_TAG, START_LINEAGE_TAG, TEXT_LINEAGE_TAG, protected_ids, text_lineage
+from uedp.services.synthetic_source import SyntheticSource, synthetic_source
+from uedp.storage.catalog import require_ingested
+from uedp.storage.home import DataHome, validate_dataset_name
+from uedp.storage.privacy_ledger import LedgerEntry
+from uedp.storage.schemas import ENTITIES, GENERATED_FROM, SENTENCES, USERS
+from uedp.storage.tables import TableWriter, hash_config, read_manifest, read_table
+from uedp.storage.text_identity import TEXT_KEY, text_key_of
+
+WRITER_PREFIX = "synthetic-"
+MIN_SHARED_WORDS = 4  # a prompts sentence of this many words or more found in the run's text refuses the prompts
+EMPTY_ENTITIES_NOTE = "synthetic dataset: not detected"
+
+
+class GenerateConfig(BaseModel):
+    """One synthetic corpus: the run whose model samples it and how each text is sampled."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run_id: str = Field(pattern=r"^[0-9a-f]{32}$", description="the MLflow run whose logged model generates (its id, "
+                        "as `uedp train` prints it; train it with --log-model)")
+    output: str | None = Field(None, description="name of the synthetic dataset (default: synthetic-<run id's first "
+                               "12 characters>)")
+    count: int = Field(1000, ge=1, description="texts to generate")
+    max_new_tokens: int = Field(48, ge=1, le=4096, description="new tokens per text at most (a text also ends where "
+                                "the model draws end-of-text)")
+    temperature: float = Field(1.0, ge=0, description="softmax temperature (0: the most likely token every time)")
+    top_p: float = Field(0.95, gt=0, le=1, description="nucleus sampling: draw among the most likely tokens whose "
+                         "probability reaches top_p")
+    prompts: str | None = Field(None, description="a dataset of public text in the data home: each text starts with "
+                                "the first prompt_words words of one of its sentences (refused if it shares text with "
+                                "the run's dataset); default: no prompt, each text starts after end-of-text")
+    prompt_words: int = Field(2, ge=1, description="words of each public sentence that start a text")
+    per_writer: int = Field(10, ge=1, description="texts per made-up writer (the synthetic dataset's users)")
+    held_out: float = Field(0.2, ge=0, lt=1, description="share of the made-up writers whose texts form the valid "
+                            "and test splits (half each)")
+    seed: int = Field(0, description="seed of every draw (tokens, prompts, splits): generation is post-processing, "
+                      "so a known seed costs no privacy")
+    batch_size: int = Field(32, ge=1, description="texts sampled at once")
+    device: str = Field("auto", description="auto (a GPU when there is one), cpu, cuda or cuda:N")
+
+    @model_validator(mode="after")
+    def _valid_name(self) -> GenerateConfig:
+        validate_dataset_name(self.output_name)
+        return self
+
+    @property
+    def output_name(self) -> str:
+        return self.output or f"synthetic-{self.run_id[:12]}"
+
+    def sampling(self) -> SamplingSettings:
+        return SamplingSettings(self.max_new_tokens, self.temperature, self.top_p)
+
+    def identity(self) -> dict[str, Any]:
+        """Everything that decides the texts (the device only changes rounding, the name nothing)."""
+        return self.model_dump(exclude={"output", "device"})
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    """What ``uedp generate`` wrote (or found written)."""
+
+    dataset: str
+    run_id: str
+    source_dataset: str  # whose people the guarantee protects
+    mechanism: str
+    texts: int
+    writers: int
+    statement: PrivacyStatement  # the run's, word for word
+    has_guarantee: bool
+    guarantee: str  # in words, as `uedp datasets` says it
+    reused: bool = False
+    empty_texts: int = 0  # texts whose first draw was end-of-text (kept: the count is a setting)
+    seconds: float = 0.0
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def generate_dataset(home: DataHome, config: GenerateConfig, progress: bool = False,
+                     say: Callable[[str], Any] | None = None) -> GenerateResult:
+    """Sample the corpus and write it as ``config.output_name`` (at once: nothing on an interruption); a
+    corpus already written with the same settings is reused. The source dataset's ledger lists it."""
+    import torch
+
+    from uedp.models.device import resolve_device
+    from uedp.services.logged_run import load_logged_run
+    from uedp.services.tracking import RunTracker
+
+    name = config.output_name
+    device = resolve_device(config.device)
+    run = load_logged_run(RunTracker.attach(home, config.run_id), device, "uedp generate")
+    source = run.config.dataset
+    require_ingested(home, source)
+    if name == source:
+        raise UedpError(f"--output {name}: that is the run's own dataset; give the synthetic corpus another name")
+    tags = run.tags
+    lineage = tuple(dict.fromkeys(i for i in (tags.get(DATASET_ID_TAG, ""), *tags.get(TEXT_LINEAGE_TAG, "").split(","))
+                                  if i))
+    statement = run.statement
+    if config.prompts:  # the prompts are text of the corpus the run never protected: public by the user's word
+        statement = replace(statement, public=(*statement.public, f"the prompts: the first {config.prompt_words} "
+                                               f"word(s) of sentences of dataset {config.prompts!r}"))
+    origin = SyntheticSource(config.run_id, source, run.config.label, statement, lineage,
+                             tuple(i for i in tags.get(START_LINEAGE_TAG, "").split(",") if i), config.prompts or "")
+    prompt_texts, prompts_key = public_prompts(home, config, source, lineage) if config.prompts else ([""] * config.count, "")
+    key = hash_config({"run_id": config.run_id, "settings": config.identity(), "prompts": prompts_key})
+    existing = read_manifest(home.table_dir(name, "sentences"))
+    if existing is not None:
+        if existing.get("key") != key:
+            raise UedpError(_another_corpus(home, name, existing))
+        result = _result(config, origin, existing, reused=True)
+    else:
+        started = time.monotonic()
+        generator = torch.Generator().manual_seed(config.seed)
+        bar = progress_bar(config.count, f"generate {name} from run {config.run_id[:8]}", "texts", enabled=progress,
+                           say=say)
+        try:
+            texts = sample_texts(run.model, run.tokenizer, prompt_texts, config.sampling(), generator,
+                                 config.batch_size, on_batch=bar.update)
+        finally:
+            bar.close()
+        manifest = _write(home, config, origin, key, texts)
+        result = _result(config, origin, manifest, reused=False, seconds=time.monotonic() - started)
+    _enter_in_ledger(home, config, origin, key)
+    if not result.has_guarantee:
+        (say or _to_stderr)(f"warning: {name}: {result.guarantee}")
+    return result
+
+
+def public_prompts(home: DataHome, config: GenerateConfig, source: str,
+                   lineage: tuple[str, ...]) -> tuple[list[str], str]:
+    """The prompts, one per text: the first words of sentences of ``config.prompts`` drawn with the seed,
+    and that dataset's content key. Prompts of private text would put it in the corpus outside any
+    guarantee, so a prompts dataset is refused when it is the run's dataset, holds its text (or a text the run
+    trained on, under any name), or shares one sentence with it verbatim (the refusal names the file and
+    line)."""
+    assert config.prompts is not None
+    prompts = config.prompts
+    require_ingested(home, prompts)
+    theirs = set(text_lineage(home, prompts))
+    if prompts == source or theirs & (protected_ids(home, source) | set(lineage)):
+        raise UedpError(f"--prompts {prompts}: its text is the text run {config.run_id} trained on ({source!r}, or a "
+                        "copy or release of it): prompts must be public text, or the corpus would carry the private "
+                        "text outside any guarantee")
+    table = read_table(home.table_dir(prompts, "sentences"))
+    texts = table["text"].to_pylist()
+    usable = [i for i, t in enumerate(texts) if t and t.split()]
+    if not usable:
+        raise UedpError(f"--prompts {prompts}: its sentences are empty")
+    # Every sentence is checked, not only those drawn: whether a corpus is accepted must not depend on the draw,
+    # and skipping the shared ones would make the prompts (so the corpus) depend on the private text. Lines
+    # shorter than MIN_SHARED_WORDS words ("REUTER", "Thank you .") are in any two corpora of a kind: they
+    # tell nothing about whether this one is the private text.
+    private = {t.strip() for t in read_table(home.table_dir(source, "sentences"))["text"].to_pylist()
+               if t and len(t.split()) >= MIN_SHARED_WORDS}
+    shared = [row for row in usable if texts[row].strip() in private]
+    if shared:
+        files, lines = table["source_file"].to_pylist(), table["source_line"].to_pylist()
+        first = shared[0]
+        more = f" (and {len(shared) - 1} more)" if len(shared) > 1 else ""
+        raise UedpError(f"--prompts {prompts}: {files[first]}:{lines[first]}: this sentence{more} is also in {source!r}, "
+                        f"the dataset run {config.run_id} trained on; prompts must be public text (remove the shared "
+                        "sentences from the prompts corpus, or prompt from another one)")
+    rng = np.random.default_rng([config.seed, 1])
+    chosen = rng.choice(usable, size=config.count, replace=config.count > len(usable))
+    key = str((read_manifest(home.table_dir(prompts, "sentences")) or {}).get("key", ""))
+    return [" ".join(texts[int(i)].split()[: config.prompt_words]) for i in chosen], key
+
+
+def writers_and_splits(count: int, per_writer: int, held_out: float, seed: int) -> tuple[list[str], list[str]]:
+    """Each text's made-up writer and split: ``per_writer`` consecutive texts per writer, and whole writers
+    drawn with the seed into valid and test (``held_out`` of them, half each), the rest train."""
+    writers = math.ceil(count / per_writer)
+    names = [f"{WRITER_PREFIX}{i + 1:0{max(5, len(str(writers)))}d}" for i in range(writers)]
+    held = round(writers * held_out) if writers >= 3 else 0
+    order = np.random.default_rng([seed, 2]).permutation(writers)
+    split_of = {int(w): "valid" if rank < held // 2 else "test" if rank < held else "train" for rank, w in enumerate(order)}
+    return ([names[i // per_writer] for i in range(count)], [split_of[i // per_writer] for i in range(count)])
+
+
+def _write(home: DataHome, config: GenerateConfig, origin: SyntheticSource, key: str, texts: list[str]) -> dict[str, Any]:
+    """The three tables, swapped in together (a failure in any leaves none)."""
+    users, splits = writers_and_splits(len(texts), config.per_writer, config.held_out, config.seed)
+    positions: dict[str, int] = {}
+    rows = []
+    for i, (text, user, split) in enumerate(zip(texts, users, splits)):
+        positions[user] = positions.get(user, -1) + 1
+        rows.append({"sentence_id": i, "user_id": user, "doc_id": user, "split": split, "position": positions[user],
+                     "text": text, "label": None, "source_file": f"generated:{config.run_id}", "source_line": i + 1,
+                     "gold_spans": []})
+    per_user: dict[str, dict[str, int]] = {}
+    for user, split in zip(users, splits):
+        counts = per_user.setdefault(user, {"train": 0, "valid": 0, "test": 0})
+        counts[split] += 1
+    details = {GENERATED_FROM: origin.as_json(), "generation": config.identity(), TEXT_KEY: text_key_of(texts),
+               "per_split": {s: splits.count(s) for s in ("train", "valid", "test")}}
+    out = {table: home.table_dir(config.output_name, table) for table in ("sentences", "users", "entities")}
+    with TableWriter(out["sentences"], SENTENCES, key, details) as sentences:
+        sentences.write_batch(pa.Table.from_pylist(rows, schema=SENTENCES))
+        with TableWriter(out["users"], USERS, key, details) as writers:
+            writers.write_rows([{"user_id": u, "n_sentences": sum(c.values()), "n_train": c["train"],
+                                 "n_valid": c["valid"], "n_test": c["test"]} for u, c in per_user.items()])
+            with TableWriter(out["entities"], ENTITIES, key, {"note": EMPTY_ENTITIES_NOTE, "sentences_key": key,
+                                                              "entity_identity": IDENTITY_VERSION}):
+                pass
+    manifest = read_manifest(out["sentences"])
+    assert manifest is not None
+    return manifest
+
+
+def _result(config: GenerateConfig, origin: SyntheticSource, manifest: dict[str, Any], reused: bool,
+            seconds: float = 0.0) -> GenerateResult:
+    texts = int(manifest.get("rows", 0))
+    return GenerateResult(dataset=config.output_name, run_id=config.run_id, source_dataset=origin.dataset,
+                          mechanism=origin.mechanism, texts=texts, writers=math.ceil(texts / config.per_writer),
+                          statement=origin.statement, has_guarantee=origin.has_guarantee,
+                          guarantee=origin.guarantee_words(), reused=reused, seconds=seconds)
+
+
+def _enter_in_ledger(home: DataHome, config: GenerateConfig, origin: SyntheticSource, key: str) -> None:
+    """The source dataset's ledger lists the corpus as post-processing of its run: at the run's figures, in
+    no total (a corpus generated again with the same settings is the same entry)."""
+    s = origin.statement
+    privacy_budget.file_post_processing(home, origin.dataset, LedgerEntry(
+        key=f"generated:{config.output_name}:{key[:12]}", mechanism=origin.mechanism, unit=s.unit, epsilon=s.epsilon,
+        delta=s.delta, name=config.output_name, randomness=s.randomness, scope="synthetic text sampled from its model",
+        text=privacy_budget.text_of(home, origin.dataset), covered_by=f"run:{config.run_id}"))
+
+
+def _another_corpus(home: DataHome, name: str, manifest: dict[str, Any]) -> str:
+    made = manifest.get(GENERATED_FROM)
+    what = (f"a corpus generated from run {made.get('run_id')} with other settings" if isinstance(made, dict)
+            else "a dataset that is not a synthetic corpus")
+    return (f"dataset {name!r} already holds {what}; remove {home.dataset_dir(name)} to replace it, or give this one "
+            f"another name (--output)")
+
+
+def generated_corpus(home: DataHome, dataset: str) -> SyntheticSource:
+    """The source of a synthetic dataset, or a clear error for any other dataset."""
+    require_ingested(home, dataset)
+    source = synthetic_source(home, dataset)
+    if source is None:
+        raise UedpError(f"dataset {dataset!r} is not a synthetic corpus (`uedp generate RUN` makes one)")
+    return source
+
+

@@ -1,0 +1,319 @@
+"""Issue 52: private synthetic text. A corpus sampled from a logged model is a dataset that states the run's
+guarantee (manifest, `uedp datasets`, `uedp budget`, a run trained on it), the ledger lists it in no total,
+prompts from the run's text are refused, an interrupted generation leaves nothing, and its utility and
+leakage are measured (the leakage never logged).
+
+Real parts throughout: the demo corpus ingested and detected, tiny GPT-2s trained by the real CLI into a
+real MLflow store, real Parquet tables, the flow in a real Prefect server.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+from typer.testing import CliRunner
+
+from uedp.commands import app
+from uedp.errors import UedpError
+from uedp.models.sampling import SamplingSettings, continue_prompts, next_tokens, sample_texts
+from uedp.models.tokenization import byte_level_tokenizer
+from uedp.services import privacy_budget
+from uedp.services.synthetic import GenerateConfig, generate_dataset, writers_and_splits
+from uedp.services.synthetic_measures import (
+    measure_leakage,
+    measure_utility,
+    measures_file,
+    ngrams,
+    overlap,
+    surfaces_found,
+    words,
+)
+from uedp.services.synthetic_source import synthetic_source
+from uedp.storage.catalog import ingested_datasets
+from uedp.storage.home import DataHome
+from uedp.storage.ingest import IngestOptions, ingest
+from uedp.storage.tables import read_manifest, read_table
+
+from support import demo_halves, tiny_checkpoint, tiny_gpt2, write
+
+runner = CliRunner()
+SMALL = ["--threads", "1", "--checkpoint-every", "0", "--log-model"]
+
+
+def cli(home: DataHome, *args: str):  # type: ignore[no-untyped-def]
+    result = runner.invoke(app, [*args, "--home", str(home.root)])
+    return result
+
+
+def run_id(result) -> str:  # type: ignore[no-untyped-def]
+    assert result.exit_code == 0, result.output
+    found = re.search(r"MLflow run: ([0-9a-f]{32})", result.output)
+    assert found, result.output
+    return found.group(1)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[DataHome, str, str, Path, Path]:
+    """A data home with the private half of the demo corpus (detected), a secure userdp run and a noiseless run
+    on it, both with their models logged; and the public and private halves' files."""
+    folder = tmp_path_factory.mktemp("synthetic")
+    home = DataHome.from_env(folder / "home")
+    private, public = demo_halves(folder)
+    ingest(home, "private", [private], IngestOptions(format="conll2003", split="users"))
+    assert cli(home, "detect", "private", "--detector", "gold").exit_code == 0
+    userdp = run_id(cli(home, "train", "private", "--mechanism", "userdp", "--rounds", "2", "--q-user", "0.5", *SMALL))
+    noiseless = run_id(cli(home, "train", "private", "--mechanism", "noiseless", "--steps", "3", *SMALL))
+    return home, userdp, noiseless, public, private
+
+
+def test_sampling_draws_from_the_nucleus_and_stops_at_end_of_text() -> None:
+    logits = torch.tensor([[0.0, 3.0, 1.0, -2.0]])
+    generator = torch.Generator().manual_seed(0)
+    # top_p below the most likely token's probability (0.84): that token only
+    assert {int(next_tokens(logits, SamplingSettings(top_p=0.5), generator)) for _ in range(50)} == {1}
+    # at temperature 5 the probabilities flatten to 0.39, 0.26, 0.21, 0.14: the nucleus of 0.5 holds two tokens
+    assert {int(next_tokens(logits, SamplingSettings(top_p=0.5, temperature=5.0), generator)) for _ in range(200)} == {1, 2}
+    assert int(next_tokens(logits, SamplingSettings(temperature=0), generator)) == 1
+    drawn = {int(next_tokens(logits, SamplingSettings(top_p=1.0, temperature=3.0), generator)) for _ in range(200)}
+    assert drawn == {0, 1, 2, 3}  # no nucleus: every token can come
+
+    class EndsAtOnce(torch.nn.Module):
+        """A language model that always predicts token 7 (its end-of-text)."""
+        def __init__(self) -> None:
+            super().__init__()
+            self.bias = torch.nn.Parameter(torch.zeros(10))
+
+        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):  # type: ignore[no-untyped-def]
+            logits = torch.full((*input_ids.shape, 10), -50.0)
+            logits[..., 7] = 50.0
+            return type("Out", (), {"logits": logits + self.bias})()
+
+    rows = continue_prompts(EndsAtOnce(), torch.tensor([[1, 2], [3, 4]]), eos_id=7,
+                            settings=SamplingSettings(max_new_tokens=20), generator=generator)
+    assert rows == [[], []]  # the EOS drawn first ends the text, and is not part of it
+
+
+def test_the_same_seed_samples_the_same_texts_and_prompts_start_them() -> None:
+    tokenizer = byte_level_tokenizer()
+    model = tiny_gpt2()
+    settings = SamplingSettings(max_new_tokens=6)
+    prompts = ["Peter", "", "The bank", "Peter"]
+    first = sample_texts(model, tokenizer, prompts, settings, torch.Generator().manual_seed(3), batch_size=2)
+    again = sample_texts(model, tokenizer, prompts, settings, torch.Generator().manual_seed(3), batch_size=2)
+    other = sample_texts(model, tokenizer, prompts, settings, torch.Generator().manual_seed(4), batch_size=2)
+    assert first == again and first != other
+    assert first[0].startswith("Peter") and first[2].startswith("The bank")
+
+
+def test_writers_and_splits_put_whole_writers_in_one_split() -> None:
+    users, splits = writers_and_splits(95, per_writer=10, held_out=0.2, seed=0)
+    assert len(set(users)) == 10 and users[0] == users[9] != users[10]
+    by_writer = {u: {s for uu, s in zip(users, splits) if uu == u} for u in set(users)}
+    assert all(len(s) == 1 for s in by_writer.values())
+    assert sorted(next(iter(s)) for s in by_writer.values()).count("train") == 8
+    assert {"valid", "test"} <= set(splits)
+
+
+def test_a_corpus_states_its_runs_guarantee_and_the_ledger_counts_it_in_no_total(trained) -> None:  # type: ignore[no-untyped-def]
+    home, userdp, _, _, _ = trained
+    before = privacy_budget.unit_totals(privacy_budget.view(home, "private").entries)
+    result = cli(home, "generate", userdp, "--count", "23", "--max-new-tokens", "8", "--per-writer", "4",
+                 "--output", "synth-userdp")
+    assert result.exit_code == 0, result.output
+    logged = MlflowClient(tracking_uri=home.mlflow_tracking_uri).get_run(userdp).data
+    epsilon = logged.metrics["final_epsilon"]
+    assert math.isfinite(epsilon) and f"epsilon {epsilon:.4g}" in result.output
+    assert "one user (all of their sentences) of 'private'" in result.output
+
+    # The manifest holds the run and its statement; the tables are like an ingested corpus', with made-up writers
+    source = synthetic_source(home, "synth-userdp")
+    assert source is not None and source.run_id == userdp and source.dataset == "private"
+    assert source.statement.epsilon == pytest.approx(epsilon) and source.statement.unit == logged.params["privacy_unit"]
+    assert source.has_guarantee and source.lineage  # the run's texts travel with the corpus
+    sentences = read_table(home.table_dir("synth-userdp", "sentences"))
+    assert sentences.num_rows == 23 and set(sentences["split"].to_pylist()) <= {"train", "valid", "test"}
+    assert all(u.startswith("synthetic-") for u in sentences["user_id"].to_pylist())
+    assert read_table(home.table_dir("synth-userdp", "users")).num_rows == 6
+    assert read_manifest(home.table_dir("synth-userdp", "entities"))["rows"] == 0
+    assert "synth-userdp" in ingested_datasets(home)
+    listed = cli(home, "datasets")
+    assert "synth-userdp: sentences=23" in listed.output and f"synthetic: epsilon {epsilon:.4g}" in listed.output
+
+    # The source's ledger lists it as post-processing of the run, and no total moved
+    entries = privacy_budget.view(home, "private").entries
+    made = [e for e in entries if e.key.startswith("generated:synth-userdp")]
+    assert len(made) == 1 and made[0].covered_by == f"run:{userdp}" and made[0].epsilon == pytest.approx(epsilon)
+    assert privacy_budget.unit_totals(entries) == before
+    budget = cli(home, "budget", "private")
+    assert f"post-processing of run:{userdp}" in budget.output.replace("\n", "").replace("│", "").replace(" ", "") \
+        or "post-processing" in budget.output
+    own = cli(home, "budget", "synth-userdp")
+    assert "synthetic text" in own.output and "costs nothing more" in own.output
+    assert cli(home, "budget", "synth-userdp", "--limit", "3").exit_code == 2
+
+    # The same command again reuses the corpus and files nothing new; other settings under the name are refused
+    again = cli(home, "generate", userdp, "--count", "23", "--max-new-tokens", "8", "--per-writer", "4",
+                "--output", "synth-userdp")
+    assert again.exit_code == 0 and "reused" in again.output
+    assert len([e for e in privacy_budget.view(home, "private").entries if e.covered_by]) == len(
+        [e for e in entries if e.covered_by])
+    other = cli(home, "generate", userdp, "--count", "24", "--output", "synth-userdp")
+    assert other.exit_code == 2 and "already holds a corpus generated from run" in other.stderr
+
+
+def test_a_model_without_a_guarantee_gives_a_corpus_labelled_so(trained) -> None:  # type: ignore[no-untyped-def]
+    home, _, noiseless, _, _ = trained
+    result = cli(home, "generate", noiseless, "--count", "4", "--max-new-tokens", "4", "--output", "synth-noiseless")
+    assert result.exit_code == 0, result.output
+    assert "guarantee: no guarantee" in result.output
+    assert "synthetic: no guarantee" in cli(home, "datasets").output
+    assert "no guarantee" in cli(home, "budget", "synth-noiseless").output
+    assert not synthetic_source(home, "synth-noiseless").has_guarantee  # type: ignore[union-attr]
+
+
+def test_prompts_from_the_runs_text_are_refused(trained, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    home, userdp, _, public, private_file = trained
+    refused = "prompts must be public text"
+
+    def generate(prompts: str) -> object:
+        return generate_dataset(home, GenerateConfig(run_id=userdp, count=6, max_new_tokens=4, prompts=prompts,
+                                                     output=f"synth-{prompts}"))
+
+    with pytest.raises(UedpError, match=refused):
+        generate("private")  # the run's own dataset
+    ingest(home, "copy", [private_file], IngestOptions(format="conll2003", split="users", split_seed=5))
+    with pytest.raises(UedpError, match=refused):
+        generate("copy")  # the same text under another name and split
+    # A public corpus with one private sentence in it: refused, naming the file and line of that sentence
+    blocks = [b.strip("\n") for b in private_file.read_text().split("\n\n") if b.strip()]
+    # one sentence of at least four words (shorter lines are in any two corpora): a token per line
+    sentence = next(b for b in blocks if not b.startswith("-DOCSTART-") and len(b.splitlines()) >= 6)
+    mixed = write(tmp_path / "mixed.conll", "-DOCSTART- -X- -X- O\n\n" + sentence + "\n\n")
+    ingest(home, "mixed", [mixed], IngestOptions(format="conll2003", split="users"))
+    with pytest.raises(UedpError, match=r"mixed\.conll:3: this sentence is also in 'private'"):
+        generate("mixed")
+    assert not home.dataset_dir("synth-mixed").exists() and not home.dataset_dir("synth-copy").exists()
+
+    # The demo corpus' other half repeats some of its templated sentences: refused as a whole, whatever is drawn
+    ingest(home, "other-half", [public], IngestOptions(format="conll2003", split="users", split_seed=1))
+    with pytest.raises(UedpError, match=r"public\.conll:\d+: this sentence \(and \d+ more\) is also in 'private'"):
+        generate("other-half")
+    # Public text is accepted: every text starts with the first words of one of its sentences, and the
+    # statement names the prompts as public
+    rows = ["Markets", "opened", "higher", "on", "Tuesday", ".", "", "Rain", "is", "expected", "in", "the", "north", ".",
+            ""]
+    news = write(tmp_path / "news.conll", "-DOCSTART- -X- -X- O\n\n" + "\n".join(
+        f"{w} XX O O" if w else "" for w in rows) + "\n")
+    ingest(home, "public", [news], IngestOptions(format="conll2003"))
+    made = generate_dataset(home, GenerateConfig(run_id=userdp, count=6, max_new_tokens=4, prompts="public",
+                                                 prompt_words=1, output="synth-prompted"))
+    starts = {t.split()[0] for t in read_table(home.table_dir("public", "sentences"))["text"].to_pylist() if t.split()}
+    texts = read_table(home.table_dir(made.dataset, "sentences"))["text"].to_pylist()
+    assert texts and all(any(t.startswith(start) for start in starts) for t in texts)
+    source = synthetic_source(home, made.dataset)
+    assert source is not None and source.prompts == "public"
+    assert any("dataset 'public'" in p for p in source.statement.public)
+
+
+def test_an_interrupted_generation_leaves_nothing(trained, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    home, userdp, _, _, _ = trained
+    import uedp.services.synthetic as synthetic
+
+    real = synthetic.sample_texts
+
+    def interrupted(*args, on_batch=None, **kwargs):  # type: ignore[no-untyped-def]
+        def first_batch_then_ctrl_c(done: int) -> None:
+            on_batch(done)
+            raise KeyboardInterrupt
+
+        return real(*args, on_batch=first_batch_then_ctrl_c, **kwargs)
+
+    monkeypatch.setattr(synthetic, "sample_texts", interrupted)
+    entries = len(privacy_budget.view(home, "private").entries)
+    config = GenerateConfig(run_id=userdp, count=10, max_new_tokens=4, batch_size=2, output="synth-interrupted")
+    with pytest.raises(KeyboardInterrupt):
+        generate_dataset(home, config)
+    assert "synth-interrupted" not in ingested_datasets(home)
+    folder = home.dataset_dir("synth-interrupted")
+    assert not folder.exists() or not any(p.name in ("sentences", "users", "entities") for p in folder.iterdir())
+    assert len(privacy_budget.view(home, "private").entries) == entries
+    monkeypatch.setattr(synthetic, "sample_texts", real)
+    assert generate_dataset(home, config).texts == 10  # the same command again writes it whole
+
+
+def test_training_on_a_corpus_states_the_runs_guarantee_and_carries_its_lineage(trained) -> None:  # type: ignore[no-untyped-def]
+    home, userdp, _, _, _ = trained
+    generate_dataset(home, GenerateConfig(run_id=userdp, count=30, max_new_tokens=6, output="synth-train"))
+    refused = cli(home, "train", "synth-train", "--mechanism", "dpsgd", "--steps", "1")
+    assert refused.exit_code == 2 and "--mechanism noiseless" in refused.stderr
+    result = cli(home, "train", "synth-train", "--mechanism", "noiseless", "--steps", "2", *SMALL)
+    on_synthetic = run_id(result)
+    stated = MlflowClient(tracking_uri=home.mlflow_tracking_uri).get_run(on_synthetic).data
+    source = MlflowClient(tracking_uri=home.mlflow_tracking_uri).get_run(userdp).data
+    assert stated.metrics["final_epsilon"] == pytest.approx(source.metrics["final_epsilon"])
+    assert stated.params["privacy_unit"] == source.params["privacy_unit"]
+    assert f"post-processing of run {userdp}" in stated.params["accountant_used"]
+    assert not privacy_budget.ledger_of(home, "synth-train").read().entries  # charged to nobody
+    # A private run on the source text may not start from it: its weights carry that text
+    started = cli(home, "train", "private", "--mechanism", "dpsgd", "--steps", "1", "--init-from", on_synthetic)
+    assert started.exit_code == 2 and "trained on the text this run protects" in started.stderr.replace("\n", " ")
+
+
+@pytest.mark.parametrize("model", ["lora-llama", "lstm"])
+def test_every_model_kind_generates(trained, model: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A LoRA run of a checkpoint folder of a real architecture (its own BPE tokenizer; the logged adapter
+    loads on its base), and the LSTM: both are sampled like GPT-2."""
+    home, _, _, _, _ = trained
+    flags = (["--model", str(tiny_checkpoint(tmp_path / "tiny-llama")), "--lora-rank", "2"] if model == "lora-llama"
+             else ["--model", "lstm"])
+    source = run_id(cli(home, "train", "private", "--mechanism", "dpsgd", "--steps", "1", "--noise-multiplier", "1",
+                        *flags, *SMALL))
+    made = generate_dataset(home, GenerateConfig(run_id=source, count=5, max_new_tokens=5, output=f"synth-{model}"))
+    assert made.texts == 5 and synthetic_source(home, made.dataset).statement.unit == "one training sequence"  # type: ignore[union-attr]
+
+
+def test_leakage_figures_catch_copied_text() -> None:
+    train = ["Peter Blackburn visited the bank in Leeds yesterday .", "Shares of Acme rose 3 percent on Monday ."]
+    private = ngrams(train, 5)
+    assert overlap(train, private, 5) == 1.0  # a corpus that copies the training text
+    assert overlap(["Completely different words appear in this sentence here ."], private, 5) == 0.0
+    surfaces = {tuple(words("Peter Blackburn")), tuple(words("Leeds")), tuple(words("Acme"))}
+    assert surfaces_found(["Peter Blackburn met someone in Leeds ."], surfaces) == 2
+    assert surfaces_found(["Peter met Blackburn ."], surfaces) == 0  # whole surfaces only
+
+
+def test_utility_is_logged_to_the_generating_run_and_leakage_is_not(trained) -> None:  # type: ignore[no-untyped-def]
+    home, userdp, _, _, _ = trained
+    generate_dataset(home, GenerateConfig(run_id=userdp, count=30, max_new_tokens=6, output="synth-measured"))
+    utility = measure_utility(home, "synth-measured", steps=2, batch_size=4, threads=1)
+    leakage = measure_leakage(home, "synth-measured", utility_run=utility.run_id)
+    client = MlflowClient(tracking_uri=home.mlflow_tracking_uri)
+    generating = client.get_run(userdp).data
+    assert generating.metrics["synthetic.synth-measured.perplexity_real_test"] == pytest.approx(
+        utility.perplexity_real_test)
+    assert generating.tags["uedp.synthetic.synth-measured.utility_run"] == utility.run_id
+    assert utility.model_perplexity_test == pytest.approx(generating.metrics["perplexity_test"])
+    assert math.isfinite(utility.perplexity_real_test) and utility.perplexity_real_test > 1
+    assert 0 <= leakage.ngram_overlap <= 1 and leakage.ngram_overlap_reference > 0  # held-out text of the corpus
+    kept = measures_file(home, "private", "synth-measured")
+    assert kept.is_file() and "leakage" in kept.read_text()
+    for run in (userdp, utility.run_id):  # no leakage figure in MLflow
+        data = client.get_run(run).data
+        assert not [k for k in (*data.metrics, *data.params, *data.tags) if "ngram" in k or "surface" in k
+                    or "copied" in k or "leak" in k]
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_the_generate_flow_runs_in_prefect(trained) -> None:  # type: ignore[no-untyped-def]
+    from uedp.flows.generate import generate_flow
+
+    home, userdp, _, _, _ = trained
+    config = GenerateConfig(run_id=userdp, count=8, max_new_tokens=4, output="synth-flow")
+    outcome = generate_flow(config, home=str(home.root))
+    assert outcome.corpus.dataset == "synth-flow" and outcome.corpus.texts == 8 and outcome.utility is None
+    assert synthetic_source(home, "synth-flow") is not None
