@@ -15,6 +15,7 @@ later reuses the corpus it wrote rather than sampling again.
 from __future__ import annotations
 
 import math
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from uedp.detection.identity import IDENTITY_VERSION
 from uedp.errors import UedpError
@@ -71,6 +72,13 @@ class GenerateConfig(BaseModel):
                       "so a known seed costs no privacy")
     batch_size: int = Field(32, ge=1, description="texts sampled at once")
     device: str = Field("auto", description="auto (a GPU when there is one), cpu, cuda or cuda:N")
+
+    @field_validator("run_id", mode="before")
+    @classmethod
+    def _a_run_id(cls, value: Any) -> Any:
+        if isinstance(value, str) and not re.fullmatch(r"[0-9a-f]{32}", value):
+            raise ValueError(f"{value!r} is not an MLflow run id (32 hexadecimal characters, as `uedp train` prints it)")
+        return value
 
     @model_validator(mode="after")
     def _valid_name(self) -> GenerateConfig:
@@ -164,7 +172,8 @@ def generate_dataset(home: DataHome, config: GenerateConfig, progress: bool = Fa
 
 def public_prompts(home: DataHome, config: GenerateConfig, source: str,
                    lineage: tuple[str, ...]) -> tuple[list[str], str]:
-    """The prompts, one per text: the first words of sentences of ``config.prompts`` drawn with the seed,
+    """The prompts, one per text: the first words of sentences of ``config.prompts`` longer than the prompt,
+    drawn with the seed,
     and that dataset's content key. Prompts of private text would put it in the corpus outside any
     guarantee, so a prompts dataset is refused when it is the run's dataset, holds its text (or a text the run
     trained on, under any name), or shares one sentence with it verbatim (the refusal names the file and
@@ -179,9 +188,11 @@ def public_prompts(home: DataHome, config: GenerateConfig, source: str,
                         "text outside any guarantee")
     table = read_table(home.table_dir(prompts, "sentences"))
     texts = table["text"].to_pylist()
-    usable = [i for i, t in enumerate(texts) if t and t.split()]
+    # A prompt is a beginning: sentences no longer than the prompt (a "REUTER" sign-off) would be whole texts.
+    usable = [i for i, t in enumerate(texts) if t and len(t.split()) > config.prompt_words]
     if not usable:
-        raise UedpError(f"--prompts {prompts}: its sentences are empty")
+        raise UedpError(f"--prompts {prompts}: none of its sentences has more than {config.prompt_words} words "
+                        "(--prompt-words)")
     # Every sentence is checked, not only those drawn: whether a corpus is accepted must not depend on the draw,
     # and skipping the shared ones would make the prompts (so the corpus) depend on the private text. Lines
     # shorter than MIN_SHARED_WORDS words ("REUTER", "Thank you .") are in any two corpora of a kind: they

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from uedp.errors import UedpError
-from uedp.services.synthetic import generated_corpus
+from uedp.services.synthetic import MIN_SHARED_WORDS, generated_corpus
 from uedp.services.synthetic_source import SyntheticSource
 from uedp.storage.catalog import Catalog
 from uedp.storage.home import DataHome
@@ -109,6 +109,12 @@ def overlap(texts: list[str], private: set[tuple[str, ...]], n: int) -> float:
     return len(theirs & private) / len(theirs) if theirs else 0.0
 
 
+def copies(texts: list[str], sentences: set[str]) -> int:
+    """How many ``texts`` of at least ``MIN_SHARED_WORDS`` words are one of ``sentences`` whole (shorter lines,
+    such as a "REUTER" sign-off, are in any corpus of the kind)."""
+    return sum(len(t.split()) >= MIN_SHARED_WORDS and t.strip() in sentences for t in texts)
+
+
 def surfaces_found(texts: list[str], surfaces: set[tuple[str, ...]]) -> int:
     """How many distinct entity surfaces (as word tuples) occur in ``texts`` as whole words."""
     if not surfaces:
@@ -152,8 +158,7 @@ def measure_leakage(home: DataHome, dataset: str, reference: str | None = None, 
     figures = LeakageFigures(
         dataset=dataset, reference=where, ngram=n, ngram_overlap=overlap(corpus, private_ngrams, n),
         ngram_overlap_reference=overlap(sample, private_ngrams, n),
-        copied_sentences=sum(t.strip() in sentences for t in corpus if t.strip()),
-        copied_sentences_reference=sum(t.strip() in sentences for t in sample if t.strip()),
+        copied_sentences=copies(corpus, sentences), copied_sentences_reference=copies(sample, sentences),
         entity_surfaces=surfaces_found(corpus, surfaces), entity_surfaces_reference=surfaces_found(sample, surfaces),
         categories=tuple(categories), canaries=canaries, canaries_verbatim=verbatim, canary_exposure_mean=exposure_mean)
     _keep(home, source, dataset, {"leakage": asdict(figures)})

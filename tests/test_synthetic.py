@@ -25,6 +25,7 @@ from uedp.models.tokenization import byte_level_tokenizer
 from uedp.services import privacy_budget
 from uedp.services.synthetic import GenerateConfig, generate_dataset, writers_and_splits
 from uedp.services.synthetic_measures import (
+    copies,
     measure_leakage,
     measure_utility,
     measures_file,
@@ -285,6 +286,7 @@ def test_leakage_figures_catch_copied_text() -> None:
     surfaces = {tuple(words("Peter Blackburn")), tuple(words("Leeds")), tuple(words("Acme"))}
     assert surfaces_found(["Peter Blackburn met someone in Leeds ."], surfaces) == 2
     assert surfaces_found(["Peter met Blackburn ."], surfaces) == 0  # whole surfaces only
+    assert copies([*train, "Thank you ."], {*train, "Thank you ."}) == 2  # a short line proves nothing
 
 
 def test_utility_is_logged_to_the_generating_run_and_leakage_is_not(trained) -> None:  # type: ignore[no-untyped-def]
