@@ -215,10 +215,11 @@ def public_prompts(home: DataHome, config: GenerateConfig, source: str,
 
 def writers_and_splits(count: int, per_writer: int, held_out: float, seed: int) -> tuple[list[str], list[str]]:
     """Each text's made-up writer and split: ``per_writer`` consecutive texts per writer, and whole writers
-    drawn with the seed into valid and test (``held_out`` of them, half each), the rest train."""
+    drawn with the seed into valid and test (``held_out`` of them, half each, and at least one test writer
+    when there are two writers or more), the rest train."""
     writers = math.ceil(count / per_writer)
     names = [f"{WRITER_PREFIX}{i + 1:0{max(5, len(str(writers)))}d}" for i in range(writers)]
-    held = round(writers * held_out) if writers >= 3 else 0
+    held = max(1, round(writers * held_out)) if held_out > 0 and writers >= 2 else 0  # a test writer, when it can
     order = np.random.default_rng([seed, 2]).permutation(writers)
     split_of = {int(w): "valid" if rank < held // 2 else "test" if rank < held else "train" for rank, w in enumerate(order)}
     return ([names[i // per_writer] for i in range(count)], [split_of[i // per_writer] for i in range(count)])

@@ -179,6 +179,11 @@ def measure_utility(home: DataHome, dataset: str, steps: int = 200, batch_size: 
     from uedp.services.training import train_configuration
 
     source = generated_corpus(home, dataset)
+    with Catalog(home, dataset) as catalog:
+        if not catalog.sentences("test"):
+            raise UedpError(f"{dataset!r} has no test split to train a model on it (its made-up writers all went to "
+                            "train): generate more texts (--count), fewer per writer (--per-writer) or a larger "
+                            "--held-out")
     origin = _source_config(home, source.run_id)
     settings: dict[str, Any] = {
         "dataset": dataset, "model": origin.model, "model_size": origin.model_size, "tokenizer": origin.tokenizer,

@@ -118,6 +118,8 @@ def test_writers_and_splits_put_whole_writers_in_one_split() -> None:
     assert all(len(s) == 1 for s in by_writer.values())
     assert sorted(next(iter(s)) for s in by_writer.values()).count("train") == 8
     assert {"valid", "test"} <= set(splits)
+    assert "test" in writers_and_splits(12, per_writer=10, held_out=0.2, seed=0)[1]  # two writers: one is test
+    assert set(writers_and_splits(12, per_writer=10, held_out=0.0, seed=0)[1]) == {"train"}
 
 
 def test_a_corpus_states_its_runs_guarantee_and_the_ledger_counts_it_in_no_total(trained) -> None:  # type: ignore[no-untyped-def]
@@ -315,7 +317,11 @@ def test_the_generate_flow_runs_in_prefect(trained) -> None:  # type: ignore[no-
     from uedp.flows.generate import generate_flow
 
     home, userdp, _, _, _ = trained
-    config = GenerateConfig(run_id=userdp, count=8, max_new_tokens=4, output="synth-flow")
-    outcome = generate_flow(config, home=str(home.root))
-    assert outcome.corpus.dataset == "synth-flow" and outcome.corpus.texts == 8 and outcome.utility is None
+    config = GenerateConfig(run_id=userdp, count=30, max_new_tokens=4, output="synth-flow")
+    outcome = generate_flow(config, home=str(home.root), measure=True, utility_steps=1)
+    assert outcome.corpus.dataset == "synth-flow" and outcome.corpus.texts == 30
     assert synthetic_source(home, "synth-flow") is not None
+    # utility is a result (logged to the generating run); leakage is only a file in the data home
+    assert outcome.utility is not None and math.isfinite(outcome.utility.perplexity_real_test)
+    assert Path(outcome.leakage_file) == measures_file(home, "private", "synth-flow")
+    assert "ngram" not in repr(outcome) and "leakage" in Path(outcome.leakage_file).read_text()
