@@ -146,7 +146,7 @@ def results_page(out: Path, rows: list[dict[str, object]], base: ReutersBase, se
              "| better than the base |",
              "|---|---:|---|---:|---:|---|"]
     for r in rows:
-        unit = f"{_eps(r['epsilon'])} ({r['unit']})" if r["target_epsilon"] is not None else "none"
+        unit = f"{_eps(r['epsilon'])} ({str(r['unit']).split(':')[0]})" if r["target_epsilon"] is not None else "none"
         synthetic = float(r["synthetic_perplexity_real_test"])  # type: ignore[arg-type]
         lines.append(f"| {r['mechanism']} | {_eps(r['target_epsilon'])} | {unit} | {float(r['perplexity_test']):.1f} "  # type: ignore[arg-type]
                      f"| {synthetic:.1f} | {'yes' if synthetic < before else 'no'} |")
@@ -163,8 +163,8 @@ def results_page(out: Path, rows: list[dict[str, object]], base: ReutersBase, se
                      f"({r['leakage_copied_sentences_reference']}) | {r['leakage_entity_surfaces']} "
                      f"({r['leakage_entity_surfaces_reference']}) |")
     if noiseless is not None:
-        lines += ["", "Noiseless's corpus is the upper end of both tables: its model has no guarantee, and its corpus "
-                      "is labelled \"no guarantee\" wherever uedp shows it."]
+        lines += ["", "Noiseless's corpus has no guarantee (uedp labels it \"no guarantee\" wherever it shows it): "
+                      "it is the yardstick for both tables."]
     (out / "results.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (out / "results.json").write_text(json.dumps({"base": asdict(base), "settings": settings, "rows": rows}, indent=1),
                                       encoding="utf-8")
