@@ -42,6 +42,10 @@ from uedp.storage.tables import TableWriter, hash_config, read_manifest, read_ta
 from uedp.storage.text_identity import TEXT_KEY, text_key_of
 
 WRITER_PREFIX = "synthetic-"
+# Raised when the same settings would sample other texts (how prompts are chosen, how a text is sampled), so
+# that a corpus an older uedp wrote is not reused as this one, and its ledger entry is apart. 2: prompts only
+# from sentences longer than the prompt.
+GENERATION_VERSION = 2
 MIN_SHARED_WORDS = 4  # a prompts sentence of this many words or more found in the run's text refuses the prompts
 EMPTY_ENTITIES_NOTE = "synthetic dataset: not detected"
 
@@ -143,10 +147,16 @@ def generate_dataset(home: DataHome, config: GenerateConfig, progress: bool = Fa
     if config.prompts:  # the prompts are text of the corpus the run never protected: public by the user's word
         statement = replace(statement, public=(*statement.public, f"the prompts: the first {config.prompt_words} "
                                                f"word(s) of sentences of dataset {config.prompts!r}"))
-    origin = SyntheticSource(config.run_id, source, run.config.label, statement, lineage,
+    # A model trained on a synthetic corpus states that corpus' guarantee, for the people of the dataset the
+    # corpus came from: so does what it generates, and that dataset's ledger lists it.
+    upstream = synthetic_source(home, source)
+    protected, covered = (upstream.dataset, upstream.run_id) if upstream is not None else (source, config.run_id)
+    origin = SyntheticSource(config.run_id, protected, run.config.label, statement, lineage,
                              tuple(i for i in tags.get(START_LINEAGE_TAG, "").split(",") if i), config.prompts or "")
-    prompt_texts, prompts_key = public_prompts(home, config, source, lineage) if config.prompts else ([""] * config.count, "")
-    key = hash_config({"run_id": config.run_id, "settings": config.identity(), "prompts": prompts_key})
+    prompt_texts, prompts_key = (public_prompts(home, config, protected, lineage) if config.prompts
+                                 else ([""] * config.count, ""))
+    key = hash_config({"run_id": config.run_id, "settings": config.identity(), "prompts": prompts_key,
+                       "version": GENERATION_VERSION})
     existing = read_manifest(home.table_dir(name, "sentences"))
     if existing is not None:
         if existing.get("key") != key:
@@ -164,7 +174,7 @@ def generate_dataset(home: DataHome, config: GenerateConfig, progress: bool = Fa
             bar.close()
         manifest = _write(home, config, origin, key, texts)
         result = _result(config, origin, manifest, reused=False, seconds=time.monotonic() - started)
-    _enter_in_ledger(home, config, origin, key)
+    _enter_in_ledger(home, config, origin, key, covered)
     if not result.has_guarantee:
         (say or _to_stderr)(f"warning: {name}: {result.guarantee}")
     return result
@@ -264,14 +274,14 @@ def _result(config: GenerateConfig, origin: SyntheticSource, manifest: dict[str,
                           guarantee=origin.guarantee_words(), reused=reused, seconds=seconds)
 
 
-def _enter_in_ledger(home: DataHome, config: GenerateConfig, origin: SyntheticSource, key: str) -> None:
+def _enter_in_ledger(home: DataHome, config: GenerateConfig, origin: SyntheticSource, key: str, covered: str) -> None:
     """The source dataset's ledger lists the corpus as post-processing of its run: at the run's figures, in
     no total (a corpus generated again with the same settings is the same entry)."""
     s = origin.statement
     privacy_budget.file_post_processing(home, origin.dataset, LedgerEntry(
         key=f"generated:{config.output_name}:{key[:12]}", mechanism=origin.mechanism, unit=s.unit, epsilon=s.epsilon,
         delta=s.delta, name=config.output_name, randomness=s.randomness, scope="synthetic text sampled from its model",
-        text=privacy_budget.text_of(home, origin.dataset), covered_by=f"run:{config.run_id}"))
+        text=privacy_budget.text_of(home, origin.dataset), covered_by=f"run:{covered}"))
 
 
 def _another_corpus(home: DataHome, name: str, manifest: dict[str, Any]) -> str:

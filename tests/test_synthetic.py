@@ -262,6 +262,11 @@ def test_training_on_a_corpus_states_the_runs_guarantee_and_carries_its_lineage(
     assert stated.params["privacy_unit"] == source.params["privacy_unit"]
     assert f"post-processing of run {userdp}" in stated.params["accountant_used"]
     assert not privacy_budget.ledger_of(home, "synth-train").read().entries  # charged to nobody
+    # Text sampled from that model states the same guarantee, for the same people, in the same ledger
+    twice = generate_dataset(home, GenerateConfig(run_id=on_synthetic, count=4, max_new_tokens=4, output="synth-twice"))
+    assert twice.source_dataset == "private" and twice.statement.epsilon == pytest.approx(source.metrics["final_epsilon"])
+    listed = [e for e in privacy_budget.view(home, "private").entries if e.key.startswith("generated:synth-twice")]
+    assert len(listed) == 1 and listed[0].covered_by == f"run:{userdp}"
     # A private run on the source text may not start from it: its weights carry that text
     started = cli(home, "train", "private", "--mechanism", "dpsgd", "--steps", "1", "--init-from", on_synthetic)
     assert started.exit_code == 2 and "trained on the text this run protects" in started.stderr.replace("\n", " ")
