@@ -28,16 +28,19 @@ class LoggedRun:
 
     run_id: str
     config: TrainConfig
-    statement: PrivacyStatement
+    statement: PrivacyStatement | None  # None: a run of an older uedp that logged none
     model: torch.nn.Module
     tokenizer: Any
     canaries: list[Canary] = field(default_factory=list)
     tags: dict[str, str] = field(default_factory=dict)
 
 
-def statement_of(logged: dict[str, Any]) -> PrivacyStatement:
-    """The privacy statement a run logged in its resolved configuration (tuples come back as lists)."""
+def statement_of(logged: dict[str, Any]) -> PrivacyStatement | None:
+    """The privacy statement a run logged in its resolved configuration (tuples come back as lists), or None
+    when it logged none."""
     data = dict(logged.get("privacy") or {})
+    if not data.get("mechanism") or not data.get("unit"):
+        return None
     known = {k: v for k, v in data.items() if k in PrivacyStatement.__dataclass_fields__}
     for name in ("public", "caveats"):
         known[name] = tuple(known.get(name) or ())

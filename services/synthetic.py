@@ -144,6 +144,9 @@ def generate_dataset(home: DataHome, config: GenerateConfig, progress: bool = Fa
     lineage = tuple(dict.fromkeys(i for i in (tags.get(DATASET_ID_TAG, ""), *tags.get(TEXT_LINEAGE_TAG, "").split(","))
                                   if i))
     statement = run.statement
+    if statement is None:
+        raise UedpError(f"run {config.run_id} logged no privacy statement (an older uedp trained it): a corpus sampled "
+                        "from it could not say what protects it. Train the model again and generate from that run")
     if config.prompts:  # the prompts are text of the corpus the run never protected: public by the user's word
         statement = replace(statement, public=(*statement.public, f"the prompts: the first {config.prompt_words} "
                                                f"word(s) of sentences of dataset {config.prompts!r}"))

@@ -9,6 +9,7 @@ real MLflow store, real Parquet tables, the flow in a real Prefect server.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -109,6 +110,17 @@ def test_the_same_seed_samples_the_same_texts_and_prompts_start_them() -> None:
     other = sample_texts(model, tokenizer, prompts, settings, torch.Generator().manual_seed(4), batch_size=2)
     assert first == again and first != other
     assert first[0].startswith("Peter") and first[2].startswith("The bank")
+
+
+def test_a_logged_statement_reads_back_and_a_missing_one_is_none() -> None:
+    from dataclasses import asdict
+
+    from uedp.privacy.statement import PrivacyStatement
+    from uedp.services.logged_run import statement_of
+
+    stated = PrivacyStatement("userdp", "one user", 2.5, 1e-5, "PLD", public=("a",), caveats=("b", "c"))
+    assert statement_of(json.loads(json.dumps({"privacy": asdict(stated)}))) == stated  # JSON's lists: tuples again
+    assert statement_of({"config": {}}) is None  # an older uedp's run: generation refuses it
 
 
 def test_writers_and_splits_put_whole_writers_in_one_split() -> None:
