@@ -48,14 +48,36 @@ def statement_of(logged: dict[str, Any]) -> PrivacyStatement | None:
     return PrivacyStatement(**known)
 
 
+def _logged_json(tracker: RunTracker, tmp: Path) -> dict[str, Any]:
+    config_file = tracker.download(RESOLVED_CONFIG, tmp)
+    if config_file is None:
+        raise UedpError(f"run {tracker.run_id} has no {RESOLVED_CONFIG}: not a finished uedp training run")
+    logged: dict[str, Any] = json.loads(config_file.read_text(encoding="utf-8"))
+    return logged
+
+
+def _canaries_in(tracker: RunTracker, tmp: Path) -> list[Canary]:
+    canaries_file = tracker.download("canaries.json", tmp)
+    return [Canary(**c) for c in json.loads(canaries_file.read_text())] if canaries_file else []
+
+
+def logged_config(tracker: RunTracker) -> TrainConfig:
+    """The configuration a run logged, without its model."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return TrainConfig.from_logged(_logged_json(tracker, Path(tmp))["config"])
+
+
+def logged_canaries(tracker: RunTracker) -> list[Canary]:
+    """The canaries a run planted (made-up secrets, released with it), without its model."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return _canaries_in(tracker, Path(tmp))
+
+
 def load_logged_run(tracker: RunTracker, device: torch.device, purpose: str) -> LoggedRun:
     """A language model's run, from its MLflow artifacts (``purpose``: what it is loaded for, in errors)."""
     tracker.require_run()
     with tempfile.TemporaryDirectory() as tmp:
-        config_file = tracker.download(RESOLVED_CONFIG, Path(tmp))
-        if config_file is None:
-            raise UedpError(f"run {tracker.run_id} has no {RESOLVED_CONFIG}: not a finished uedp training run")
-        logged = json.loads(config_file.read_text(encoding="utf-8"))
+        logged = _logged_json(tracker, Path(tmp))
         config = TrainConfig.from_logged(logged["config"])
         if config.task != "lm":
             raise UedpError(f"{purpose} needs a language model; run {tracker.run_id} trained a classifier")
@@ -64,7 +86,6 @@ def load_logged_run(tracker: RunTracker, device: torch.device, purpose: str) -> 
             raise UedpError(f"run {tracker.run_id} has no stored model; train with --log-model (or --canaries)")
         tokenizer = load_tokenizer(model_dir)
         model: torch.nn.Module = load_saved(model_dir, config.model).to(device)
-        canaries_file = tracker.download("canaries.json", Path(tmp))
-        canaries = [Canary(**c) for c in json.loads(canaries_file.read_text())] if canaries_file else []
+        canaries = _canaries_in(tracker, Path(tmp))
     tags = dict(tracker.client.get_run(tracker.run_id).data.tags)
     return LoggedRun(tracker.run_id, config, statement_of(logged), model, tokenizer, canaries, tags)

@@ -32,8 +32,11 @@ from typing import Any
 import numpy as np
 
 from uedp.errors import UedpError
+from uedp.privacy.attacks.canaries import Canary, canary_format
+from uedp.services.logged_run import load_logged_run, logged_canaries, logged_config
 from uedp.services.synthetic import MIN_SHARED_WORDS, generated_corpus
 from uedp.services.synthetic_source import SyntheticSource
+from uedp.services.tracking import RunTracker
 from uedp.storage.catalog import Catalog
 from uedp.storage.home import DataHome
 
@@ -131,7 +134,7 @@ def measure_leakage(home: DataHome, dataset: str, reference: str | None = None, 
     """The leakage figures of a synthetic dataset (``reference``: a dataset of public text to compare with;
     default the source's test split). Written to ``<home>/reports/<source>/synthetic-<dataset>.json``."""
     source = generated_corpus(home, dataset)
-    config = _source_config(home, source.run_id)  # its max_len, for the canaries' scores
+    config = logged_config(RunTracker.attach(home, source.run_id))  # its max_len, for the canaries' scores
     with Catalog(home, dataset) as catalog:
         corpus = [text for _, _, text in catalog.sentences("train") + catalog.sentences("valid")
                   + catalog.sentences("test")]
@@ -174,8 +177,6 @@ def measure_utility(home: DataHome, dataset: str, steps: int = 200, batch_size: 
     from uedp.models.device import resolve_device
     from uedp.models.metrics import perplexity
     from uedp.services.config import TrainConfig
-    from uedp.services.logged_run import load_logged_run
-    from uedp.services.tracking import RunTracker
     from uedp.services.training import train_configuration
 
     source = generated_corpus(home, dataset)
@@ -184,7 +185,7 @@ def measure_utility(home: DataHome, dataset: str, steps: int = 200, batch_size: 
             raise UedpError(f"{dataset!r} has no test split to train a model on it (its made-up writers all went to "
                             "train): generate more texts (--count), fewer per writer (--per-writer) or a larger "
                             "--held-out")
-    origin = _source_config(home, source.run_id)
+    origin = logged_config(RunTracker.attach(home, source.run_id))
     settings: dict[str, Any] = {
         "dataset": dataset, "model": origin.model, "model_size": origin.model_size, "tokenizer": origin.tokenizer,
         "init_from": origin.init_from, "max_len": origin.max_len, "lora_rank": origin.lora_rank,
@@ -212,20 +213,6 @@ def measure_utility(home: DataHome, dataset: str, steps: int = 200, batch_size: 
     return figures
 
 
-def _source_config(home: DataHome, run_id: str):  # type: ignore[no-untyped-def]
-    import tempfile
-
-    from uedp.models.checkpoints import RESOLVED_CONFIG
-    from uedp.services.config import TrainConfig
-    from uedp.services.tracking import RunTracker
-
-    with tempfile.TemporaryDirectory() as tmp:
-        file = RunTracker.attach(home, run_id).download(RESOLVED_CONFIG, Path(tmp))
-        if file is None:
-            raise UedpError(f"run {run_id} has no {RESOLVED_CONFIG}: not a finished uedp training run")
-        return TrainConfig.from_logged(json.loads(file.read_text(encoding="utf-8"))["config"])
-
-
 def _has_entities(home: DataHome, dataset: str) -> bool:
     from uedp.storage.tables import read_manifest
 
@@ -240,26 +227,29 @@ def _same_size(texts: list[str], size: int) -> list[str]:
     return [texts[int(i)] for i in sorted(chosen)]
 
 
+def verbatim_canaries(canaries: list[Canary], corpus: list[str]) -> int:
+    """How many canaries the corpus repeats as planted: the template's words up to the secret, then the
+    secret (a bare six-digit secret turns up in figures of any news text)."""
+    joined = " ".join(" ".join(text.split()) for text in corpus)
+    found = 0
+    for canary in canaries:
+        before = " ".join(canary_format(canary.format).template.split("{secret}")[0].split())
+        found += f"{before} {canary.secret}".strip() in joined
+    return found
+
+
 def _canaries(home: DataHome, source: SyntheticSource, corpus: list[str], utility_run: str | None, max_len: int,
               device_name: str) -> tuple[int, int, float | None]:
-    """How many canaries the generating run planted, how many the corpus holds verbatim, and their mean
-    exposure under the model trained on the corpus (``utility_run``), when there is one."""
-    import tempfile
-
-    from uedp.privacy.attacks.canaries import Canary, exposure, model_log_perplexity
-    from uedp.services.tracking import RunTracker
-
-    with tempfile.TemporaryDirectory() as tmp:
-        file = RunTracker.attach(home, source.run_id).download("canaries.json", Path(tmp))
-        canaries = [Canary(**c) for c in json.loads(file.read_text())] if file is not None else []
+    """How many canaries the generating run planted, how many the corpus repeats, and their mean exposure
+    under the model trained on the corpus (``utility_run``), when there is one."""
+    canaries = logged_canaries(RunTracker.attach(home, source.run_id))
     if not canaries:
         return 0, 0, None
-    joined = "\n".join(corpus)
-    verbatim = sum(c.secret in joined for c in canaries)
+    verbatim = verbatim_canaries(canaries, corpus)
     if utility_run is None:
         return len(canaries), verbatim, None
     from uedp.models.device import resolve_device
-    from uedp.services.logged_run import load_logged_run
+    from uedp.privacy.attacks.canaries import exposure, model_log_perplexity
 
     device = resolve_device(device_name)
     run = load_logged_run(RunTracker.attach(home, utility_run), device, "the canary exposure")

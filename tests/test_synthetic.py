@@ -33,6 +33,7 @@ from uedp.services.synthetic_measures import (
     ngrams,
     overlap,
     surfaces_found,
+    verbatim_canaries,
     words,
 )
 from uedp.services.synthetic_source import synthetic_source
@@ -305,6 +306,12 @@ def test_leakage_figures_catch_copied_text() -> None:
     assert surfaces_found(["Peter Blackburn met someone in Leeds ."], surfaces) == 2
     assert surfaces_found(["Peter met Blackburn ."], surfaces) == 0  # whole surfaces only
     assert copies([*train, "Thank you ."], {*train, "Thank you ."}) == 2  # a short line proves nothing
+    from uedp.privacy.attacks.canaries import Canary
+
+    planted = [Canary("digits:6", 123456, "123456", "My ID is 123456 .", "u1", 1),
+               Canary("digits:6", 654321, "654321", "My ID is 654321 .", "u2", 1)]
+    assert verbatim_canaries(planted, ["Then he said: my  ID is 1", "My  ID is 123456, he wrote"]) == 1
+    assert verbatim_canaries(planted, ["Sales rose to 654321 dlrs ."]) == 0  # the bare secret is no canary
 
 
 def test_utility_is_logged_to_the_generating_run_and_leakage_is_not(trained) -> None:  # type: ignore[no-untyped-def]
