@@ -32,8 +32,9 @@ def sweep_flow(config: SweepConfig, progress: bool = False) -> SweepOutcome:
         progress: the [k/N] lines on stderr too (the CLI), besides the flow run's log.
     """
     home = DataHome.from_env(config.home or None)
-    items = preflight_sweep(home, config)  # before the parent MLflow run: a typo is not a failed sweep
     logger = get_run_logger()
+    # before the parent MLflow run: a typo is not a failed sweep; what it cannot plan yet is said in the log
+    items = preflight_sweep(home, config, say=lambda line: logger.info("%s", line))
     flow_run_id = str(runtime.flow_run.id or "")
     sweep = SweepRun.open(home, config, items, flow_run_id)
     logger.info("sweep: %d configurations, parent MLflow run %s", len(items), sweep.run_id)

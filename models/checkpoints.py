@@ -61,6 +61,22 @@ def is_identity_file(name: str) -> bool:
     return name in _IDENTITY_NAMES or name.endswith(_IDENTITY_SUFFIXES)
 
 
+# The files that hold a tokenizer's vocabulary (its merges or word list), whichever format saved it.
+_VOCABULARY_NAMES = frozenset({"tokenizer.json", "vocab.json", "merges.txt", "vocab.txt", "tokenizer.model",
+                               "spiece.model", "sentencepiece.bpe.model"})
+
+
+def vocabulary_file_hashes(path: str | Path) -> list[str]:
+    """``vocabulary-sha256:`` of each vocabulary file in a folder, one by one: a copy of any of them into
+    another folder (the tokenizer without the model) is still known by its bytes."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return []
+    files = sorted(p for p in folder.iterdir() if p.is_file() and (p.name in _VOCABULARY_NAMES
+                                                                   or p.name.endswith(".tiktoken")))
+    return [f"vocabulary-sha256:{hashlib.sha256(p.read_bytes()).hexdigest()}" for p in files]
+
+
 def content_hash(path: str | Path) -> str:
     """``sha256:`` of a checkpoint folder's model files (names and bytes, in name order; see
     :func:`is_identity_file`): the base model a LoRA adapter or an ``--init-from`` run names, so loading it

@@ -8,7 +8,28 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-__all__ = ["PrivacyStatement"]
+__all__ = ["PrivacyStatement", "PrivacyUnit"]
+
+
+@dataclass(frozen=True)
+class PrivacyUnit:
+    """A privacy unit as releases compose: what neighbouring datasets differ in (``adjacency``: add/remove,
+    replace-one, substitution, local), in what (``kind``: a sequence, a user, a user and an entity, a value
+    inside a detected span, a sanitized token), and a readable ``name`` for people. Each mechanism's registry
+    entry states its unit so (``MechanismSpec.privacy_unit``); the privacy ledger composes releases by
+    :attr:`key`, never by a statement's wording: two wordings of one unit are one total.
+
+    A tokenizer is not part of the key: where the unit is a token's value (selective), a change to one byte
+    of a detected span changes the value of the token holding it, whichever tokenizer cut it, so every such
+    release bounds the byte's exposure and one total composes them all (erring towards counting too much)."""
+
+    adjacency: str
+    kind: str
+    name: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.adjacency}:{self.kind}"
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +37,26 @@ from uedp.services.lineage import (
     RunMarker,
     marker_in,
     marker_of,
-    protected_ids,
+    meets_text,
     refuse_same_text,
+    tokenizer_marker,
 )
 from uedp.storage.home import DataHome
 
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+@dataclass(frozen=True)
+class TokenizerOrigin:
+    """Where a tokenizer's vocabulary comes from, as far as this data home knows."""
+
+    public: str = ""  # the statement's item ("": the byte-level tokenizer, learnt from no text)
+    lineage: tuple[str, ...] = ()  # keyed ids of the texts its vocabulary was learnt from, at any remove
+    dataset: str = ""  # the dataset it was learnt from, where known
+
+    def marker(self) -> RunMarker | None:
+        """What a logged model records of its vocabulary files (None: learnt from no known text)."""
+        return RunMarker("", self.dataset, "", self.lineage) if self.lineage else None
 
 
 @dataclass(frozen=True)
@@ -54,7 +68,8 @@ class Start:
     kind: str = ""  # how ``folder`` loads (the model kind it was saved as)
     public: tuple[str, ...] = field(default_factory=tuple)  # what the statement names as public
     content_hash: str = ""  # of ``folder``'s model files, computed once (statement, LoRA's base, resume check)
-    lineage: tuple[str, ...] = ()  # keyed ids of the texts the starting weights were trained on
+    lineage: tuple[str, ...] = ()  # keyed ids of the texts the starting weights (and the vocabulary) saw
+    vocabulary: TokenizerOrigin = field(default_factory=TokenizerOrigin)  # the tokenizer's own origin
 
 
 def init_folder(home: DataHome, run_id: str) -> Path:
@@ -95,8 +110,22 @@ def init_folder(home: DataHome, run_id: str) -> Path:
 def resolve_start(home: DataHome, config: TrainConfig) -> Start:
     """The weights and tokenizer a configuration starts from, after the lineage checks every named model
     needs (a run's model is refused where it saw this dataset's text, whichever flag names it), and its
-    vocabulary needs (one learnt from this dataset's text is refused: :func:`refuse_private_vocabulary`)."""
-    refuse_private_vocabulary(home, config)
+    tokenizer needs (one whose vocabulary was learnt from this dataset's text is refused:
+    :func:`tokenizer_origin`). The start's lineage holds the tokenizer's: the vocabulary ships with every
+    model trained with it."""
+    same_folder = any(_same_folder(Path(named), config.tokenizer) for named in (config.model_size, config.init_from)
+                      if named and Path(named).expanduser().is_dir())
+    vocabulary = TokenizerOrigin() if same_folder else tokenizer_origin(home, config)  # checked first, as named
+    start = _weights(home, config)
+    if same_folder:  # the initial model's own tokenizer: checked with its weights, then for its vocabulary's text
+        vocabulary = replace(tokenizer_origin(home, config, start.content_hash),
+                             public="the tokenizer: the initial model's own")
+    public = (*start.public, vocabulary.public)
+    return replace(start, public=tuple(p for p in public if p),
+                   lineage=tuple(dict.fromkeys((*start.lineage, *vocabulary.lineage))), vocabulary=vocabulary)
+
+
+def _weights(home: DataHome, config: TrainConfig) -> Start:
     if config.init_from is None:
         if config.model_size in SIZE_PRESETS[config.model]:
             return Start(config.tokenizer)
@@ -112,23 +141,49 @@ def resolve_start(home: DataHome, config: TrainConfig) -> Start:
     return _from_run(home, config, init_folder(home, config.init_from), config.init_from)
 
 
-def refuse_private_vocabulary(home: DataHome, config: TrainConfig) -> None:
-    """Refuse a tokenizer folder whose vocabulary was learnt from the text this run protects: its merges
-    say which strings were frequent there, and it is released with the model (``uedp pretrain``'s BPE
-    vocabulary records the lineage of the text it learnt from). A run with no guarantee (noiseless, deid: the
-    pretraining itself) protects nothing and may use it."""
-    source = vocabulary_source(config.tokenizer) if config.tokenizer != "byte" else None
-    if not source or not registry.get(config.mechanism).private:
-        return
-    lineage = source.get("lineage")
-    learnt = RunMarker("", str(source.get("dataset", "")), "",
-                       tuple(str(i) for i in lineage) if isinstance(lineage, list) else ())
-    if learnt.dataset != config.dataset and not protected_ids(home, config.dataset) & set(learnt.lineage):
-        return
-    raise UedpError(f"--tokenizer {config.tokenizer}: its vocabulary was learnt from the text this run protects "
-                    f"({config.dataset!r}; it learnt from dataset {learnt.dataset!r}): its tokens would publish that "
-                    "text's frequent strings outside epsilon. Use a vocabulary learnt from public text (uedp pretrain "
-                    "on a public corpus) or 'byte'")
+def _same_folder(folder: Path, tokenizer: str) -> bool:
+    return tokenizer != "byte" and Path(tokenizer).expanduser().resolve() == folder.expanduser().resolve()
+
+
+def tokenizer_origin(home: DataHome, config: TrainConfig, digest: str = "") -> TokenizerOrigin:
+    """What a configuration's tokenizer learnt its vocabulary from, checked as a model folder is checked.
+
+    A vocabulary learnt from the text this run protects is refused for a private run: its merges say which
+    strings were frequent there, and it is released with the model. The folder is known by what
+    ``uedp pretrain`` recorded beside the vocabulary (``vocabulary_source.json``), by a run marker (a
+    run's model folder: it holds the run's tokenizer and everything its weights saw), by this home's
+    record of the folder's model files, and by this home's record of each vocabulary file a logged model
+    shipped (a copy of the tokenizer files alone). A run with no guarantee (noiseless, deid: the pretraining
+    itself) protects nothing and may use it. ``digest``: the folder's content hash when already computed
+    (the tokenizer of the initial model's own folder)."""
+    if config.tokenizer == "byte":
+        return TokenizerOrigin()
+    folder = Path(config.tokenizer).expanduser()
+    if not folder.is_dir():  # a hub name, where downloads are possible
+        return TokenizerOrigin(f"the tokenizer: hub tokenizer {config.tokenizer}, and whatever its vocabulary was "
+                               "learnt from (not checked)")
+    known = tokenizer_marker(home, folder)
+    if is_checkpoint_folder(folder):
+        known = (marker_of(home, folder, digest or content_hash(folder)) or RunMarker("")).merged(known)
+    source = vocabulary_source(folder)
+    if source is not None:
+        lineage = source.get("lineage")
+        learnt = RunMarker("", str(source.get("dataset", "")), "",
+                           tuple(str(i) for i in lineage) if isinstance(lineage, list) else ())
+        known = learnt.merged(known)
+    named = f"folder {folder.resolve()}"
+    if known is None or not (known.lineage or known.dataset):
+        return TokenizerOrigin(f"the tokenizer: {named}, and whatever its vocabulary was learnt from (not checked)")
+    if registry.get(config.mechanism).private and meets_text(home, config.dataset, known.lineage, known.dataset):
+        raise UedpError(f"--tokenizer {config.tokenizer}: its vocabulary was learnt from the text this run protects "
+                        f"({config.dataset!r}), or it is the tokenizer of a model trained on it (a copy of that text, "
+                        "or of part of its train split, under any name, counts): its tokens would publish that text's "
+                        "frequent strings outside epsilon. Use a vocabulary learnt from public text (uedp pretrain on a "
+                        "public corpus) or 'byte'")
+    what = (f"that of the model of {known.describe()}" if known.run_id else
+            f"learnt from dataset {known.dataset!r}, whose text is treated as public" if known.dataset else
+            "learnt from text this data home indexed, which is treated as public")
+    return TokenizerOrigin(f"the tokenizer: {named}, {what}", known.lineage, known.dataset)
 
 
 def _from_folder(home: DataHome, config: TrainConfig, folder: Path, kind: str, flag: str) -> Start:

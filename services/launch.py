@@ -16,33 +16,44 @@ from uedp.services.config import SweepConfig, SweepItem, TrainConfig
 from uedp.services.torchrun import train_with_torchrun
 from uedp.services.training import TrainResult, train_configuration
 from uedp.services.training_inputs import draw_inputs
-from uedp.services.training_plan import preflight_plan
+from uedp.services.training_plan import preflight_plan, preflight_skipped
 from uedp.storage.catalog import require_ingested
 from uedp.storage.home import DataHome
 from uedp.storage.remote import open_store
 
 
-def preflight_sweep(home: DataHome, config: SweepConfig) -> list[SweepItem]:
+def preflight_sweep(home: DataHome, config: SweepConfig, say: Callable[[str], Any] | None = None) -> list[SweepItem]:
     """What a sweep checks before any work starts, in one place for the CLI (before it starts a Prefect
     server) and the flow (a run from the UI): the dataset is ingested (unless a table store supplies it),
-    the grid plans, and every early-calibrated target epsilon and the device are reachable."""
+    the grid plans, and every early-calibrated target epsilon and the device are reachable. ``say`` hears
+    what the pre-flight could not plan yet (:func:`check_before_training`)."""
     if not config.store:  # with a table store each training pulls the tables first
         require_ingested(home, config.dataset)
     items = config.plan()
-    check_before_training([item.config for item in items], config.run.device)
+    for line in check_before_training([item.config for item in items], config.run.device):
+        if say is not None:
+            say(line)
     return items
 
 
-def check_before_training(configs: list[TrainConfig], device: str) -> None:
+def check_before_training(configs: list[TrainConfig], device: str) -> list[str]:
     """Fail on bad settings before any work starts: the device, and the calibration of each target epsilon
     where it does not depend on the data (mechanisms that count no units of their own): a target that is
-    out of reach is a configuration error found in seconds, not after the sweep's other trainings."""
+    out of reach is a configuration error found in seconds, not after the sweep's other trainings. Returns
+    what it could not plan before the data is read, in words (``sampling=planned`` from a count not known
+    yet: training plans and checks it), once per configuration."""
     from uedp.models.device import resolve_device
 
     resolve_device(device)
+    skipped: list[str] = []
     for config in configs:
         if config.spec.private and config.params.budget is not None and config.spec.early_calibration:
-            preflight_plan(config)
+            reason = preflight_skipped(config)
+            if reason is None:
+                preflight_plan(config)
+            elif reason not in skipped:
+                skipped.append(reason)
+    return skipped
 
 
 def run_training(home: DataHome, config: TrainConfig, flow_run_id: str | None = None,

@@ -14,9 +14,13 @@ would carry that text into the model outside epsilon, so such a start is refused
   ``--init-from RUN``, ``--init-from FOLDER``, ``--model FOLDER`` or ``--model-config FOLDER``, and
   whether or not the marker was kept. A run started from it inherits its lineage.
 
-What no check here sees: a corpus that merely overlaps this one (a subset, a superset, the text with one
-line changed), a model trained in another data home (its keyed ids use another secret) or changed outside
-uedp (fine-tuned, or saved again with other bytes), and a checkpoint uedp did not train.
+* **by sentence, not only by the whole text.** A copy of the train split alone, of part of it, or of a
+  superset of it is another text id; it still counts as this dataset's text when it shares at least a few of
+  the train split's distinctive sentences word for word (:mod:`services.text_overlap`).
+
+What no check here sees: a copy whose sentences differ (lower-cased, edited), one or two copied sentences,
+a model trained in another data home (its keyed ids use another secret) or changed outside uedp
+(fine-tuned, or saved again with other bytes), and a checkpoint uedp did not train.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from uedp.errors import UedpError
-from uedp.models.checkpoints import INIT_RUN_FILE
+from uedp.models.checkpoints import INIT_RUN_FILE, vocabulary_file_hashes
+from uedp.services.text_overlap import shares_train_text
 from uedp.storage.home import DataHome
 from uedp.storage.schemas import GENERATED_FROM
 from uedp.storage.tables import read_manifest
@@ -139,7 +144,7 @@ def marker_of(home: DataHome, folder: Path, content_hash: str) -> RunMarker | No
 
 
 def _record_file(home: DataHome, content_hash: str) -> Path:
-    return home.model_lineage_dir / f"{content_hash.removeprefix('sha256:')}.json"
+    return home.model_lineage_dir / f"{content_hash.removeprefix('sha256:').replace(':', '-')}.json"
 
 
 def _recorded(home: DataHome, content_hash: str) -> RunMarker | None:
@@ -149,9 +154,19 @@ def _recorded(home: DataHome, content_hash: str) -> RunMarker | None:
     return RunMarker.from_json(json.loads(file.read_text(encoding="utf-8")))
 
 
-def mark_logged_model(home: DataHome, folder: Path, marker: RunMarker, content_hash: str) -> None:
-    """Before a model is logged: its marker into its folder, and this home's record of its files."""
+def mark_logged_model(home: DataHome, folder: Path, marker: RunMarker, content_hash: str,
+                      tokenizer: RunMarker | None = None) -> None:
+    """Before a model is logged: its marker into its folder, and this home's record of its files; and, for a
+    tokenizer whose vocabulary was learnt from text (``tokenizer``: its lineage), a record under each of its
+    vocabulary files, so a copy of those files alone is known as that vocabulary."""
     (folder / INIT_RUN_FILE).write_text(json.dumps(marker.as_json()), encoding="utf-8")
+    _record(home, content_hash, marker)
+    if tokenizer is not None and tokenizer.lineage:
+        for digest in vocabulary_file_hashes(folder):
+            _record(home, digest, tokenizer)
+
+
+def _record(home: DataHome, content_hash: str, marker: RunMarker) -> None:
     record = _record_file(home, content_hash)
     record.parent.mkdir(parents=True, exist_ok=True)
     merged = marker.merged(_recorded(home, content_hash))  # the same files from two runs: both lineages
@@ -161,11 +176,34 @@ def mark_logged_model(home: DataHome, folder: Path, marker: RunMarker, content_h
     os.replace(temporary, record)
 
 
+def tokenizer_marker(home: DataHome, folder: Path) -> RunMarker | None:
+    """What this data home knows of the vocabulary in a tokenizer folder: the marker of the run's model the
+    folder is (or a copy of), and the record of any of its vocabulary files that a logged model shipped.
+    None: a tokenizer no run of this home logged."""
+    found = [marker_in(folder), *(_recorded(home, d) for d in vocabulary_file_hashes(folder))]
+    known = [m for m in found if m is not None]
+    if not known:
+        return None
+    merged = known[0]
+    for other in known[1:]:
+        merged = merged.merged(other)
+    return merged
+
+
+def meets_text(home: DataHome, dataset: str, lineage: tuple[str, ...] | list[str], named_dataset: str = "") -> bool:
+    """Whether texts of ``lineage`` (or the dataset named ``named_dataset``) are the text ``dataset`` protects:
+    the same text under any name or split, a local-DP release of it, or a text that shares the sentences
+    of its train split (a copy of the split, of part of it, or a superset: :mod:`services.text_overlap`)."""
+    return (named_dataset == dataset or bool(protected_ids(home, dataset) & set(lineage))
+            or shares_train_text(home, dataset, lineage))
+
+
 def refuse_same_text(home: DataHome, dataset: str, marker: RunMarker, named: str) -> None:
     """Refuse a start whose weights saw the text ``dataset`` holds (``named``: how the user named it)."""
-    if marker.dataset != dataset and not protected_ids(home, dataset) & set(marker.lineage):
+    if not meets_text(home, dataset, marker.lineage, marker.dataset):
         return
     raise UedpError(f"{named}: that model's weights were trained on the text this run protects ({dataset!r}): "
                     f"{marker.describe(public=False)} trained on it, or on a copy "
-                    "of it under another name or split, or on a local-DP release of it, or started from a model "
-                    "that did. It would carry that text outside epsilon. Start from a model trained on public text")
+                    "of it (or of part of its train split) under another name or split, or on a local-DP release "
+                    "of it, or started from a model that did. It would carry that text outside epsilon. Start from "
+                    "a model trained on public text")

@@ -26,6 +26,7 @@ from uedp.detection.ner_training import EpochReport, GoldSentence, NerTrainingRe
 from uedp.errors import UedpError
 from uedp.services.coverage import NER_TRAINED_BY
 from uedp.services.lineage import protected_ids, text_lineage
+from uedp.services.text_overlap import distinctive, sentence_ids, shares_sentences, train_index
 from uedp.storage.catalog import Catalog
 from uedp.storage.formats.registry import formats
 from uedp.storage.home import DataHome
@@ -81,15 +82,20 @@ def train_dataset_ner(home: DataHome, dataset: str, out: Path | None = None, *, 
     sentences_key = str((read_manifest(home.table_dir(dataset, "sentences")) or {}).get("key", ""))
     trained_on = {"dataset_id": home.keyed_id(sentences_key), "split": train_split,
                   "text_lineage": list(text_lineage(home, dataset))}
-    learnt = "\n".join(sorted(set(_record_ids(home, _records(home, dataset, train_split))))) + "\n"
+    records = _records(home, dataset, train_split)
+    learnt = "\n".join(sorted(set(_record_ids(home, records)))) + "\n"
+    learnt_text = "\n".join(sorted(sentence_ids(home, (text for _, text in records)))) + "\n"
     return train_ner(train, held_out, target, dev=dev, epochs=epochs,
                      max_seconds=max_minutes * 60 if max_minutes else None, seed=seed, on_epoch=on_epoch,
-                     trained_on=trained_on, side_files={LEARNT_SENTENCES_FILE: learnt})
+                     trained_on=trained_on, side_files={LEARNT_SENTENCES_FILE: learnt, LEARNT_TEXT_FILE: learnt_text})
 
 
 # In a pipeline folder `uedp ner train` wrote: one keyed hash a line, of each sentence it learnt from. Keyed
 # with the data home's secret, so the folder tells nobody else which sentences those were.
 LEARNT_SENTENCES_FILE = "uedp_learnt_sentences.txt"
+# ... and of the text alone of each distinctive sentence (services.text_overlap), whoever wrote it: a dataset
+# that holds the same sentences under other writers' names (another ingest, a superset) is still known.
+LEARNT_TEXT_FILE = "uedp_learnt_text.txt"
 
 
 def _records(home: DataHome, dataset: str, split: str) -> list[tuple[str, str]]:
@@ -106,22 +112,33 @@ def fitted_to_training_text(home: DataHome, dataset: str, spacy_model: str | Non
     """Why the pipeline ``spacy_model`` may not detect ``dataset``'s entities, or None: `uedp ner train` fitted
     it to this dataset's text (or a copy of it under another name or split, or a release drawn from it), to
     its train split, or to a held-out split that holds a sentence of a user in this dataset's train split
-    now. A NER of another corpus detects, whatever common sentences ("Thank you.") the two texts share: its
-    spans depend on that corpus, not on these users. A pipeline uedp did not train, or one trained in another
-    data home, cannot be checked."""
+    now; or, whatever text it names, to sentences of this dataset's train split (a superset of the dataset,
+    a copy of part of it: the same rule as a start's, :mod:`services.text_overlap`). A NER of another
+    corpus detects, whatever common sentences ("Thank you.") the two texts share: its spans depend on that
+    corpus, not on these users. A pipeline uedp did not train, or one trained in another data home, cannot
+    be checked."""
     folder = Path(spacy_model).expanduser() if spacy_model else None
     meta = _uedp_meta(folder) if folder is not None else None
     if folder is None or meta is None:
         return None
     recorded = meta.get("uedp_trained_on") or {}
-    if not protected_ids(home, dataset).intersection([*(recorded.get("text_lineage") or ()), recorded.get("dataset_id")]):
-        return None
+    same_text = protected_ids(home, dataset).intersection([*(recorded.get("text_lineage") or ()),
+                                                            recorded.get("dataset_id")])
     learnt_file = folder / LEARNT_SENTENCES_FILE
-    if recorded.get("split", "train") == "train" or not learnt_file.is_file():
+    if same_text and (recorded.get("split", "train") == "train" or not learnt_file.is_file()):
         return f"it was fitted to the train split of the text of {dataset!r} (or of a copy or a release of it)"
-    learnt = set(learnt_file.read_text(encoding="utf-8").split())
-    if learnt.intersection(_record_ids(home, _records(home, dataset, "train"))):
+    learnt = set(learnt_file.read_text(encoding="utf-8").split()) if learnt_file.is_file() else set()
+    # Another text's "Thank you ." under a writer of the same name is no sign of this one's: its distinctive
+    # sentences are (services.text_overlap).
+    train = [(user, text) for user, text in _records(home, dataset, "train") if same_text or distinctive(text)]
+    if learnt.intersection(_record_ids(home, train)):
         return f"it was fitted to sentences that users of the train split of {dataset!r} wrote"
+    text_file = folder / LEARNT_TEXT_FILE
+    if not same_text and text_file.is_file():  # this text's held-out split shares its templates, not its writers
+        learnt_text = frozenset(text_file.read_text(encoding="utf-8").split())
+        if shares_sentences(train_index(home, dataset), learnt_text):
+            return (f"it was fitted to text that shares the sentences of the train split of {dataset!r} (a copy "
+                    "of part of it, or a dataset that holds it)")
     return None
 
 

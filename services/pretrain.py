@@ -151,6 +151,7 @@ def public_tokenizer(home: DataHome, dataset: str, vocab_size: int, say: Callabl
     it learnt from and carries that text's keyed lineage (a run on that text is refused)."""
     from uedp.models.tokenization import save_bpe_tokenizer, train_bpe_tokenizer, vocabulary_source
     from uedp.services.lineage import text_lineage
+    from uedp.services.text_overlap import remember
     from uedp.storage.catalog import Catalog
     from uedp.storage.text_identity import table_text_key
 
@@ -164,6 +165,7 @@ def public_tokenizer(home: DataHome, dataset: str, vocab_size: int, say: Callabl
     say(f"learning a {vocab_size}-token byte-level BPE vocabulary from {dataset}'s train split "
         f"({len(texts):,} sentences)")
     tokenizer = train_bpe_tokenizer(texts, vocab_size)
+    remember(home, dataset)  # its sentences, for the checks of copies of part of it (services.text_overlap)
     source = {"dataset": dataset, "split": "train", "sentences": len(texts), "text_key": text,
               "lineage": list(text_lineage(home, dataset)), "vocab_size": vocab_size, "kind": "byte-level BPE",
               "public": True}

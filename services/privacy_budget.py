@@ -17,12 +17,17 @@ What is charged, and when (docs/PRIVACY.md, "Several runs on the same data"):
   release.
 
 What composes: every release of one unit **from one text**, whatever dataset name holds that text (the
-same sentences ingested under another name or split are one text: :mod:`services.lineage`), and whatever
+same sentences ingested under another name or split are one text: :mod:`services.lineage`; so is a text
+that shares the sentences of either one's train split, a copy of part of it or a superset:
+:mod:`services.text_overlap`), and whatever
 categories or detection an entity- or token-level release used. One entity is one unit whatever category
 a detector gave it ("Leeds" as GPE and as LOC; homonyms share a unit), so a run with PER and a run with LOC
 can both expose it, and per-category totals would undercount it; composing them all errs towards counting
-too much. Units differ in adjacency (a writer, a sequence, a token's value) and are not combined: a person
-exposed by releases of several units has no single figure here.
+too much. A unit is its canonical key (:func:`unit_key`: the adjacency and kind the mechanism registry states,
+``replace-one:sensitive-token-value``), never a statement's wording: selective on GPT-2 ("one sensitive
+token's value") and on an LSTM with the byte tokenizer ("one byte's value inside a detected sensitive span")
+are one unit and one total. Units differ in adjacency (a writer, a sequence, a token's value) and are not
+combined: a person exposed by releases of several units has no single figure here.
 
 Releases that bound nothing are kept out of the totals and said apart: runs without a guarantee
 (noiseless, deid: the unit "none") and seeded runs, whose noise anyone who knows the seed (logged with the
@@ -39,7 +44,9 @@ from dataclasses import dataclass, field, replace
 
 from uedp.errors import UedpError
 from uedp.privacy.accounting.composition import compose_guarantees
+from uedp.privacy.mechanisms import registry
 from uedp.services.lineage import text_lineage
+from uedp.services.text_overlap import shares_train_text
 from uedp.storage.home import DataHome
 from uedp.storage.privacy_ledger import FINISHED, LEDGER_FILE, RESERVED, LedgerEntry, LedgerState, PrivacyLedger
 from uedp.storage.tables import read_manifest
@@ -52,12 +59,14 @@ SEEDED = "seeded"
 class UnitTotal:
     """The composed guarantee of every release of one unit from one text."""
 
-    unit: str
+    unit: str  # the unit's readable name (the registry's for its key)
     epsilon: float
     delta: float
     releases: int
     categories: tuple[str, ...] = ()  # entity- and token-level releases: every category any of them chose
     mixed: bool = False  # its releases chose different categories or detections (composed all the same)
+    key: str = ""  # the unit's canonical key, what the total groups by (unit_key)
+    wordings: tuple[str, ...] = ()  # how its releases' statements word the unit, each once
 
     @property
     def named(self) -> str:
@@ -79,12 +88,13 @@ class Release:
     fingerprint: str = ""  # the training configuration's
     text: str = ""  # the keyed id of the text it releases from (text_of)
     categories: tuple[str, ...] = ()
+    unit_key: str = ""  # the unit's canonical key; empty: the registry's for ``mechanism`` (unit_key)
 
     def entry(self) -> LedgerEntry:
         return LedgerEntry(key=self.key, mechanism=self.mechanism, unit=self.unit, epsilon=self.epsilon,
                            delta=self.delta, status=RESERVED, name=self.name, randomness=self.randomness,
                            scope=self.scope, fingerprint=self.fingerprint, text=self.text,
-                           categories=self.categories)
+                           categories=self.categories, unit_key=unit_key(self))
 
 
 @dataclass(frozen=True)
@@ -122,7 +132,9 @@ def text_of(home: DataHome, dataset: str) -> str:
 
 def view(home: DataHome, dataset: str, own: LedgerState | None = None) -> LedgerView:
     """What ``dataset``'s budget sees (``own``: its ledger as already read under its lock): every entry of
-    its own ledger, and every entry of another dataset's ledger released from the same text. An entry an
+    its own ledger, and every entry of another dataset's ledger released from the same text: the same
+    sentences under any name or split, or a text that shares the sentences of either one's train split (a
+    copy of this train split, of part of it, or a superset: :mod:`services.text_overlap`). An entry an
     older uedp wrote records no text: it counts as its ledger's dataset's text now. The budget is the
     smallest one set on a dataset that holds this text."""
     text = text_of(home, dataset)
@@ -132,13 +144,25 @@ def view(home: DataHome, dataset: str, own: LedgerState | None = None) -> Ledger
         if folder.name != dataset and (folder / LEDGER_FILE).is_file():
             states[folder.name] = ledger_of(home, folder.name).read()
     texts = {name: text if name == dataset else text_of(home, name) for name in states}
+    related: dict[tuple[str, str], bool] = {}
+
+    def same_text(name: str, other: str) -> bool:
+        """Whether ``other``, a text released from dataset ``name``, is this dataset's text."""
+        if other == text:
+            return True
+        if (name, other) not in related:
+            related[name, other] = (shares_train_text(home, dataset, [other])
+                                    or (other == texts[name] and shares_train_text(home, name, [text])))
+        return related[name, other]
+
     entries, origin = [], {}
     for name, state in states.items():
         for entry in state.entries:
-            if name == dataset or (entry.text or texts[name]) == text:
+            if name == dataset or same_text(name, entry.text or texts[name]):
                 entries.append(entry)
                 origin[entry.key] = name
-    limits = [(state.limit, name) for name, state in states.items() if state.limit is not None and texts[name] == text]
+    limits = [(state.limit, name) for name, state in states.items()
+              if state.limit is not None and (name == dataset or same_text(name, texts[name]))]
     limit, by = min(limits) if limits else (None, "")
     return LedgerView(tuple(entries), limit, origin, by)
 
@@ -149,29 +173,54 @@ def bounds_nothing(entry: LedgerEntry | Release) -> bool:
     return entry.unit == NO_UNIT or not math.isfinite(entry.epsilon) or entry.randomness == SEEDED
 
 
+WORDED = "as worded:"  # the key of a unit the registry does not describe: its statement's words
+
+
+def unit_key(entry: LedgerEntry | Release) -> str:
+    """The canonical key of an entry's unit, what totals group by: the one it was filed with, or, for an entry
+    an older uedp wrote (no key) or a release not yet filed, the registry's structured unit of its mechanism
+    (:func:`registry.unit_of`: the adjacency and kind, whatever the statement's wording), or, for a mechanism
+    no longer registered, that of the registered one worded as its entry. Otherwise (a mechanism stating no
+    structured unit) the statement's wording is the key: its releases compose with those worded the same,
+    as before keys existed."""
+    if entry.unit_key:
+        return entry.unit_key
+    unit = registry.unit_of(entry.mechanism, entry.unit)
+    return unit.key if unit is not None else WORDED + entry.unit
+
+
+def unit_name(entry: LedgerEntry | Release) -> str:
+    """The readable name of an entry's unit: the registry's for its key, or the entry's own wording."""
+    unit = registry.unit_of(entry.mechanism, entry.unit)
+    return unit.name if unit is not None and unit.key == unit_key(entry) else entry.unit
+
+
 def unit_totals(entries: Sequence[LedgerEntry]) -> list[UnitTotal]:
-    """Each unit's releases composed, in the order the units first appear, leaving out those that bound
-    nothing (:func:`bounds_nothing`). ``entries`` are one text's (a :class:`LedgerView`'s)."""
+    """Each unit's releases composed, grouped by :func:`unit_key` (never by wording), in the order the units
+    first appear, leaving out those that bound nothing (:func:`bounds_nothing`). ``entries`` are one text's
+    (a :class:`LedgerView`'s)."""
     groups: dict[str, list[LedgerEntry]] = {}
     for entry in entries:
         if not bounds_nothing(entry) and not entry.covered_by:
-            groups.setdefault(entry.unit, []).append(entry)
-    return [_total(unit, group) for unit, group in groups.items()]
+            groups.setdefault(unit_key(entry), []).append(entry)
+    return [_total(group) for group in groups.values()]
 
 
-def _total(unit: str, group: Sequence[LedgerEntry | Release]) -> UnitTotal:
+def _total(group: Sequence[LedgerEntry | Release]) -> UnitTotal:
     epsilon, delta = compose_guarantees([(e.epsilon, e.delta) for e in group])
     categories = tuple(sorted({c for e in group for c in e.categories}))
     mixed = len({(tuple(e.categories), e.scope) for e in group if e.categories}) > 1
-    return UnitTotal(unit, epsilon, delta, len(group), categories, mixed)
+    return UnitTotal(unit_name(group[0]), epsilon, delta, len(group), categories, mixed, unit_key(group[0]),
+                     tuple(dict.fromkeys(e.unit for e in group)))
 
 
 def _same(others: list[LedgerEntry], release: Release) -> list[LedgerEntry]:
-    return [e for e in others if e.unit == release.unit and not bounds_nothing(e) and not e.covered_by]
+    key = unit_key(release)
+    return [e for e in others if unit_key(e) == key and not bounds_nothing(e) and not e.covered_by]
 
 
 def _unit_total_with(others: list[LedgerEntry], release: Release) -> UnitTotal:
-    return _total(release.unit, [*_same(others, release), release])
+    return _total([*_same(others, release), release])
 
 
 def refusal(dataset: str, seen: LedgerView, release: Release) -> str | None:
@@ -190,7 +239,7 @@ def refusal(dataset: str, seen: LedgerView, release: Release) -> str | None:
     if total.epsilon <= seen.limit:
         return None
     spent = total.releases - 1
-    return (f"{release.name} would take {dataset!r} to epsilon {total.epsilon:.4g} for {release.unit} "
+    return (f"{release.name} would take {dataset!r} to epsilon {total.epsilon:.4g} for {total.unit} "
             f"({spent} earlier release{'s' if spent != 1 else ''} of its text and this run's {release.epsilon:.4g}), "
             f"past its budget {seen.limit:g}{set_on}: give a smaller --target-epsilon or --max-epsilon, or raise the "
             f"budget (uedp budget {where} --limit EPSILON); `uedp budget {dataset}` lists what was spent")
@@ -245,10 +294,10 @@ def _spent_lines(dataset: str, others: list[LedgerEntry], release: Release) -> l
     same = _same(others, release)
     if not same or bounds_nothing(release):
         return []
-    before = _total(release.unit, same)
+    before = _total(same)
     after = _unit_total_with(others, release)
     return [f"warning: {dataset!r} has already spent epsilon {before.epsilon:.4g} (delta {before.delta:.3g}) on "
-            f"{release.unit}, over {len(same)} release{'s' if len(same) != 1 else ''} of its text; this run adds up "
+            f"{before.unit}, over {len(same)} release{'s' if len(same) != 1 else ''} of its text; this run adds up "
             f"to {release.epsilon:.4g}: {after.epsilon:.4g} (delta {after.delta:.3g}) in all. Each run's epsilon is "
             f"for that run alone; `uedp budget {dataset}` lists them and sets a limit"]
 

@@ -15,11 +15,13 @@ later reuses the corpus it wrote rather than sampling again.
 from __future__ import annotations
 
 import math
+import os
 import re
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -189,8 +191,8 @@ def public_prompts(home: DataHome, config: GenerateConfig, source: str,
     drawn with the seed,
     and that dataset's content key. Prompts of private text would put it in the corpus outside any
     guarantee, so a prompts dataset is refused when it is the run's dataset, holds its text (or a text the run
-    trained on, under any name), or shares one sentence with it verbatim (the refusal names the file and
-    line)."""
+    trained on, under any name), or shares one sentence with it verbatim (:class:`PromptsOverlap`: the
+    refusal says only that; the file and line of each shared sentence go to a report in the data home)."""
     assert config.prompts is not None
     prompts = config.prompts
     require_ingested(home, prompts)
@@ -215,15 +217,57 @@ def public_prompts(home: DataHome, config: GenerateConfig, source: str,
     shared = [row for row in usable if texts[row].strip() in private]
     if shared:
         files, lines = table["source_file"].to_pylist(), table["source_line"].to_pylist()
-        first = shared[0]
-        more = f" (and {len(shared) - 1} more)" if len(shared) > 1 else ""
-        raise UedpError(f"--prompts {prompts}: {files[first]}:{lines[first]}: this sentence{more} is also in {source!r}, "
-                        f"the dataset run {config.run_id} trained on; prompts must be public text (remove the shared "
-                        "sentences from the prompts corpus, or prompt from another one)")
+        report = _report_overlap(home, source, prompts, config.run_id, [f"{files[i]}:{lines[i]}" for i in shared])
+        # The message goes to Prefect's task and flow logs when a flow generates: no file, line, count or text
+        # (which sentences are shared, and how many, is private data); those are in the report, the curator's.
+        raise PromptsOverlap(f"--prompts {prompts}: some of its sentences are also in {source!r}, the dataset run "
+                             f"{config.run_id} trained on; prompts must be public text (remove the shared sentences "
+                             "from the prompts corpus, or prompt from another one; their files and lines are in "
+                             f"{report}, in the data home)", str(report))
     rng = np.random.default_rng([config.seed, 1])
     chosen = rng.choice(usable, size=config.count, replace=config.count > len(usable))
     key = str((read_manifest(home.table_dir(prompts, "sentences")) or {}).get("key", ""))
     return [" ".join(texts[int(i)].split()[: config.prompt_words]) for i in chosen], key
+
+
+class PromptsOverlap(UedpError):
+    """A prompts dataset shares sentences with the run's text. The message says only that (it is what
+    Prefect logs when a flow generates); ``report`` is the file in the data home's reports that names the
+    file and line of every shared sentence, for the curator (:meth:`curator_lines`)."""
+
+    def __init__(self, message: str, report: str) -> None:
+        super().__init__(message)  # the message only: Prefect logs the exception's repr too
+        self.report = report
+
+    def __reduce__(self) -> tuple[Any, ...]:  # the same error again, wherever Prefect carries it
+        return (type(self), (str(self), self.report))
+
+    def curator_lines(self) -> list[str]:
+        """For the curator's terminal only (the command prints them): the first shared sentence's file and
+        line, how many more there are, and the report that lists them all."""
+        path = Path(self.report)
+        try:
+            first = path.read_text(encoding="utf-8").splitlines()[0]
+        except (OSError, IndexError):
+            return []
+        return [first, f"  (the file and line of every shared sentence: {path})"]
+
+
+def _report_overlap(home: DataHome, source: str, prompts: str, run_id: str, places: list[str]) -> Path:
+    """Write where a prompts dataset shares sentences with ``source`` to the data home's reports (the
+    curator's, never released; written at once). The first line is what the curator's terminal shows."""
+    more = f" (and {len(places) - 1} more)" if len(places) > 1 else ""
+    body = [f"{places[0]}: this sentence{more} is also in {source!r}, the dataset run {run_id} trained on",
+            f"--prompts {prompts}: {len(places)} sentence(s) of {MIN_SHARED_WORDS} words or more are also, word for "
+            f"word, in {source!r} (private text): remove them from the prompts corpus, or prompt from another one.",
+            "Their files and lines in the prompts dataset:", *places]
+    folder = home.reports_dir(source)
+    folder.mkdir(parents=True, exist_ok=True)
+    file = folder / f"prompts-{prompts}-refused.txt"
+    temporary = file.with_suffix(f".partial-{os.getpid()}")
+    temporary.write_text("\n".join(body) + "\n", encoding="utf-8")
+    temporary.replace(file)
+    return file
 
 
 def writers_and_splits(count: int, per_writer: int, held_out: float, seed: int) -> tuple[list[str], list[str]]:

@@ -65,7 +65,7 @@ def plan_training(config: TrainConfig, facts: PublicFacts, randomness: Randomnes
                   describe: bool = False) -> TrainingPlan:
     """The plan of ``config`` from ``facts``; ``randomness`` is the run's (a plan for printing draws nothing).
     ``describe``: add the mechanism's own lines on its plan (``uedp epsilon`` prints them)."""
-    config, chosen = planned_sampling(config, facts.population)
+    config, chosen = planned_sampling(config, planning_count(config, facts))
     mechanism = build_mechanism(config, facts.population, facts.n_examples, randomness, facts.entities)
     signal = (noise_to_signal_of(mechanism, facts.population, facts.train_users)
               if facts.count_drawn and not facts.on_release else None)
@@ -98,7 +98,7 @@ def build_mechanism(config: TrainConfig, population: Population | None, n_exampl
 
 def planned_population(config: TrainConfig) -> Population | None:
     """Before any data is read (to check a target epsilon early): the declared count, or a DP count whose
-    value is not known yet (its privacy cost is)."""
+    value is not known yet (its privacy cost is; its value here is a placeholder no plan may read)."""
     if config.spec.counts is None:
         return None
     if config.public_count is not None:
@@ -106,19 +106,58 @@ def planned_population(config: TrainConfig) -> Population | None:
     return Population(1.0, "dp-count", config.count_noise)
 
 
-def preflight_plan(config: TrainConfig) -> TrainingPlan:
+def preflight_skipped(config: TrainConfig) -> str | None:
+    """Why the pre-flight cannot plan ``config`` (None: it can). ``sampling=planned`` chooses q_user and rounds
+    from the count of users, and before the data is read only a declared count is known: a DP count is drawn
+    by training, and uedp-bounded counts its training users (public under its adjacency) when it opens the
+    data. Planning from a placeholder would refuse, or pass, a split the run never trains."""
+    if getattr(config.params, "sampling", "fixed") != "planned" or config.spec.plan is None:
+        return None
+    if config.spec.counts is None:
+        count = "the number of training users (public under its adjacency), read when training opens the data"
+    elif config.public_count is None:
+        count = "the DP count of users training draws"
+    else:
+        return None
+    return (f"{config.label}: sampling=planned chooses q_user and rounds from {count}, not known before the data "
+            "is read: the pre-flight does not plan it (training plans the chosen split and checks its target "
+            "epsilon before round 1" + ("; a declared --public-count is planned here" if config.spec.counts else "")
+            + ")")
+
+
+def preflight_plan(config: TrainConfig) -> TrainingPlan | None:
     """The plan a configuration can have before its data is read: a target epsilon out of reach is a
-    configuration error found in seconds (mechanisms whose z does not depend on the unit count)."""
+    configuration error found in seconds (mechanisms whose z does not depend on the unit count). None when
+    the plan needs a count not known yet (:func:`preflight_skipped` says why)."""
+    if preflight_skipped(config) is not None:
+        return None
     return plan_training(config, PublicFacts(planned_population(config), count_drawn=config.public_count is not None))
+
+
+def planning_count(config: TrainConfig, facts: PublicFacts) -> Population | None:
+    """The count of users ``sampling=planned`` splits the budget over: the mechanism's public or DP count, or,
+    for a mechanism that counts no units of its own (uedp-bounded), its training users, public under its
+    substitution adjacency (the number it divides by when it trains)."""
+    if facts.population is not None:
+        return facts.population if facts.count_drawn else None  # a DP count not drawn yet has no value to read
+    if config.spec.counts is None and facts.train_users > 0:
+        return Population.public_by_adjacency(facts.train_users)
+    return None
 
 
 def planned_sampling(config: TrainConfig, population: Population | None) -> tuple[TrainConfig, SamplingChoice | None]:
     """``sampling=planned``: the configuration with the planner's q_user and rounds for its budget, from the
-    run's public or DP count of users (never the exact one), candidates ranked with the RDP accountant."""
-    if getattr(config.params, "sampling", "fixed") != "planned" or population is None or config.spec.plan is None:
+    run's public or DP count of users (never the exact one of an add/remove unit), candidates ranked with the
+    RDP accountant where the mechanism's accounting admits it (else with its own). A planned configuration
+    without a count to plan from is refused: it would train the given split while saying "planned"."""
+    if getattr(config.params, "sampling", "fixed") != "planned" or config.spec.plan is None:
         return config, None
+    if population is None:
+        raise UedpError(f"{config.mechanism} sampling=planned: no count of users to plan from yet (the pre-flight "
+                        "skips such a configuration; training plans it once it has its count)")
+    rank = getattr(config.params, "rank_accountant", "rdp")
     try:
-        params, choice = choose_for(config.spec.plan, config.params, population, rank_accountant="rdp")
+        params, choice = choose_for(config.spec.plan, config.params, population, rank_accountant=rank)
     except ValueError:  # its words quote the DP count, drawn but not charged to a run that stops here
         raise UedpError(f"{config.mechanism} sampling=planned: no split of this configuration's budget (rounds x "
                         "q_user) keeps 10 users a round over at least 10 rounds of this dataset: raise --rounds or "

@@ -31,6 +31,7 @@ from uedp.services.lineage import (
     run_lineage,
     text_lineage,
 )
+from uedp.services.text_overlap import remember
 from uedp.services.tracking import RunTracker
 from uedp.services.training_run import Observer, RunOutcome
 from uedp.services.training_setup import Setup
@@ -130,8 +131,9 @@ class RunRecorder(Observer):
         """The logged model says which run made it and every text its weights saw (services.lineage)."""
         trained_on = self.s.release.dataset if self.s.release is not None else self.config.dataset
         lineage = run_lineage(self.home, trained_on, self.s.start.lineage if self.s.start else ())
+        remember(self.home, trained_on)  # its sentences, kept while the home lives (services.text_overlap)
         mark_logged_model(self.home, folder, RunMarker(self.run_id, self.config.dataset, self.config.mechanism, lineage),
-                          content_hash(folder))
+                          content_hash(folder), self.s.start.vocabulary.marker() if self.s.start else None)
 
     def _audit_record(self, outcome: RunOutcome) -> Participation | None:
         """Release the audit canaries' design without the coins and without real hosts, and the hosts'

@@ -20,14 +20,16 @@ from typing import Any
 
 from uedp.errors import UedpError
 from uedp.services.config import TrainConfig
-from uedp.services.lineage import text_lineage
+from uedp.services.initial_model import resolve_start
+from uedp.services.lineage import run_lineage, text_lineage
+from uedp.services.text_overlap import remember
 from uedp.services.training import train_configuration
 from uedp.services.training_inputs import draw_inputs
 from uedp.services.tuned import TUNABLE, Trial, TuneRecord, read_record, with_values, write_record
 from uedp.storage.home import DataHome
 from uedp.storage.tables import hash_config
 
-TUNE_VERSION = 1
+TUNE_VERSION = 2  # 2: the record holds the trials' whole lineage (proxy, start, tokenizer)
 
 
 def grid_points(grid: dict[str, list[float]]) -> list[dict[str, float]]:
@@ -71,6 +73,10 @@ def tune(home: DataHome, config: TrainConfig, grid: dict[str, list[Any]], say: C
     if (done := read_record(home, key)) is not None:
         say(f"search {key} already done on {config.dataset}: chose {_values(done.chosen)}")
         return done
+    # What the trials' results depend on beyond the proxy: the weights and the vocabulary they start from
+    # (a start trained on the private text makes the choice a release of it; services.tuned refuses it).
+    start = resolve_start(home, config)
+    remember(home, config.dataset)
     trials: list[Trial] = []
     points = grid_points(grid)
     for number, point in enumerate(points, 1):
@@ -84,8 +90,8 @@ def tune(home: DataHome, config: TrainConfig, grid: dict[str, list[Any]], say: C
     best = min(trials, key=lambda t: t.perplexity_valid)
     if not math.isfinite(best.perplexity_valid):
         raise UedpError("uedp tune: every trial diverged; try smaller learning rates")
-    record = TuneRecord(key, config.dataset, text_lineage(home, config.dataset), config.mechanism, grid,
-                        tuple(trials), dict(best.values))
+    record = TuneRecord(key, config.dataset, run_lineage(home, config.dataset, start.lineage), config.mechanism, grid,
+                        tuple(trials), dict(best.values), start.public, TUNE_VERSION)
     write_record(home, record)
     say(f"search {key}: chose {_values(best.values)} (validation perplexity {best.perplexity_valid:.4g}); "
         f"a private run takes it with --tuned {key}")

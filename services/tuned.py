@@ -4,10 +4,11 @@ Choosing a learning rate or a clip by trying several on the private data and kee
 release about that data (Papernot and Steinke 2022: the choice leaks, and the reported epsilon does not
 count it). uedp chooses on a **public proxy** instead: a dataset the user treats as public, e.g. the corpus
 of the public base split into pseudo-writers, and a private run names the search's record. The record holds
-the proxy's text lineage (keyed ids, :mod:`services.lineage`), so a run whose own text is the proxy's, under
-any name, is refused rather than accounted: its hyperparameters would have been chosen on the very text
-its epsilon protects. The chosen values are then public settings, named in the run's statement like the
-public start.
+the trials' whole lineage (keyed ids, :mod:`services.lineage`): the proxy's text, and everything their start
+and tokenizer had seen. A run whose own text is among them (under any name, or as a copy of part of its
+train split) is refused rather than accounted: its hyperparameters would have been chosen by trials whose
+results depend on the very text its epsilon protects. The chosen values are then public settings, named in
+the run's statement with the trials' start, like the run's own public start.
 
 This module reads and applies records; :mod:`services.tune` runs the search that writes them.
 """
@@ -22,7 +23,7 @@ from typing import Any
 
 from uedp.errors import UedpError
 from uedp.services.config import TrainConfig
-from uedp.services.lineage import protected_ids
+from uedp.services.lineage import meets_text
 from uedp.storage.home import DataHome
 
 TUNED = "tuned"  # the data home's folder of search records
@@ -46,27 +47,32 @@ class TuneRecord:
 
     key: str
     dataset: str  # the public proxy
-    lineage: tuple[str, ...]  # the proxy's text ids (keyed with the data home's secret)
+    lineage: tuple[str, ...]  # the trials' text ids: the proxy's, their start's and their tokenizer's (keyed)
     mechanism: str
     grid: dict[str, list[float]]
     trials: tuple[Trial, ...]
     chosen: dict[str, float]
+    start: tuple[str, ...] = ()  # the trials' start and tokenizer, in the statement's words
+    version: int = 1  # 1: an older uedp's record, whose lineage holds the proxy's text only
 
     def describe(self) -> str:
         """The search in a privacy statement's words."""
         values = ", ".join(f"{name} {value:g}" for name, value in self.chosen.items())
+        started = "; the trials started from " + "; ".join(self.start) if self.start else ""
         return (f"hyperparameters: {values}, chosen by uedp tune {self.key} ({len(self.trials)} trials of "
-                f"{self.mechanism} on dataset {self.dataset!r}, by validation perplexity), whose text is treated "
-                "as public")
+                f"{self.mechanism} on dataset {self.dataset!r}, by validation perplexity{started}), whose text is "
+                "treated as public")
 
     def as_json(self) -> dict[str, Any]:
-        return {**asdict(self), "lineage": list(self.lineage), "trials": [asdict(t) for t in self.trials]}
+        return {**asdict(self), "lineage": list(self.lineage), "trials": [asdict(t) for t in self.trials],
+                "start": list(self.start)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TuneRecord:
         return cls(str(data["key"]), str(data["dataset"]), tuple(data.get("lineage", ())), str(data["mechanism"]),
                    {k: [float(v) for v in vs] for k, vs in data["grid"].items()},
-                   tuple(Trial(**t) for t in data["trials"]), {k: float(v) for k, v in data["chosen"].items()})
+                   tuple(Trial(**t) for t in data["trials"]), {k: float(v) for k, v in data["chosen"].items()},
+                   tuple(str(s) for s in data.get("start", ())), int(data.get("version", 1)))
 
 
 def record_path(home: DataHome, key: str) -> Path:
@@ -114,11 +120,16 @@ def tuned_record(home: DataHome, config: TrainConfig) -> TuneRecord | None:
     if missing:
         raise UedpError(f"--tuned {config.tuned}: it chose {', '.join(missing)}, which {config.mechanism} does not "
                         f"take (the search tuned {record.mechanism})")
-    if record.dataset == config.dataset or protected_ids(home, config.dataset) & set(record.lineage):
+    if meets_text(home, config.dataset, record.lineage, record.dataset):
         raise UedpError(f"--tuned {config.tuned}: that search ran on dataset {record.dataset!r}, whose text is the "
-                        f"text this run protects ({config.dataset!r}): choosing hyperparameters on it is a release "
-                        "its epsilon does not count. Search on public text (e.g. the base's corpus in "
-                        "pseudo-writers) and name that search")
+                        f"text this run protects ({config.dataset!r}), or its trials started from a model or a "
+                        "vocabulary that saw it (a copy of it, or of part of its train split, under any name counts): "
+                        "choosing hyperparameters on it is a release its epsilon does not count. Search on public "
+                        "text (e.g. the base's corpus in pseudo-writers) from a public start and name that search")
+    if record.version < 2:
+        raise UedpError(f"--tuned {config.tuned}: that search was recorded by an older uedp, which kept the proxy's "
+                        "text but not what its trials started from, so it cannot be checked against this run's text. "
+                        f"Run it again (uedp tune {record.dataset} with the same settings) and name the new key")
     return record
 
 

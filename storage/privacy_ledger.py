@@ -30,7 +30,9 @@ from typing import Any
 from uedp.errors import UedpError
 
 LEDGER_FILE = "privacy_ledger.json"
-VERSION = 3  # 2: entries record the text they released from and their categories; 3: post-processing entries
+# 2: entries record the text they released from and their categories; 3: post-processing entries; 4: entries
+# record their unit's key
+VERSION = 4
 
 # An entry's status: "reserved" from before the first round until training ends (counted at the
 # planned epsilon: the run may still finish or resume, and an attempt that stopped had already released
@@ -44,7 +46,7 @@ class LedgerEntry:
 
     key: str  # what was released: "run:<MLflow run id>" or "release:<local-DP release key>"
     mechanism: str  # as reports show it (uedp-bounded-k4)
-    unit: str  # the privacy unit in the mechanism's words; entries compose only within one unit and scope
+    unit: str  # the privacy unit in the words of the run's statement (shown; totals group by ``unit_key``)
     # What else decides which units are protected: the categories and the detected entities (an entity
     # run protects only the entities its table holds), or what a local-DP release sanitized. Empty: nothing.
     epsilon: float  # inf: a release without a guarantee
@@ -61,6 +63,10 @@ class LedgerEntry:
     # A release that is post-processing of another (a synthetic corpus sampled from a run's model): the key
     # of the release it came from. It states that release's guarantee and adds nothing to any total.
     covered_by: str = ""
+    # The unit's canonical key (adjacency and kind, from the mechanism registry: "replace-one:sensitive-token-value"):
+    # entries of one key and one text compose, however their statements word the unit. Empty in entries an
+    # older uedp wrote: the services derive it from the entry's mechanism (services.privacy_budget.unit_key).
+    unit_key: str = ""
     when: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
 
     def as_json(self) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from accounting_cache import accounting_cache_folder
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -15,6 +16,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # machine oversubscribed by default threads runs a step ten times slower, and seeded runs replay
 # exactly only with a fixed thread count.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# Calibrations and epsilon schedules remembered by both test workers and by later runs of the same code.
+os.environ.setdefault("UEDP_ACCOUNTING_CACHE", accounting_cache_folder())
 
 # Prefect sets up its logging when prefect.main is first imported (the first `from prefect import flow`),
 # bound to the sys.stderr of that moment, and its dictConfig closes every handler set up before it

@@ -24,7 +24,7 @@ from uedp.errors import UedpError
 from uedp.models.sampling import SamplingSettings, continue_prompts, next_tokens, sample_texts
 from uedp.models.tokenization import byte_level_tokenizer
 from uedp.services import privacy_budget
-from uedp.services.synthetic import GenerateConfig, generate_dataset, writers_and_splits
+from uedp.services.synthetic import GenerateConfig, PromptsOverlap, generate_dataset, writers_and_splits
 from uedp.services.synthetic_measures import (
     copies,
     measure_leakage,
@@ -210,14 +210,19 @@ def test_prompts_from_the_runs_text_are_refused(trained, tmp_path: Path) -> None
     sentence = next(b for b in blocks if not b.startswith("-DOCSTART-") and len(b.splitlines()) >= 6)
     mixed = write(tmp_path / "mixed.conll", "-DOCSTART- -X- -X- O\n\n" + sentence + "\n\n")
     ingest(home, "mixed", [mixed], IngestOptions(format="conll2003", split="users"))
-    with pytest.raises(UedpError, match=r"mixed\.conll:3: this sentence is also in 'private'"):
+    with pytest.raises(PromptsOverlap, match=refused) as overlap:
         generate("mixed")
+    # the file and line are the curator's (a report in the data home), never in the message a flow logs
+    assert "mixed.conll:3: this sentence is also in 'private'" in overlap.value.curator_lines()[0]
+    assert "mixed.conll" not in str(overlap.value) and overlap.value.report in str(overlap.value)
     assert not home.dataset_dir("synth-mixed").exists() and not home.dataset_dir("synth-copy").exists()
 
     # The demo corpus' other half repeats some of its templated sentences: refused as a whole, whatever is drawn
     ingest(home, "other-half", [public], IngestOptions(format="conll2003", split="users", split_seed=1))
-    with pytest.raises(UedpError, match=r"public\.conll:\d+: this sentence \(and \d+ more\) is also in 'private'"):
+    with pytest.raises(PromptsOverlap) as overlap:
         generate("other-half")
+    assert re.match(r"public\.conll:\d+: this sentence \(and \d+ more\) is also in 'private'",
+                    overlap.value.curator_lines()[0])
     # Public text is accepted: every text starts with the first words of one of its sentences, and the
     # statement names the prompts as public
     rows = ["Markets", "opened", "higher", "on", "Tuesday", ".", "", "Rain", "is", "expected", "in", "the", "north", ".",
@@ -348,3 +353,60 @@ def test_the_generate_flow_runs_in_prefect(trained) -> None:  # type: ignore[no-
     assert outcome.utility is not None and math.isfinite(outcome.utility.perplexity_real_test)
     assert Path(outcome.leakage_file) == measures_file(home, "private", "synth-flow")
     assert "ngram" not in repr(outcome) and "leakage" in Path(outcome.leakage_file).read_text()
+
+
+@pytest.mark.usefixtures("prefect_server")
+def test_a_refused_prompts_dataset_puts_nothing_private_in_prefect_and_tells_the_curator_where(trained) -> None:  # type: ignore[no-untyped-def]
+    """Issue 62: `uedp generate --prompts` with a dataset sharing sentences with the run's text is refused by
+    the real flow in a real Prefect server. Prefect's flow and task logs and states say only that the prompts
+    overlap the private text (no sentence, no count, no file:line); the curator's terminal and a report in
+    `<home>/reports` name the file and line."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import (
+        FlowFilter,
+        FlowFilterName,
+        LogFilter,
+        LogFilterFlowRunId,
+        TaskRunFilter,
+        TaskRunFilterFlowRunId,
+    )
+    from prefect.logging.handlers import APILogWorker
+
+    home, userdp, _, public, _ = trained
+    ingest(home, "overlapping", [public], IngestOptions(format="conll2003", split="users", split_seed=1))
+    table = read_table(home.table_dir("overlapping", "sentences"))
+    private = {t.strip() for t in read_table(home.table_dir("private", "sentences"))["text"].to_pylist()
+               if t and len(t.split()) >= 4}
+    shared = [(f, n, t) for f, n, t in zip(table["source_file"].to_pylist(), table["source_line"].to_pylist(),
+                                           table["text"].to_pylist()) if t and t.strip() in private]
+    assert len(shared) >= 2  # the demo's halves repeat templated sentences
+
+    result = cli(home, "generate", userdp, "--prompts", "overlapping", "--count", "4", "--max-new-tokens", "2",
+                 "--output", "synth-overlapping")
+    assert result.exit_code == 2, result.output  # still refused
+    assert "prompts must be public text" in result.stderr
+    assert not home.dataset_dir("synth-overlapping").exists()
+    # The curator's terminal: the first shared sentence's file and line, how many more, and where all are listed
+    first_file, first_line, _ = shared[0]
+    assert (f"{first_file}:{first_line}: this sentence (and {len(shared) - 1} more) is also in 'private'"
+            in result.stderr), result.stderr
+    reports = [p for p in (home.root / "reports").rglob("*") if p.is_file() and "overlapping" in p.name]
+    assert len(reports) == 1, reports
+    assert str(reports[0]) in result.stderr
+    listed = reports[0].read_text(encoding="utf-8")
+    assert all(f"{f}:{n}" in listed for f, n, _ in shared)
+
+    # What Prefect holds: the flow run's and its task runs' logs and final states
+    APILogWorker.drain_all(timeout=10)  # the logs the flow run sent reach the server
+    with get_client(sync_client=True) as client:
+        runs = [r for r in client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["uedp-generate"])))
+                if r.state is not None and r.state.is_failed()]
+        assert runs, "the refused generate flow run is not in Prefect"
+        run = max(runs, key=lambda r: r.created)  # type: ignore[arg-type,return-value]
+        tasks = client.read_task_runs(task_run_filter=TaskRunFilter(flow_run_id=TaskRunFilterFlowRunId(any_=[run.id])))
+        logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))
+    assert any("prompts must be public text" in log.message for log in logs), logs  # the refusal is logged, public
+    said = "\n".join([log.message for log in logs] + [r.state.message or "" for r in (run, *tasks) if r.state])
+    assert ".conll" not in said and not re.search(r":\d+:", said), said  # no file, no line
+    assert not re.search(r"and \d+ more|\d+ (shared )?sentences", said), said  # no count
+    assert not [t for _, _, t in shared if t.strip() in said], said  # no text

@@ -19,6 +19,7 @@ from uedp.privacy.accounting.events import (
     make_accountant,
     neighboring_relation,
 )
+from uedp.privacy.accounting.memo import remembered
 
 # A run shows the exact epsilon of at most this many rounds (every round of a shorter run). Each figure is a
 # PLD composition and search (about 0.09 s on one core), all paid before round 1: 20 figures keep a short
@@ -186,6 +187,27 @@ class RoundAccountant:
 
 
 def plan_epsilons(accountants: Sequence[RoundAccountant], rounds: int, budget: float | None) -> EpsilonSchedule:
+    """The schedule of a run of ``rounds`` rounds whose epsilon is the largest of ``accountants``' (see
+    :func:`_plan_epsilons`), remembered by the accountants' identities, the rounds and the budget
+    (:mod:`privacy.accounting.memo`): a sweep or a test suite plans the same run many times."""
+    arguments = (tuple(tuple(sorted(a._identity().items())) for a in accountants), rounds, budget)
+
+    def plan() -> dict[str, Any]:
+        schedule = _plan_epsilons(accountants, rounds, budget)
+        return {"last": schedule.last, "cases": [[[r, e] for r, e in a.schedule.shown.items()]
+                                                 for a in accountants if a.schedule is not None]}
+
+    fresh = not all(a.schedule is None for a in accountants)
+    planned = remembered("schedule", arguments, plan)
+    cases = [{int(r): float(e) for r, e in case} for case in planned["cases"]]
+    if fresh or any(a.schedule is None for a in accountants):  # remembered: each accountant takes its figures
+        for accountant, case in zip(accountants, cases):
+            accountant._settle(EpsilonSchedule(rounds, int(planned["last"]), case))
+    return EpsilonSchedule(rounds, int(planned["last"]),
+                           {at: max(case[at] for case in cases) for at in cases[0]} if cases else {})
+
+
+def _plan_epsilons(accountants: Sequence[RoundAccountant], rounds: int, budget: float | None) -> EpsilonSchedule:
     """The schedule of a run of ``rounds`` rounds whose epsilon is the largest of ``accountants``' (one, or
     uedp's cases), stopped by ``budget`` (None: no budget); each accountant is given its own figures at
     the same rounds, the same last round.

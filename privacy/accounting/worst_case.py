@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import dp_accounting
 
-from uedp.privacy.accounting.calibration import calibrate_noise_multiplier
+from uedp.privacy.accounting.calibration import MetAtFloor, calibrate_noise_multiplier
 from uedp.privacy.accounting.events import (
     MIN_NOISE_MULTIPLIER,
     AccountantKind,
@@ -179,11 +179,11 @@ class UeDpAccounting:
             def event_for(z: float, case: str = case) -> dp_accounting.DpEvent:
                 return self.case_events(z)[case]
 
-            if epsilon_after(event_for(MIN_NOISE_MULTIPLIER), self.rounds, self.delta_accountant, self.kind,
-                             initial=self.initial) <= target_epsilon:
+            try:
+                zs.append(calibrate_noise_multiplier(event_for, self.rounds, target_epsilon, self.delta_accountant,
+                                                     self.kind, initial=self.initial))
+            except MetAtFloor:
                 continue  # this case meets the target at any z the others need
-            zs.append(calibrate_noise_multiplier(event_for, self.rounds, target_epsilon, self.delta_accountant,
-                                                 self.kind, initial=self.initial))
         if not zs:
             raise ValueError(f"target epsilon {target_epsilon:g} is met even with noise multiplier "
                              f"{MIN_NOISE_MULTIPLIER}; give a noise multiplier instead")

@@ -43,6 +43,7 @@ from uedp.privacy.population import Population
 from uedp.privacy.primitives import noise_ahead
 from uedp.privacy.randomness import Randomness, RandomSource, RoundRandomness
 from uedp.privacy.signal import NoiseToSignal
+from uedp.privacy.statement import PrivacyUnit
 
 __all__ = ["DpSgd", "DpSgdParams"]
 
@@ -216,6 +217,7 @@ def _plan(params: DpSgdParams, population: Population) -> EpsilonPlan:
 register(MechanismSpec(
     name="dpsgd", rank=10, summary="example-level DP-SGD (one sequence is the unit), per-example clipping by ghost norms (or Opacus)",
     params=DpSgdParams, unit=DpSgd.unit, guarantee="central", build=_build, counts="sequences",
+    privacy_unit=PrivacyUnit("add/remove", "sequence", DpSgd.unit),
     per_example_loss=True, audit=AuditDesign("sequence"), plan=_plan,
     uses_categories=lambda p: False,  # no category changes what it trains: a sweep trains it once
 ))

@@ -8,6 +8,7 @@ from uedp.privacy.mechanisms.noiseless import Noiseless
 from uedp.privacy.mechanisms.params import LocalDpParams, NoiselessParams
 from uedp.privacy.mechanisms.registry import BuildContext, MechanismSpec, RunShape, register
 from uedp.privacy.sanitization.release import LOCAL_DP
+from uedp.privacy.statement import PrivacyUnit
 
 
 def _build(params: LocalDpParams, context: BuildContext) -> Noiseless:
@@ -30,10 +31,16 @@ _SUMMARIES = {
                "then noiseless",
 }
 
+# CusText's and SanText's per-token epsilons both bound replacing a sanitized token by another of its CusText
+# input set (SanText's, as local DP over the whole vocabulary, bounds any replacement): a token both sanitized
+# is exposed by both, so their releases compose into one total.
+LOCAL_TOKEN = PrivacyUnit("local", "token-value", "one sanitized token's value (local DP: replaced by another "
+                          "token, within its input set for CusText, any vocabulary token for SanText)")
+
 for _kind in LOCAL_DP.values():
     register(MechanismSpec(
         name=_kind.name, rank=50 + list(LOCAL_DP).index(_kind.name), summary=_SUMMARIES[_kind.name], params=LocalDpParams, unit=_kind.unit, guarantee="local",
-        build=_build, text="sanitized", check=_check,
+        build=_build, text="sanitized", check=_check, privacy_unit=LOCAL_TOKEN,
         audit="canaries would have to be planted before the local-DP release, which is made once per dataset "
               "and reused (not supported yet)",
         # Categories matter only when the release sanitizes the detected entities alone.

@@ -23,7 +23,7 @@ from uedp.privacy.mechanisms.loop import NoLedger, RoundLoop, RoundOutput
 from uedp.privacy.mechanisms.params import NoiselessParams
 from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, MechanismSpec, register
 from uedp.privacy.randomness import Randomness, RoundRandomness
-from uedp.privacy.statement import PrivacyStatement
+from uedp.privacy.statement import PrivacyStatement, PrivacyUnit
 
 __all__ = ["Noiseless", "NoiselessParams"]
 
@@ -73,11 +73,15 @@ def _build(params: NoiselessParams, context: BuildContext) -> Noiseless:
     return Noiseless(params, context.shape.seed)
 
 
+NO_UNIT = PrivacyUnit("none", "none", "none")  # no guarantee: in no total
+
 register(MechanismSpec(
     name="noiseless", rank=0, summary="no privacy (epsilon = inf); the utility ceiling", params=NoiselessParams,
     unit="none", guarantee="none", build=_build, audit=AuditDesign("sequence"), uses_categories=lambda p: False,
+    privacy_unit=NO_UNIT,
 ))
 register(MechanismSpec(
     name="deid", rank=1, summary="detected spans replaced by [CATEGORY] placeholders, then noiseless (epsilon = inf)",
     params=NoiselessParams, unit="none", guarantee="none", build=_build, text="redacted", audit=AuditDesign("sequence"),
+    privacy_unit=NO_UNIT,
 ))

@@ -187,6 +187,9 @@ class UserDpParams(PrivateParams):
                              "planned (the planner's split of the same budget, rounds x q_user x the DP or declared "
                              "count of users, with the least noise-to-signal: `uedp epsilon --choose-sampling`)")
     weight_cap: float = Field(1.0, gt=0, description="userdp: w_u = min(n_u / weight_cap, 1); uedp weighs every user 1")
+    # sampling=planned ranks the candidate splits with this accountant (milliseconds a candidate where PLD takes
+    # seconds); None: with the run's own. The chosen split is then planned with the run's own either way.
+    rank_accountant: ClassVar[AccountantKind | None] = "rdp"
     vectorize_users: bool = Field(False, description="train a round's users at once (torch.func.vmap; GPT-2 only)")
     adaptive_clip: bool = Field(False, description="userdp, uedp-bounded: clip to a DP estimate of the target_quantile "
                                 "of the users' update norms (Andrew et al. 2021); clip is the starting value")
@@ -275,6 +278,7 @@ class UeDpBoundedParams(UserDpParams):
                                         "graph: best (of gain and top-count, each improved by local search, and the "
                                         "baseline), gain, top-count, ascending-degree (the baseline greedy)")
     label_fields: ClassVar[tuple[str, ...]] = ("holders_per_entity",)
+    rank_accountant: ClassVar[AccountantKind | None] = None  # rdp cannot account substitution: ranked with pld
 
     def label(self) -> str:
         """k makes a different mechanism of it: uedp-bounded-k4 and -k1 are separate rows and run names."""

@@ -24,6 +24,7 @@ from uedp.privacy.mechanisms.params import MechanismParams
 from uedp.privacy.population import CountedUnits, Population
 from uedp.privacy.randomness import Randomness
 from uedp.privacy.signal import NoiseToSignal
+from uedp.privacy.statement import PrivacyUnit
 
 Guarantee = Literal["none", "central", "local"]
 # What the training text is: the corpus, the corpus with detected spans redacted, or a local-DP release.
@@ -96,6 +97,9 @@ class MechanismSpec:
     guarantee: Guarantee
     build: Callable[[Any, BuildContext], Mechanism]
     # --- optional: what it may add ---
+    # The unit as the privacy ledger composes it (adjacency and kind; ``unit`` is its wording). None: the
+    # ledger composes its releases with those that state ``unit`` word for word, and with nothing else.
+    privacy_unit: PrivacyUnit | None = None
     counts: CountedUnits | None = None  # None: needs no count of its units (none, or public by adjacency)
     text: TextSource = "original"
     needs: Callable[[RunShape], frozenset[TrainingNeed]] = lambda shape: frozenset()
@@ -182,6 +186,20 @@ def get(name: str) -> MechanismSpec:
     if name not in specs:
         raise ValueError(f"unknown mechanism {name!r}; valid: {', '.join(specs)}")
     return specs[name]
+
+
+def unit_of(mechanism: str, wording: str = "") -> PrivacyUnit | None:
+    """The structured unit of ``mechanism`` as a ledger entry names it: a registered name, or a label built
+    on one (``uedp-bounded-k4``, a sweep's ``dpsgd-<variant>``: the longest registered name it extends); for
+    a mechanism not registered here, that of a registered one whose unit is worded ``wording``. None when
+    neither says (or the mechanism states no structured unit)."""
+    specs = mechanisms()
+    if mechanism not in specs:
+        mechanism = max((name for name in specs if mechanism.startswith(name + "-")), key=len, default="")
+    if mechanism:
+        return specs[mechanism].privacy_unit
+    return next((spec.privacy_unit for spec in specs.values() if wording and spec.unit == wording
+                 and spec.privacy_unit is not None), None)
 
 
 def params_union() -> Any:

@@ -43,7 +43,7 @@ from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, Mechanis
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
 from uedp.privacy.signal import NoiseToSignal
-from uedp.privacy.statement import PrivacyStatement
+from uedp.privacy.statement import PrivacyStatement, PrivacyUnit
 
 # What the selective epsilon does not cover (PRIVACY.md): shown next to it everywhere.
 MISSED_TOKENS_CAVEAT = ("only tokens the detector found are protected as tokens: a missed name reaches the noiseless "
@@ -141,10 +141,18 @@ def _check(params: SelectiveParams, shape: RunShape) -> None:
                          "a whole sequence)")
 
 
+# Both forms and every tokenizer: the two-phase form's unit (a token's value; phase 2 is replace-one DP-SGD) and
+# the recurrent one's (a byte's value with the byte tokenizer, a token's with another) each bound a change to
+# one byte of a detected span, so their releases compose into one total (PrivacyUnit).
+SENSITIVE_VALUE = PrivacyUnit("replace-one", "sensitive-token-value",
+                              "one value inside a detected sensitive span: a byte, or the token that holds it "
+                              "(Selective DP, replace-one; spans the detector missed are not covered)")
+
+
 register(MechanismSpec(
     name="selective", rank=20, summary="Selective DP: noiseless on redacted text then DP-SGD (transformers), or "
                               "Selective-DPSGD with noised states (LSTM); one sensitive token's value is the unit",
-    params=SelectiveParams, unit=SelectiveTwoPhase.unit, guarantee="central", build=_build,
+    params=SelectiveParams, unit=SelectiveTwoPhase.unit, guarantee="central", build=_build, privacy_unit=SENSITIVE_VALUE,
     needs=lambda shape: frozenset({"private_masks"} if _recurrent(shape) else {"redacted"}),
     per_example_loss=True, schedule=_schedule, check=_check, missed_entities="",
     audit=AuditDesign("secret", "replace"),

@@ -59,6 +59,7 @@ from uedp.privacy.population import Population, anchored_users
 from uedp.privacy.primitives import assign_flat_, flatten, noise_ahead
 from uedp.privacy.randomness import Randomness, RoundRandomness
 from uedp.privacy.signal import NoiseToSignal
+from uedp.privacy.statement import PrivacyUnit
 
 __all__ = ["ANCHORED_NOTE", "UeDp", "UeDpParams", "anchored", "usable_sequences"]
 
@@ -234,6 +235,7 @@ for _name, _summary, _missed in (
 ):
     register(MechanismSpec(
         name=_name, rank=40 + int(_name.endswith("naive")), summary=_summary, params=UeDpParams, unit=UeDp.unit, guarantee="central", build=_build,
+        privacy_unit=PrivacyUnit("add/remove", "user+entity", UeDp.unit),
         counts="anchored writers", needs=lambda shape: frozenset({"entities"}),
         audit=AuditDesign("entity"),
         missed_entities=_missed, plan=_plan, check=check_vectorizable, min_train_users=2,

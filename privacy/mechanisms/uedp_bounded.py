@@ -51,6 +51,7 @@ from uedp.privacy.mechanisms.userdp import Selection, UserDp, check_vectorizable
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
 from uedp.privacy.signal import NoiseToSignal
+from uedp.privacy.statement import PrivacyUnit
 
 __all__ = ["KeptHolders", "UeDpBounded", "UeDpBoundedParams", "bounded_training_data"]
 
@@ -270,6 +271,9 @@ register(MechanismSpec(
     summary="user- and entity-level DP at userdp's noise: at most k users per entity keep its sentences "
             "(multi-attribution DP)",
     params=UeDpBoundedParams, unit=UeDpBounded.unit, guarantee="central", build=_build, counts=None,
+    # the contents of a user's and an entity's sentences change, the attribution graph stays: not uedp's
+    # add/remove unit, so its releases compose apart from uedp's
+    privacy_unit=PrivacyUnit("substitution", "user+entity", UeDpBounded.unit),
     needs=lambda shape: frozenset({"entities"}), audit=AuditDesign("entity", "replace"),
     missed_entities=" (uedp-bounded: their sentences are kept in every user and protected only as part of their "
                     "user's contribution)",

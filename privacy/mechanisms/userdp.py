@@ -69,6 +69,7 @@ from uedp.privacy.population import Population
 from uedp.privacy.primitives import assign_flat_, flatten, noise_ahead
 from uedp.privacy.randomness import Randomness, RoundRandomness
 from uedp.privacy.signal import NoiseToSignal
+from uedp.privacy.statement import PrivacyUnit
 
 __all__ = [
     "Selection",
@@ -301,6 +302,7 @@ def check_vectorizable(params: UserDpParams, shape: RunShape) -> None:
 register(MechanismSpec(
     name="userdp", rank=30, summary="user-level DP by DP-FedAvg: per-user model deltas clipped and noised",
     params=UserDpParams, unit=UserDp.unit, guarantee="central", build=_build, counts="users",
+    privacy_unit=PrivacyUnit("add/remove", "user", UserDp.unit),
     audit=AuditDesign("user"), plan=_plan, check=check_vectorizable, min_train_users=2, early_calibration=True,
     uses_categories=lambda p: False,  # no category changes what it trains: a sweep trains it once
 ))

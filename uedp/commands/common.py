@@ -136,6 +136,18 @@ def prefect_api(home: Any) -> Iterator[str]:
         yield url
 
 
+def remember_accounting_in_home(home: Any = None) -> None:
+    """Calibrations and epsilon schedules are remembered across processes in the data home
+    (``<home>/cache/accounting``, privacy.accounting.memo): a command that plans without a home
+    (`uedp epsilon`) uses the default one when it exists, and creates none."""
+    from uedp.privacy.accounting.memo import CACHE_ENV
+    from uedp.storage.home import DEFAULT_HOME
+
+    root = Path(home.root) if home is not None else Path(os.environ.get("UEDP_HOME") or DEFAULT_HOME).expanduser()
+    if root.is_dir():
+        os.environ.setdefault(CACHE_ENV, str(root / "cache" / "accounting"))
+
+
 def prepare_runtime(home_override: Optional[Path]):  # type: ignore[no-untyped-def]
     """Resolve the data home and point Prefect at it (no server needed) before Prefect is imported."""
     from uedp.storage.home import DataHome
@@ -151,6 +163,7 @@ def prepare_runtime(home_override: Optional[Path]):  # type: ignore[no-untyped-d
     # Categories named in a configuration (train --categories) resolve with this home's labels file, here and in
     # the processes a command starts (torchrun, workers): detection/categories.py reads it where no home is at hand.
     os.environ["UEDP_LABELS"] = str(home.labels_file)
+    remember_accounting_in_home(home)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     # transformers' "Loading weights" / "Writing model shards" bars on every logged model: uedp reports its own.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")

@@ -64,7 +64,8 @@ def demo(
     )
     from uedp.services.launch import check_before_training
 
-    check_before_training(config.train_configs(), config.device)
+    for line in check_before_training(config.train_configs(), config.device):
+        typer.echo(line)  # what the pre-flight could not plan before the data is read (training plans it)
     typer.echo(f"uedp demo: data home {data_home.root}")
     with prefect_api(data_home):
         outcome = demo_flow(config)

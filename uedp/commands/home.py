@@ -120,6 +120,9 @@ def _ledger_lines(dataset: str, seen: LedgerView) -> list[str]:
     for total in totals:
         lines.append(f"{total.named}: epsilon {total.epsilon:.4g} at delta {total.delta:.3g} over {total.releases} "
                      "release(s), composed by dp_accounting")
+        if len(total.wordings) > 1:
+            lines.append(f"  one unit ({total.key}) that its releases' statements word {len(total.wordings)} ways: "
+                         + "; ".join(f"{wording!r}" for wording in total.wordings))
         if total.mixed:
             lines.append("  its releases chose different categories or detections; they are composed into one total "
                          "because one entity can carry several categories (detectors disagree, homonyms share a unit). "

@@ -19,7 +19,7 @@ from uedp.commands.common import (
     user_errors,
 )
 from uedp.options import derived_parameters, list_fields, merged, with_options
-from uedp.services.synthetic import GenerateConfig
+from uedp.services.synthetic import GenerateConfig, PromptsOverlap
 
 GENERATE_OPTIONS = derived_parameters([GenerateConfig], skip={"run_id"})
 
@@ -59,8 +59,13 @@ def generate(
     values = merged(config_file, settings, set_, list_fields(GenerateConfig))
     config = GenerateConfig(**{**values, "run_id": run_id})
     with prefect_api(data_home):
-        outcome = generate_flow(config, home=str(data_home.root), measure=measure, utility_steps=utility_steps,
-                                reference=reference, progress=True)
+        try:
+            outcome = generate_flow(config, home=str(data_home.root), measure=measure, utility_steps=utility_steps,
+                                    reference=reference, progress=True)
+        except PromptsOverlap as refused:  # the flow's log says only that; this terminal is the curator's
+            for line in refused.curator_lines():
+                typer.echo(line, err=True)
+            raise
     corpus = outcome.corpus
     verb = "reused (same run and settings)" if corpus.reused else f"wrote in {corpus.seconds:.0f} s"
     typer.echo(f"{corpus.dataset}: {verb}: {corpus.texts} texts by {corpus.writers} made-up writers, sampled from run "

@@ -24,6 +24,7 @@ from uedp.commands.common import (
     csv_list,
     prefect_api,
     prepare_runtime,
+    remember_accounting_in_home,
     short_number,
     user_errors,
 )
@@ -79,6 +80,7 @@ def epsilon(
     # Strict: a parameter this mechanism does not take is an error, not a silently different plan; the
     # rules between settings (a z or a target, one name per parameter) are the parameters' own.
     config = TrainConfig(**{**values, "dataset": "plan", "mechanism": mechanism})
+    remember_accounting_in_home()
     noise = count_noise if count_noise is not None else RunSettings.model_fields["count_noise"].default
     try:
         warning = check_delta(config.params.delta, users)  # type: ignore[attr-defined]
