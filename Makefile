@@ -22,7 +22,7 @@ demo: $(STAMP)  ## install, then run the end-to-end demo (ingest, detect, train,
 	$(BIN)/uedp demo
 
 test: $(STAMP) browser lint  ## install, lint and type-check, then run the whole test suite (TEST_WORKERS processes)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not cuda"
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not cuda" --durations=15
 
 # The GPU's own checks, never part of `make test` or CI: the CUDA-marked tests (device-side secret noise, bf16
 # clipping, private runs on CUDA), then training throughput at real sizes, full and LoRA, with the settings of

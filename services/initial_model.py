@@ -39,7 +39,7 @@ from uedp.services.lineage import (
     marker_of,
     meets_text,
     refuse_same_text,
-    tokenizer_marker,
+    vocabulary_record,
 )
 from uedp.storage.home import DataHome
 
@@ -51,12 +51,15 @@ class TokenizerOrigin:
     """Where a tokenizer's vocabulary comes from, as far as this data home knows."""
 
     public: str = ""  # the statement's item ("": the byte-level tokenizer, learnt from no text)
-    lineage: tuple[str, ...] = ()  # keyed ids of the texts its vocabulary was learnt from, at any remove
+    lineage: tuple[str, ...] = ()  # keyed ids of every text the folder is known to carry (checks, the run's lineage)
+    learnt: tuple[str, ...] = ()  # ... of the texts the vocabulary itself was learnt from, at any remove
     dataset: str = ""  # the dataset it was learnt from, where known
 
     def marker(self) -> RunMarker | None:
-        """What a logged model records of its vocabulary files (None: learnt from no known text)."""
-        return RunMarker("", self.dataset, "", self.lineage) if self.lineage else None
+        """What a logged model records of its vocabulary files: the text the vocabulary was learnt from, never
+        what a run whose folder it came from had trained on (the same files are a public checkpoint's too).
+        None: learnt from no known text."""
+        return RunMarker("", self.dataset, "", self.learnt) if self.learnt else None
 
 
 @dataclass(frozen=True)
@@ -113,12 +116,13 @@ def resolve_start(home: DataHome, config: TrainConfig) -> Start:
     tokenizer needs (one whose vocabulary was learnt from this dataset's text is refused:
     :func:`tokenizer_origin`). The start's lineage holds the tokenizer's: the vocabulary ships with every
     model trained with it."""
-    same_folder = any(_same_folder(Path(named), config.tokenizer) for named in (config.model_size, config.init_from)
-                      if named and Path(named).expanduser().is_dir())
+    weights = config.init_from or config.model_size  # the folder the weights load from, when they do
+    same_folder = Path(weights).expanduser().is_dir() and _same_folder(Path(weights), config.tokenizer)
     vocabulary = TokenizerOrigin() if same_folder else tokenizer_origin(home, config)  # checked first, as named
     start = _weights(home, config)
     if same_folder:  # the initial model's own tokenizer: checked with its weights, then for its vocabulary's text
-        vocabulary = replace(tokenizer_origin(home, config, start.content_hash),
+        own = start.folder is not None and _same_folder(start.folder, config.tokenizer)
+        vocabulary = replace(tokenizer_origin(home, config, start.content_hash if own else ""),
                              public="the tokenizer: the initial model's own")
     public = (*start.public, vocabulary.public)
     return replace(start, public=tuple(p for p in public if p),
@@ -162,15 +166,16 @@ def tokenizer_origin(home: DataHome, config: TrainConfig, digest: str = "") -> T
     if not folder.is_dir():  # a hub name, where downloads are possible
         return TokenizerOrigin(f"the tokenizer: hub tokenizer {config.tokenizer}, and whatever its vocabulary was "
                                "learnt from (not checked)")
-    known = tokenizer_marker(home, folder)
-    if is_checkpoint_folder(folder):
-        known = (marker_of(home, folder, digest or content_hash(folder)) or RunMarker("")).merged(known)
-    source = vocabulary_source(folder)
+    learnt = vocabulary_record(home, folder)  # its vocabulary files, as logged models shipped them
+    source = vocabulary_source(folder)  # uedp pretrain's record beside the vocabulary
     if source is not None:
         lineage = source.get("lineage")
         learnt = RunMarker("", str(source.get("dataset", "")), "",
-                           tuple(str(i) for i in lineage) if isinstance(lineage, list) else ())
-        known = learnt.merged(known)
+                           tuple(str(i) for i in lineage) if isinstance(lineage, list) else ()).merged(learnt)
+    run = marker_in(folder)  # a run's model folder: everything that run saw
+    if is_checkpoint_folder(folder):
+        run = marker_of(home, folder, digest or content_hash(folder))
+    known = run.merged(learnt) if run is not None else learnt
     named = f"folder {folder.resolve()}"
     if known is None or not (known.lineage or known.dataset):
         return TokenizerOrigin(f"the tokenizer: {named}, and whatever its vocabulary was learnt from (not checked)")
@@ -180,10 +185,11 @@ def tokenizer_origin(home: DataHome, config: TrainConfig, digest: str = "") -> T
                         "or of part of its train split, under any name, counts): its tokens would publish that text's "
                         "frequent strings outside epsilon. Use a vocabulary learnt from public text (uedp pretrain on a "
                         "public corpus) or 'byte'")
-    what = (f"that of the model of {known.describe()}" if known.run_id else
+    what = (f"that of the model of {run.describe()}" if run is not None and run.run_id else
             f"learnt from dataset {known.dataset!r}, whose text is treated as public" if known.dataset else
             "learnt from text this data home indexed, which is treated as public")
-    return TokenizerOrigin(f"the tokenizer: {named}, {what}", known.lineage, known.dataset)
+    return TokenizerOrigin(f"the tokenizer: {named}, {what}", known.lineage, learnt.lineage if learnt else (),
+                           learnt.dataset if learnt else "")
 
 
 def _from_folder(home: DataHome, config: TrainConfig, folder: Path, kind: str, flag: str) -> Start:

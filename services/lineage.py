@@ -176,12 +176,10 @@ def _record(home: DataHome, content_hash: str, marker: RunMarker) -> None:
     os.replace(temporary, record)
 
 
-def tokenizer_marker(home: DataHome, folder: Path) -> RunMarker | None:
-    """What this data home knows of the vocabulary in a tokenizer folder: the marker of the run's model the
-    folder is (or a copy of), and the record of any of its vocabulary files that a logged model shipped.
-    None: a tokenizer no run of this home logged."""
-    found = [marker_in(folder), *(_recorded(home, d) for d in vocabulary_file_hashes(folder))]
-    known = [m for m in found if m is not None]
+def vocabulary_record(home: DataHome, folder: Path) -> RunMarker | None:
+    """What this data home recorded of the vocabulary files in a folder: the text they were learnt from, as
+    logged models that shipped them recorded it (:func:`mark_logged_model`). None: no record."""
+    known = [m for m in (_recorded(home, d) for d in vocabulary_file_hashes(folder)) if m is not None]
     if not known:
         return None
     merged = known[0]

@@ -26,6 +26,7 @@ from mlflow.tracking import MlflowClient
 from uedp.errors import UedpError
 from uedp.models.saving import BaseIdentity, save_model
 from uedp.processes import process_alive
+from uedp.services.mlflow_store import seed_store
 from uedp.storage.home import DataHome
 
 # MLflow 3's UI opens an experiment by its kind: without this tag it may guess "GenAI" and open on traces,
@@ -35,7 +36,12 @@ MODEL_TRAINING = "custom_model_development"
 
 
 def tracking_uri(home: DataHome) -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or home.mlflow_tracking_uri
+    """Where runs are logged: ``MLFLOW_TRACKING_URI`` (a server), else the home's SQLite store, which a new
+    home gets as a copy of an empty one migrated once (:mod:`services.mlflow_store`)."""
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    seed_store(home)
+    return home.mlflow_tracking_uri
 
 
 # MLflow 3's UI opens every page (experiments, an experiment, a run) in its GenAI view unless the address says

@@ -21,7 +21,7 @@ from uedp.models.saving import load_saved
 from uedp.services.config import TrainConfig
 from uedp.services.tracking import RunTracker
 
-from support import REPO, tiny_checkpoint
+from support import REPO, reuters_corpus, tiny_checkpoint
 
 DEMO = REPO / "uedp" / "data" / "demo.conll"
 runner = CliRunner()
@@ -34,13 +34,12 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def demo_home(tmp_path_factory: pytest.TempPathFactory, prefect_server: None) -> Path:
-    """The bundled demo corpus with gold entities, and a public corpus of other text (``pub``)."""
+    """The bundled demo corpus with gold entities, and a public corpus of other text (``pub``: generated
+    Reuters-21578 articles; an edited copy of demo's own lines would share its sentences, and be refused)."""
     home = tmp_path_factory.mktemp("home")
-    public = home / "public.conll"
-    lines = DEMO.read_text(encoding="utf-8").splitlines()[:400]
-    public.write_text("\n".join(line.replace("the ", "a ") for line in lines) + "\n", encoding="utf-8")
+    public = reuters_corpus(home / "public")
     for args in (["ingest", "conll2003", str(DEMO), "--name", "demo"], ["detect", "demo", "--detector", "gold"],
-                 ["ingest", "conll2003", str(public), "--name", "pub", "--split", "users", "--split-seed", "2"]):
+                 ["ingest", "reuters21578", *map(str, public), "--name", "pub"]):
         result = runner.invoke(app, [*args, "--home", str(home)])
         assert result.exit_code == 0, result.output
     return home

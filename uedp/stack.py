@@ -106,6 +106,9 @@ class LocalStack:
     def start(self) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.home.mlflow_artifacts.mkdir(parents=True, exist_ok=True)
+        from uedp.services.mlflow_store import seed_store
+
+        seed_store(self.home)  # the server would otherwise spend its first seconds migrating a new store
         prefect = [sys.executable, "-m", "prefect"]
         self._spawn("prefect-server", [*prefect, "server", "start", "--host", "127.0.0.1", "--port", str(self.prefect_port)])
         self._spawn("mlflow-server", [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1",

@@ -1,4 +1,5 @@
-"""Where the test suite keeps remembered accounting figures (privacy.accounting.memo)."""
+"""What the test suite's processes share across tests, workers and runs: remembered accounting figures
+(privacy.accounting.memo) and the migrated empty MLflow store new homes copy (services.mlflow_store)."""
 
 from __future__ import annotations
 
@@ -15,3 +16,8 @@ def accounting_cache_folder() -> str:
     for source in sorted((Path(__file__).resolve().parents[1] / "privacy" / "accounting").glob("*.py")):
         digest.update(source.read_bytes())
     return str(Path(tempfile.gettempdir()) / f"uedp-test-accounting-{digest.hexdigest()[:16]}")
+
+
+def store_templates_folder() -> str:
+    """The empty MLflow store, migrated once (the file is named by MLflow's version)."""
+    return str(Path(tempfile.gettempdir()) / "uedp-test-stores")
