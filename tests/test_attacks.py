@@ -165,6 +165,7 @@ def test_extraction_prompts_longer_than_the_models_positions_keep_their_right_en
     assert extraction_rates(model, TOKENIZER, [too_long], 2, CPU) == {}
 
 
+@pytest.mark.slow
 def test_train_with_canaries_then_attack_logs_scores_to_the_run(home, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from mlflow.tracking import MlflowClient
     from typer.testing import CliRunner

@@ -314,6 +314,7 @@ def _train(home, mechanism: str, broken: bool = False, monkeypatch=None, **setti
     return run_training(home, config)
 
 
+@pytest.mark.slow
 def test_a_noiseless_run_is_caught_from_the_cli_and_the_bound_is_logged(demo_home) -> None:
     from mlflow.tracking import MlflowClient
     from typer.testing import CliRunner
@@ -341,6 +342,7 @@ def test_a_noiseless_run_is_caught_from_the_cli_and_the_bound_is_logged(demo_hom
     assert set(demo_home.audits_dir.glob("pending-*")) == pending  # this run's plan was filed under its id
 
 
+@pytest.mark.slow
 def test_broken_dpsgd_is_caught_above_its_reported_epsilon_and_the_correct_one_is_not(demo_home, monkeypatch) -> None:
     settings = dict(target_epsilon=0.5, steps=600, lr=2e-3, audit_canaries=128)
     correct = _train(demo_home, "dpsgd", **settings)

@@ -85,6 +85,7 @@ def test_invalid_options_are_named(options: dict, message: str) -> None:
         IngestOptions(**options)
 
 
+@pytest.mark.slow
 def test_cli_bad_input_prints_one_line_and_exits_2(tmp_path: Path) -> None:
     """A real `uedp ingest` process (temporary Prefect server and all): one stderr line, no traceback."""
     bad = write(tmp_path / "eng.train", "EU NNP I-NP B-ORG\nrejects VBZ I-VP\n")

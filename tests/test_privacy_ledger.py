@@ -358,6 +358,7 @@ def _file_many(root: str, prefix: str, count: int) -> None:
                                                                  0.01, 1e-7, f"{prefix}{i}", "secure"))
 
 
+@pytest.mark.slow
 def test_parallel_runs_lose_no_entry(home) -> None:  # type: ignore[no-untyped-def]
     """A sweep's tasks train in parallel: each filing reads, adds and writes under the ledger's lock."""
     context = multiprocessing.get_context("spawn")

@@ -228,6 +228,7 @@ def test_a_server_that_does_not_start_in_time_is_one_line(tmp_path: Path) -> Non
     assert not list((tmp_path / "h" / "prefect").glob("temporary-server-*.pid"))  # stopped, record removed
 
 
+@pytest.mark.slow
 def test_a_killed_training_is_marked_killed_then_resumes_without_duplicate_points(home) -> None:
     """``kill -9`` mid-training: the run cannot end itself. The next run opened from the data home marks
     it KILLED; rerunning the configuration resumes it, logs each round once (the rounds after the last

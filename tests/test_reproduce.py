@@ -23,6 +23,7 @@ from uedp.experiments.sanitize_conll import SCALES as SCALES_OF_SANITIZE
 CONLL_EXPERIMENTS = [name for name, experiment in EXPERIMENTS.items() if experiment.corpus == "conll"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CONLL_EXPERIMENTS)
 def test_ci_scale_runs_the_experiment_and_its_claims_hold(name: str, home, shared_conll: Path, prefect_server,
                                                           tmp_path: Path) -> None:

@@ -91,6 +91,7 @@ def corpora(tmp_path: Path) -> Path:
     return write_ag_jsonl(tmp_path / "ag")
 
 
+@pytest.mark.slow
 def test_ci_scale_runs_the_experiment_and_its_claims_hold(home, corpora: Path, prefect_server,
                                                           tmp_path: Path) -> None:
     from uedp.experiments.uedp_agnews import SCALES

@@ -110,6 +110,7 @@ def simdial_dir(tmp_path: Path) -> Path:
 # --- the ci scale, end to end -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ci_scale_runs_the_experiment_and_its_claims_hold(home, simdial_dir: Path, prefect_server,
                                                           tmp_path: Path) -> None:
     out = tmp_path / "page"

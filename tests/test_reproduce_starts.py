@@ -26,6 +26,7 @@ def reuters(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_uedp_conll_from_the_public_base_keeps_scratch_rows_beside_the_base_rows(
         home, shared_conll: Path, reuters: Path, prefect_server, tmp_path: Path) -> None:
     out = tmp_path / "page"
@@ -63,6 +64,7 @@ def test_uedp_conll_from_the_public_base_keeps_scratch_rows_beside_the_base_rows
     assert any("already built" in line for line in _rerun_base_lines(home, shared_conll, reuters, tmp_path))
 
 
+@pytest.mark.slow
 def test_selective_conll_from_the_base_adds_gpt2s_mechanisms_with_their_canaries(
         home, shared_conll: Path, reuters: Path, prefect_server, tmp_path: Path) -> None:
     out = tmp_path / "page"
@@ -91,6 +93,7 @@ def _rerun_base_lines(home, conll: Path, reuters: Path, tmp_path: Path) -> list[
     return lines
 
 
+@pytest.mark.slow
 def test_a_checkpoint_folder_is_a_start_with_its_own_tokenizer(home, shared_conll: Path, prefect_server,
                                                                tmp_path: Path) -> None:
     """``--start FOLDER``: a Hugging Face checkpoint saved with save_pretrained (here a tiny random GPT-2

@@ -65,6 +65,7 @@ def wikitext_dir(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_ci_scale_runs_the_experiment_and_its_claims_hold(home, wikitext_dir: Path, prefect_server,
                                                           tmp_path: Path) -> None:
     out = tmp_path / "page"
