@@ -352,6 +352,7 @@ def test_broken_dpsgd_is_caught_above_its_reported_epsilon_and_the_correct_one_i
     assert correct.audit_epsilon is not None and correct.audit_epsilon < correct.epsilon
 
 
+@pytest.mark.slow
 def test_correctly_noised_userdp_stays_below_its_epsilon(demo_home) -> None:
     result = _train(demo_home, "userdp", target_epsilon=1.0, rounds=10, q_user=0.5, audit_canaries=64)
     assert result.audit_epsilon is not None and result.audit_epsilon < result.epsilon
