@@ -123,12 +123,15 @@ def reservation(home: DataHome, plan: TrainingPlan) -> privacy_budget.Release | 
     entity_level = config.is_private and config.spec.uses_categories(config.params)
     scope = (f"categories {','.join(config.categories)}; entities {keyed_table_id(home, config.dataset, 'entities')[:12]}"
              if entity_level else "")
+    # The unit's key from the mechanism itself: its label (a --variant appended) could extend another's name.
+    unit = config.spec.privacy_unit
     return privacy_budget.Release(key="", mechanism=config.label, unit=plan.unit, epsilon=plan.epsilon,
                                   delta=plan.delta, name=config.run_name(),
                                   randomness=config.randomness if config.is_private else "none",
                                   scope=scope, fingerprint=config.fingerprint(),
                                   text=privacy_budget.text_of(home, config.dataset),
-                                  categories=tuple(config.categories) if entity_level else ())
+                                  categories=tuple(config.categories) if entity_level else (),
+                                  unit_key=unit.key if unit is not None else "")
 
 
 def _to_stderr(line: str) -> None:

@@ -147,3 +147,24 @@ def test_entries_an_older_uedp_wrote_without_a_key_are_grouped_by_their_mechanis
     stored = json.loads(ledger.path.read_text())
     assert stored["version"] == 4 and stored["entries"][-1]["unit_key"] == SELECTIVE_KEY
     assert [e.get("unit_key") for e in stored["entries"][:-1]] == [""] * 6  # old entries are left as they were
+
+
+def test_a_variant_whose_label_extends_another_mechanisms_name_keeps_its_own_unit(home) -> None:  # type: ignore[no-untyped-def]
+    """Review: `--mechanism uedp --variant bounded-x` is labelled `uedp-bounded-x`, which a prefix match on the
+    label would file under uedp-bounded's substitution unit; the key comes from the mechanism itself."""
+    from uedp.flows.demo import DEMO_CORPUS
+    from uedp.privacy.mechanisms import registry
+    from uedp.services.config import TrainConfig
+    from uedp.services.training import reservation
+    from uedp.services.training_plan import PublicFacts, plan_training
+    from uedp.storage.ingest import IngestOptions, ingest
+
+    ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
+    config = TrainConfig(dataset="demo", mechanism="uedp", variant="bounded-x", noise_multiplier=1.0, rounds=2)
+    assert config.label.startswith("uedp-bounded")
+    from uedp.privacy.population import Population
+
+    facts = PublicFacts(Population.declared(20), n_examples=100, train_users=20)
+    release = reservation(home, plan_training(config, facts))
+    assert release is not None and release.unit_key == registry.get("uedp").privacy_unit.key  # type: ignore[union-attr]
+    assert release.unit_key != registry.get("uedp-bounded").privacy_unit.key  # type: ignore[union-attr]

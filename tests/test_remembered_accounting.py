@@ -131,3 +131,28 @@ def test_uedp_epsilon_prints_the_same_plan_from_memory(mechanism: str, flags: li
     second = CliRunner().invoke(app, command)
     assert second.exit_code == 0 and second.output == first.output
     assert f"{mechanism}: epsilon = " in first.output and "z = " in first.output
+
+
+def test_a_release_too_rare_to_cost_anything_is_met_at_the_floor_not_a_crash(fresh: Path) -> None:
+    """Review: a coarse epsilon of exactly 0 (one round, a tiny sampling rate) fed log(0) to the search."""
+    with pytest.raises(calibration.MetAtFloor, match="met even with noise multiplier"):
+        calibrate_noise_multiplier(lambda z: poisson_gaussian_round(1e-5, z), 1, 0.5, 1e-5, "pld")
+
+
+def test_a_floor_between_grid_points_is_checked_at_the_floor_itself(fresh: Path) -> None:
+    """uedp-bounded's floor 0.3 * sqrt(g) is no grid point: the target may be met at the grid point above the
+    floor and not at the floor, and then that grid point is the answer, not an error."""
+    event_for, floor = SETTINGS[0][1], 0.30005
+
+    def exact(noise: float) -> float:
+        return _epsilon_after(event_for(noise), 300, 1e-5, "pld", "add_remove", COUNT, None)
+
+    target = (exact(floor) + exact(0.3001)) / 2  # met at the grid point 0.3001, not at the floor 0.30005
+    assert calibrate_noise_multiplier(event_for, 300, target, 1e-5, "pld", initial=COUNT, floor=floor) == 0.3001
+
+
+def test_the_remembered_figures_name_the_code_that_computed_them() -> None:
+    identity = memo.code_identity()
+    assert memo.memo_key("epsilon", (1,)).startswith("epsilon-") and len(identity) == 16
+    memo.code_identity.cache_clear()
+    assert memo.code_identity() == identity  # the same code: the same names, so a folder is reused

@@ -87,9 +87,9 @@ def _calibrate(round_event_for: Callable[[float], dp_accounting.DpEvent], rounds
     # Below z = MIN_NOISE_MULTIPLIER the PLD discretisation needs tens of GiB and epsilon is in the
     # hundreds anyway: a target that such little noise already meets is reported, not searched.
     low, high = _bracket(meets, start, lowest)
-    if high == lowest:
+    if high == lowest and (lowest / GRID_STEPS_PER_UNIT == floor or exact(floor) <= target):
         raise MetAtFloor(f"target epsilon {target:g} is met even with noise multiplier {floor:.3g} "
-                         f"(epsilon {exact(lowest / GRID_STEPS_PER_UNIT):.3g}); give a noise multiplier instead")
+                         f"(epsilon {exact(floor):.3g}); give a noise multiplier instead")
     while high - low > 1:
         middle = (low + high) // 2
         low, high = (low, middle) if meets(middle) else (middle, high)
@@ -120,8 +120,8 @@ def _bracket(meets: Callable[[int], bool], start: int, lowest: int) -> tuple[int
 def _estimate(epsilon: Callable[[float], float], target: float, floor: float) -> float | None:
     """Where the coarse epsilon crosses the target: regula falsi (Illinois) on log epsilon against log z, in
     a bracket found by doubling from z = 1. None when even the floor meets the target."""
-    def gap(z: float) -> float:
-        return math.log(epsilon(z) / target)
+    def gap(z: float) -> float:  # an epsilon of 0 (a release too rare to cost anything) is far below any target
+        return math.log(max(epsilon(z), 1e-300) / target)
 
     z_high = max(1.0, 2 * floor)
     g_high = gap(z_high)

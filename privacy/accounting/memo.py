@@ -6,20 +6,23 @@ delta, the accountant, the target), and dp_accounting takes seconds to compute o
 with a target, every sweep configuration and every ``uedp epsilon`` used to pay that again. Remembering
 changes no figure: a remembered value is the one the same code computed for the same arguments, which
 are stored with it (``repr`` of each, dp_accounting's events included) and hashed into its name, with
-:data:`MEMO_VERSION` (raise it whenever the code that computes a figure changes). Failures (a target met
-at the least noise searched) are not remembered.
+dp_accounting's version and the bytes of the code that computes it (:func:`code_identity`): an upgrade or
+a fix starts afresh. Failures (a target met at the least noise searched) are not remembered. The folder
+is trusted as the data home is: whoever can write it can write the data too.
 
 Nothing private is here: the arguments are a run's public settings, and the folder is the curator's.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 import os
 import tempfile
 from collections.abc import Callable
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,9 +33,20 @@ _MEMORY: dict[str, Any] = {}
 T = TypeVar("T")
 
 
+@functools.cache
+def code_identity() -> str:
+    """What computes the figures: dp_accounting's version and the bytes of this package's modules. A figure
+    remembered by other code (an upgrade, a fix) is never served: its name differs."""
+    digest = hashlib.sha256(version("dp-accounting").encode())
+    for source in sorted(Path(__file__).resolve().parent.glob("*.py")):
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def memo_key(namespace: str, arguments: tuple[Any, ...]) -> str:
-    """The name a figure is remembered by: its namespace and a hash of its arguments' reprs."""
-    text = repr((MEMO_VERSION, namespace, arguments))
+    """The name a figure is remembered by: its namespace and a hash of its arguments' reprs and of the code
+    that computes it (:func:`code_identity`)."""
+    text = repr((MEMO_VERSION, code_identity(), namespace, arguments))
     return f"{namespace}-{hashlib.sha256(text.encode()).hexdigest()[:32]}"
 
 

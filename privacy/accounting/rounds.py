@@ -197,12 +197,10 @@ def plan_epsilons(accountants: Sequence[RoundAccountant], rounds: int, budget: f
         return {"last": schedule.last, "cases": [[[r, e] for r, e in a.schedule.shown.items()]
                                                  for a in accountants if a.schedule is not None]}
 
-    fresh = not all(a.schedule is None for a in accountants)
     planned = remembered("schedule", arguments, plan)
     cases = [{int(r): float(e) for r, e in case} for case in planned["cases"]]
-    if fresh or any(a.schedule is None for a in accountants):  # remembered: each accountant takes its figures
-        for accountant, case in zip(accountants, cases):
-            accountant._settle(EpsilonSchedule(rounds, int(planned["last"]), case))
+    for accountant, case in zip(accountants, cases):  # each takes its own figures (computed or remembered)
+        accountant._settle(EpsilonSchedule(rounds, int(planned["last"]), case))
     return EpsilonSchedule(rounds, int(planned["last"]),
                            {at: max(case[at] for case in cases) for at in cases[0]} if cases else {})
 
