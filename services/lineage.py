@@ -25,6 +25,7 @@ a model trained in another data home (its keyed ids use another secret) or chang
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
@@ -167,13 +168,20 @@ def mark_logged_model(home: DataHome, folder: Path, marker: RunMarker, content_h
 
 
 def _record(home: DataHome, content_hash: str, marker: RunMarker) -> None:
+    """Add ``marker`` to the record of these files, under a lock: two runs logging the same files at once
+    (the same vocabulary, say) must both stay in it."""
     record = _record_file(home, content_hash)
     record.parent.mkdir(parents=True, exist_ok=True)
-    merged = marker.merged(_recorded(home, content_hash))  # the same files from two runs: both lineages
-    handle, temporary = tempfile.mkstemp(prefix=record.name, dir=record.parent)
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
-        json.dump(merged.as_json(), out)
-    os.replace(temporary, record)
+    with open(record.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            merged = marker.merged(_recorded(home, content_hash))  # the same files from two runs: both lineages
+            handle, temporary = tempfile.mkstemp(prefix=record.name, dir=record.parent)
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                json.dump(merged.as_json(), out)
+            os.replace(temporary, record)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def vocabulary_record(home: DataHome, folder: Path) -> RunMarker | None:
