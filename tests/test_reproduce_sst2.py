@@ -59,6 +59,7 @@ def write_sst2(folder: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_ci_scale_runs_the_experiment_and_its_claims_hold(home, prefect_server, tmp_path: Path) -> None:
     corpus = write_sst2(tmp_path / "sst2")
     out = tmp_path / "page"
