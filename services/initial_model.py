@@ -172,9 +172,8 @@ def tokenizer_origin(home: DataHome, config: TrainConfig, digest: str = "") -> T
         lineage = source.get("lineage")
         learnt = RunMarker("", str(source.get("dataset", "")), "",
                            tuple(str(i) for i in lineage) if isinstance(lineage, list) else ()).merged(learnt)
-    run = marker_in(folder)  # a run's model folder: everything that run saw
-    if is_checkpoint_folder(folder):
-        run = marker_of(home, folder, digest or content_hash(folder))
+    # A run's model folder (its marker, or this home's record of its files): everything that run saw.
+    run = marker_of(home, folder, digest or content_hash(folder)) if is_checkpoint_folder(folder) else marker_in(folder)
     known = run.merged(learnt) if run is not None else learnt
     named = f"folder {folder.resolve()}"
     if known is None or not (known.lineage or known.dataset):

@@ -152,7 +152,11 @@ def _recorded(home: DataHome, content_hash: str) -> RunMarker | None:
     file = _record_file(home, content_hash) if content_hash else None
     if file is None or not file.is_file():
         return None
-    return RunMarker.from_json(json.loads(file.read_text(encoding="utf-8")))
+    try:
+        return RunMarker.from_json(json.loads(file.read_text(encoding="utf-8")))
+    except (OSError, ValueError, AttributeError) as exc:
+        raise UedpError(f"{file}: not a uedp lineage record ({exc}); it says which texts a logged model's files "
+                        "carry: restore it from a backup rather than deleting it") from None
 
 
 def mark_logged_model(home: DataHome, folder: Path, marker: RunMarker, content_hash: str,

@@ -90,10 +90,11 @@ def remember(home: DataHome, dataset: str) -> None:
     file = _index_file(home, text_id) if text_id else None
     if file is None or file.is_file():
         return
+    lines = "".join(f"{i}\n" for i in sorted(_read_index(home, dataset, None)))  # read before anything is written
     file.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=file.name, dir=file.parent)
     with os.fdopen(handle, "w", encoding="utf-8") as out:
-        out.write("".join(f"{i}\n" for i in sorted(_read_index(home, dataset, None))))
+        out.write(lines)
     os.replace(temporary, file)
 
 

@@ -193,3 +193,19 @@ def test_a_copy_of_the_train_split_is_charged_to_the_private_texts_budget(tmp_pa
     budget = cli(home, "budget", "private")
     assert "train_copy" in budget.output, budget.output  # the copy's release is listed with the private text's
     refused(train(home, "private", *DPSGD), "past its budget")
+
+
+def test_a_damaged_lineage_record_is_named_not_a_traceback(corpus: tuple[DataHome, Path], pub_run: str) -> None:
+    """A record of a logged model's files that cannot be read says which file, and is not taken as 'unknown'."""
+    home, _ = corpus
+    record = next(p for p in home.model_lineage_dir.glob("*.json"))
+    kept = record.read_text(encoding="utf-8")
+    record.write_text("{not json", encoding="utf-8")
+    try:
+        from uedp.errors import UedpError
+        from uedp.services.lineage import _recorded
+
+        with pytest.raises(UedpError, match=f"{record.name}: not a uedp lineage record"):
+            _recorded(home, "sha256:" + record.stem)
+    finally:
+        record.write_text(kept, encoding="utf-8")
