@@ -11,6 +11,7 @@ import dp_accounting
 import pytest
 from dp_accounting import pld, rdp
 
+from uedp.privacy.accounting import memo
 from uedp.privacy.accounting import rounds as round_accounting
 from uedp.privacy.accounting.calibration import calibrate_noise_multiplier, check_delta
 from uedp.privacy.accounting.events import epsilon_after, poisson_gaussian_round
@@ -219,6 +220,9 @@ def test_the_loop_runs_to_the_planned_stop_and_does_no_accounting_between_rounds
     budget = (_exact(stop, kind) + _exact(stop + 1, kind)) / 2
     ledger = _accountant(kind)
     calls = _count_accounting(monkeypatch)
+    # Nothing remembered (privacy.accounting.memo): the plan must compute, for the counter to see it
+    monkeypatch.setenv(memo.CACHE_ENV, str(tmp_path / "remembered"))
+    memo.forget()
     during: list[int] = []  # the number of accounting calls, seen from inside the loop
     reports: list[RoundReport] = []
 

@@ -229,7 +229,8 @@ def test_planned_sampling_trains_the_planners_split_of_the_runs_dp_count(home) -
 
     ingest(home, "demo", [DEMO_CORPUS], IngestOptions(format="conll2003"))
     config = TrainConfig(dataset="demo", mechanism="userdp", rounds=20, q_user=0.6, local_update="gradient",
-                         target_epsilon=8, sampling="planned", checkpoint_every=0, accountant="rdp", threads=1)
+                         target_epsilon=8, sampling="planned", checkpoint_every=0, accountant="rdp", threads=1,
+                         randomness="seeded")  # a fixed DP count: a secure draw can leave no split (it failed once so)
     said: list[str] = []
     result = train_configuration(home, config, progress=False, report_to=said.append)
     used = result.privacy_extra["population_used"]
