@@ -344,7 +344,7 @@ def test_a_noiseless_run_is_caught_from_the_cli_and_the_bound_is_logged(demo_hom
 
 @pytest.mark.slow
 def test_broken_dpsgd_is_caught_above_its_reported_epsilon_and_the_correct_one_is_not(demo_home, monkeypatch) -> None:
-    settings = dict(target_epsilon=0.5, steps=600, lr=2e-3, audit_canaries=128)
+    settings = dict(target_epsilon=0.5, steps=300, lr=4e-3, audit_canaries=128)
     correct = _train(demo_home, "dpsgd", **settings)
     broken = _train(demo_home, "dpsgd", broken=True, monkeypatch=monkeypatch, **settings)
     assert correct.epsilon == pytest.approx(0.5, abs=1e-3) and broken.epsilon == correct.epsilon

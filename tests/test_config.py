@@ -4,10 +4,10 @@ nested forms, the sweep's base plus grid, and the CLI options derived from the m
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -23,10 +23,9 @@ from uedp.services.config import MechanismSettings, SweepConfig, TrainConfig
 runner = CliRunner()
 
 
-def uedp(*args: str) -> subprocess.CompletedProcess[str]:
-    """The CLI in its own process (commands that import Prefect keep handles to the streams they saw)."""
-    return subprocess.run([sys.executable, "-m", "uedp.cli", *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
+def uedp(*args: str) -> Any:
+    """The CLI in process (typer's runner; conftest sets Prefect's logging up before any command imports it)."""
+    return CliRunner().invoke(app, list(args))
 
 
 def test_every_mechanism_is_registered_with_a_params_model_that_admits_its_name() -> None:
@@ -153,14 +152,14 @@ def test_a_logged_configuration_feeds_back_with_config_and_the_named_dataset_win
     resolved = tmp_path / "resolved_config.json"
     resolved.write_text(json.dumps({"config": logged.model_dump(), "privacy": {}}), encoding="utf-8")
     result = uedp("train", "missing", "--home", str(tmp_path / "home"), "--config", str(resolved), "--set", "seed=1")
-    assert result.returncode == 2, result.stderr  # one line naming the dataset given, not a TypeError
+    assert result.exit_code == 2, result.stderr  # one line naming the dataset given, not a TypeError
     assert "missing" in result.stderr and "elsewhere" not in result.stderr and len(result.stderr.splitlines()) == 1
 
 
 def test_local_dp_takes_its_epsilon_from_target_epsilon_on_the_command_line(tmp_path: Path) -> None:
     result = uedp("train", "missing", "--home", str(tmp_path), "--mechanism", "custext", "--target-epsilon", "2",
                   "--embeddings", "v.txt")
-    assert result.returncode == 2 and "noise_multiplier" not in result.stderr and "missing" in result.stderr
+    assert result.exit_code == 2 and "noise_multiplier" not in result.stderr and "missing" in result.stderr
     config = TrainConfig(dataset="d", mechanism="custext", target_epsilon=2.0, embeddings="v.txt")
     assert config.params.epsilon == 2.0 and config.params.budget == 2.0
 

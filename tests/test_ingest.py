@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -85,14 +82,16 @@ def test_invalid_options_are_named(options: dict, message: str) -> None:
         IngestOptions(**options)
 
 
-@pytest.mark.slow
 def test_cli_bad_input_prints_one_line_and_exits_2(tmp_path: Path) -> None:
-    """A real `uedp ingest` process (temporary Prefect server and all): one stderr line, no traceback."""
+    """`uedp ingest` on a malformed file: one stderr line naming the file and line, no traceback, nothing
+    half-written (in process: the entry point's own exit is tests/test_cli_entry.py's)."""
+    from typer.testing import CliRunner
+
+    from uedp.cli import app
+
     bad = write(tmp_path / "eng.train", "EU NNP I-NP B-ORG\nrejects VBZ I-VP\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")} | {"UEDP_HOME": str(tmp_path / "h")}
-    result = subprocess.run([sys.executable, "-m", "uedp.cli", "ingest", "conll2003", str(bad), "--name", "x"],
-                            capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
-    assert result.returncode == 2, result.stderr
+    result = CliRunner().invoke(app, ["ingest", "conll2003", str(bad), "--name", "x", "--home", str(tmp_path / "h")])
+    assert result.exit_code == 2, result.output
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert lines == [f"error: {bad}:2: expected 4 columns like the lines before, got 3"], result.stderr
     assert not (tmp_path / "h" / "datasets" / "x" / "sentences").exists()

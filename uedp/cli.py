@@ -1,6 +1,7 @@
 """The ``uedp`` entry point. ``uedp --version`` and ``uedp --help`` are answered here, from a table, without
-importing torch, Prefect or the configuration models (seconds of imports); everything else runs the
-commands of :mod:`uedp.commands`, imported when one is run. A test keeps :data:`COMMANDS` equal to the
+importing torch, Prefect or the configuration models (seconds of imports), and so is a ``uedp epsilon``
+answered before (:mod:`uedp.remembered_answers`); everything else runs the commands of
+:mod:`uedp.commands`, imported when one is run. A test keeps :data:`COMMANDS` equal to the
 commands :mod:`uedp.commands` defines.
 """
 
@@ -87,9 +88,14 @@ def main() -> None:
     if args == ["--help"]:
         print(fast_help(), end="")
         sys.exit(0)
-    from uedp.commands import main as run_command
+    from uedp.remembered_answers import answer
 
-    run_command()
+    def run_command() -> None:
+        from uedp.commands import main as run
+
+        run()
+
+    answer(args, run_command)  # `uedp epsilon`'s answers are remembered whole (uedp.remembered_answers)
 
 
 def __getattr__(name: str) -> Any:

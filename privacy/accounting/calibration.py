@@ -76,13 +76,29 @@ def _calibrate(round_event_for: Callable[[float], dp_accounting.DpEvent], rounds
 
     estimate = _estimate(coarse, target, floor)
     lowest = math.ceil(floor * GRID_STEPS_PER_UNIT - 1e-9)
-    start = lowest if estimate is None else max(lowest, math.ceil(estimate * GRID_STEPS_PER_UNIT - 1e-9))
     within: dict[int, bool] = {}
 
     def meets(step: int) -> bool:
         if step not in within:
             within[step] = exact(step / GRID_STEPS_PER_UNIT) <= target
         return within[step]
+
+    def grid_step(z: float) -> int:
+        return max(lowest, math.ceil(z * GRID_STEPS_PER_UNIT - 1e-9))
+
+    start = lowest
+    if estimate is not None:
+        z_coarse, slope = estimate
+        start = grid_step(z_coarse)
+        # The coarse grid's figure is off the exact one by a bias that moves its crossing a few grid steps:
+        # one exact figure there and the coarse slope (log epsilon against log z) say where the exact
+        # crossing lies, so the bracket below usually needs one more figure. Only where the search starts
+        # changes: the grid point is still decided by exact figures on both sides of it.
+        at_start = exact(start / GRID_STEPS_PER_UNIT)
+        within[start] = at_start <= target
+        if slope < 0 and at_start > 0:
+            corrected = math.log(start / GRID_STEPS_PER_UNIT) - math.log(at_start / target) / slope
+            start = grid_step(math.exp(corrected))
 
     # Below z = MIN_NOISE_MULTIPLIER the PLD discretisation needs tens of GiB and epsilon is in the
     # hundreds anyway: a target that such little noise already meets is reported, not searched.
@@ -117,11 +133,14 @@ def _bracket(meets: Callable[[int], bool], start: int, lowest: int) -> tuple[int
         low, gap = high, gap * 2
 
 
-def _estimate(epsilon: Callable[[float], float], target: float, floor: float) -> float | None:
-    """Where the coarse epsilon crosses the target: regula falsi (Illinois) on log epsilon against log z, in
-    a bracket found by doubling from z = 1. None when even the floor meets the target."""
+def _estimate(epsilon: Callable[[float], float], target: float, floor: float) -> tuple[float, float] | None:
+    """Where the coarse epsilon crosses the target, and the slope of log epsilon against log z there: regula
+    falsi (Illinois) in a bracket found by doubling from z = 1. None when even the floor meets the target."""
+    figured: list[tuple[float, float]] = []  # (log z, gap) as computed, for the slope at the end
+
     def gap(z: float) -> float:  # an epsilon of 0 (a release too rare to cost anything) is far below any target
-        return math.log(max(epsilon(z), 1e-300) / target)
+        figured.append((math.log(z), math.log(max(epsilon(z), 1e-300) / target)))
+        return figured[-1][1]
 
     z_high = max(1.0, 2 * floor)
     g_high = gap(z_high)
@@ -154,7 +173,8 @@ def _estimate(epsilon: Callable[[float], float], target: float, floor: float) ->
             if side == 1:
                 g_low /= 2
             side = 1
-    return z_high
+    (x_1, g_1), (x_2, g_2) = figured[-2:] if len(figured) > 1 else (figured[-1], figured[-1])
+    return z_high, (g_2 - g_1) / (x_2 - x_1) if x_2 != x_1 else 0.0
 
 
 def resolve_noise_multiplier(mechanism: str, noise_multiplier: float | None, target_epsilon: float | None,

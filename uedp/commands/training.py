@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
@@ -83,7 +84,9 @@ def epsilon(
     remember_accounting_in_home()
     noise = count_noise if count_noise is not None else RunSettings.model_fields["count_noise"].default
     try:
-        warning = check_delta(config.params.delta, users)  # type: ignore[attr-defined]
+        with warnings.catch_warnings():  # said once, below, as a line of its own (not a Python warning too)
+            warnings.simplefilter("ignore")
+            warning = check_delta(config.params.delta, users)  # type: ignore[attr-defined]
         # Training's count of units: declared public, or a DP count (planned at its expected value).
         population = Population.declared(users) if count_public else Population(float(users), "dp-count", noise)
         if choose_sampling:
