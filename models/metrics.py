@@ -192,3 +192,41 @@ def _targets_of(sequences: Sequence[torch.Tensor], pad_id: int) -> torch.Tensor:
         targets = next_token_targets(batch)
         flat.append(targets[targets != IGNORE])
     return torch.cat(flat) if flat else torch.zeros(0, dtype=torch.long)
+
+
+def text_scores(model: torch.nn.Module, tokenizer: object, texts: Sequence[str], max_len: int, device: torch.device,
+                batch_size: int = 16) -> dict[str, float]:
+    """A causal LM's ``perplexity`` per token (each text's tokens and EOS, its first token context, as runs
+    score a split; here after a leading EOS, which runs do not give), and ``bits_per_byte``, a figure that compares across tokenizers: each text is preceded by EOS,
+    so every byte of it is predicted, and the summed NLL in bits is divided by the UTF-8 bytes scored (each
+    text's end counts one byte). Texts longer than ``max_len`` tokens are cut, and only the bytes kept count."""
+    eos = tokenizer.eos_token_id  # type: ignore[attr-defined]
+    rows = tokenizer(list(texts), add_special_tokens=False)["input_ids"]  # type: ignore[operator]
+    sequences, scored_bytes = [], 0
+    for row in rows:
+        kept = row[: max_len - 2]
+        sequences.append(torch.tensor([eos, *kept, eos], dtype=torch.long))
+        scored_bytes += len(tokenizer.decode(kept).encode("utf-8")) + 1  # type: ignore[attr-defined]
+    was_training = model.training
+    model.eval()
+    all_nll, run_nll, run_tokens = 0.0, 0.0, 0
+    with torch.no_grad():
+        for batch in batches(sequences, batch_size, eos):
+            batch = {k: v.to(device) for k, v in batch.items()}
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            targets = next_token_targets(batch)
+            nll = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+                                  ignore_index=IGNORE, reduction="none").view_as(targets)
+            all_nll += float(nll.sum())
+            # as runs score a text: its first token is context (here the prediction after the leading EOS)
+            later = targets.clone()
+            later[:, 0] = IGNORE
+            run_nll += float(nll[later != IGNORE].sum())
+            run_tokens += int((later != IGNORE).sum())
+    model.train(was_training)
+    if run_tokens == 0:
+        raise ValueError("no tokens to score")
+    mean = run_nll / run_tokens
+    return {"perplexity": math.exp(mean) if mean < 700 else math.inf,
+            "bits_per_byte": all_nll / math.log(2) / scored_bytes, "records": float(len(sequences)),
+            "tokens": float(run_tokens), "bytes": float(scored_bytes)}

