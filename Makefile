@@ -21,8 +21,17 @@ setup: $(STAMP)  ## create .venv and install uedp with pinned dependencies
 demo: $(STAMP)  ## install, then run the end-to-end demo (ingest, detect, train, evaluate, log to MLflow)
 	$(BIN)/uedp demo
 
-test: $(STAMP) browser lint  ## install, lint and type-check, then run the whole test suite (TEST_WORKERS processes)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not cuda" --durations=15
+# mypy (about a minute cold, as on a fresh clone) checks while the tests run: most slow tests wait on servers,
+# subprocesses and a browser, so the two share the cores' idle time. Its report follows the tests'; either
+# failing fails `make test`.
+test: $(STAMP) browser  ## install, lint, then the whole test suite (TEST_WORKERS processes) with the type check beside it
+	$(BIN)/ruff check .
+	@$(BIN)/python scripts/typecheck.py > $(VENV)/typecheck.log 2>&1 & checking=$$!; \
+	echo "$(BIN)/python scripts/typecheck.py (beside the tests; its report follows them)"; \
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not cuda" --durations=15; tests=$$?; \
+	wait $$checking; types=$$?; \
+	echo "$(BIN)/python scripts/typecheck.py:"; cat $(VENV)/typecheck.log; \
+	test $$tests -eq 0 && test $$types -eq 0
 
 # The GPU's own checks, never part of `make test` or CI: the CUDA-marked tests (device-side secret noise, bf16
 # clipping, private runs on CUDA), then training throughput at real sizes, full and LoRA, with the settings of

@@ -172,3 +172,27 @@ def reuters_corpus(folder: Path, articles: int = 40, seed: int = 0) -> list[Path
     half = len(made) // 2
     return [write(folder / "reut2-000.sgm", reuters_sgml(made[:half])),
             write(folder / "reut2-001.sgm", reuters_sgml(made[half:]))]
+
+
+def check_ci_page(name: str, page: Any, out: Path) -> None:
+    """What every ci-scale results page must hold: claims that all hold, a README naming its command, scale and
+    time, a results.json of finished runs with finite perplexities, drawn figures, no staging folder left.
+    (tests/test_reproduce.py runs it on pages from scratch; tests/test_reproduce_starts.py on the CoNLL pages
+    with a second start, whose from-scratch rows and claims are the from-scratch page's.)"""
+    import json
+    import math
+
+    assert page.verdicts, "a page without claims checks nothing"
+    failed = [f"{v.statement}: {v.ours}" for v in page.verdicts if not v.holds]
+    assert not failed, f"{name} at the ci scale: claims that do not hold: {failed}"
+    files = {p.name for p in out.iterdir()}
+    assert {"README.md", "results.json"} <= files and any(f.endswith(".png") for f in files)
+    text = (out / "README.md").read_text(encoding="utf-8")
+    assert "uedp reproduce " + name in text and "ci scale" in text and "minutes" in text
+    assert "## The seeds' claims, checked" in text
+    data = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert data["runs"] and all(run["run_id"] for run in data["runs"])
+    assert all(math.isfinite(run["perplexity"]) for run in data["runs"])
+    for png in out.glob("*.png"):
+        assert png.stat().st_size > 10_000  # a drawn figure, not an empty canvas
+    assert not list(out.parent.glob(".page.tmp-*")) and not list(out.parent.glob(".page.old-*"))

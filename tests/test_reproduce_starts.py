@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import reuters_corpus
+from tests.support import check_ci_page, reuters_corpus
 from uedp.errors import UedpError
 from uedp.experiments.common import Results, RunRow, judge
 from uedp.experiments.reproduce import reproduce
@@ -32,6 +32,7 @@ def test_uedp_conll_from_the_public_base_keeps_scratch_rows_beside_the_base_rows
     out = tmp_path / "page"
     lines: list[str] = []
     page = reproduce("uedp-conll", "ci", home, shared_conll, out, say=lines.append, start="base", public_dir=reuters)
+    check_ci_page("uedp-conll", page, out)  # the from-scratch page's checks (tests/test_reproduce.py), here
     data = json.loads((out / "results.json").read_text(encoding="utf-8"))
     start = data["figures"]["start"]
     assert start["kind"] == "base" and start["run_id"] and start["uniform"] == 400
@@ -70,6 +71,7 @@ def test_selective_conll_from_the_base_adds_gpt2s_mechanisms_with_their_canaries
     out = tmp_path / "page"
     page = reproduce("selective-conll", "ci", home, shared_conll, out, say=lambda _: None, start="base",
                      public_dir=reuters)
+    check_ci_page("selective-conll", page, out)  # the from-scratch page's checks (tests/test_reproduce.py), here
     data = json.loads((out / "results.json").read_text(encoding="utf-8"))
     family = data["figures"]["start"]["family"]
     assert {r["family"] for r in data["runs"]} == {"lstm tiny", "gpt2 tiny", family}
