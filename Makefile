@@ -27,6 +27,7 @@ demo: $(STAMP)  ## install, then run the end-to-end demo (ingest, detect, train,
 test: $(STAMP) browser  ## install, lint, then the whole test suite (TEST_WORKERS processes) with the type check beside it
 	$(BIN)/ruff check .
 	@$(BIN)/python scripts/typecheck.py > $(VENV)/typecheck.log 2>&1 & checking=$$!; \
+	trap 'kill $$checking 2>/dev/null' INT TERM; \
 	echo "$(BIN)/python scripts/typecheck.py (beside the tests; its report follows them)"; \
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not cuda" --durations=15; tests=$$?; \
 	wait $$checking; types=$$?; \

@@ -39,7 +39,7 @@ def convert_gguf(gguf_file: Path, target: Path) -> ConvertedModel:
     try:
         loaded = AutoModelForCausalLM.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+    except Exception as exc:  # the gguf reader's and transformers' errors are many kinds: one message for all
         raise ValueError(f"{gguf_file}: not a GGUF checkpoint transformers can read ({type(exc).__name__}: "
                          f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
     config = loaded.config
@@ -55,13 +55,20 @@ def convert_gguf(gguf_file: Path, target: Path) -> ConvertedModel:
     if tied:
         plain.tie_weights()
     target.parent.mkdir(parents=True, exist_ok=True)
+    for left in target.parent.glob(f".{target.name}-*"):  # what an earlier conversion killed mid-way left
+        shutil.rmtree(left, ignore_errors=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    staging.chmod(0o755)  # mkdtemp's 0700 would hide the base from the workers and users sharing the home
     try:
         plain.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
+        if target.exists():  # the old folder goes aside first, so a crash leaves one whole folder or the other
+            aside = Path(tempfile.mkdtemp(prefix=f".{target.name}-old-", dir=target.parent))
+            target.rename(aside / target.name)
+            staging.rename(target)
+            shutil.rmtree(aside, ignore_errors=True)
+        else:
+            staging.rename(target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

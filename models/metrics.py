@@ -7,6 +7,7 @@ import functools
 import inspect
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -194,19 +195,26 @@ def _targets_of(sequences: Sequence[torch.Tensor], pad_id: int) -> torch.Tensor:
     return torch.cat(flat) if flat else torch.zeros(0, dtype=torch.long)
 
 
-def text_scores(model: torch.nn.Module, tokenizer: object, texts: Sequence[str], max_len: int, device: torch.device,
+def text_scores(model: torch.nn.Module, tokenizer: Any, texts: Sequence[str], max_len: int, device: torch.device,
                 batch_size: int = 16) -> dict[str, float]:
-    """A causal LM's ``perplexity`` per token (each text's tokens and EOS, its first token context, as runs
-    score a split; here after a leading EOS, which runs do not give), and ``bits_per_byte``, a figure that compares across tokenizers: each text is preceded by EOS,
-    so every byte of it is predicted, and the summed NLL in bits is divided by the UTF-8 bytes scored (each
-    text's end counts one byte). Texts longer than ``max_len`` tokens are cut, and only the bytes kept count."""
-    eos = tokenizer.eos_token_id  # type: ignore[attr-defined]
-    rows = tokenizer(list(texts), add_special_tokens=False)["input_ids"]  # type: ignore[operator]
+    """A causal LM's ``perplexity`` per token and ``bits_per_byte`` on ``texts``.
+
+    Each text is encoded as runs encode a split (its tokens and EOS, cut at ``max_len`` tokens: a cut text
+    has no EOS) and preceded by EOS as context. ``perplexity`` scores the tokens runs score (all but each
+    text's first, which is context there; here the leading EOS is context too, which runs do not give).
+    ``bits_per_byte`` compares across tokenizers: every token is scored, the first included, and the summed
+    NLL in bits is divided by the UTF-8 bytes of the text those tokens cover (the characters up to the last
+    kept token's end, by the tokenizer's offsets), plus one byte for each text's end where its EOS is kept."""
+    eos = tokenizer.eos_token_id
+    encoded = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)
     sequences, scored_bytes = [], 0
-    for row in rows:
-        kept = row[: max_len - 2]
-        sequences.append(torch.tensor([eos, *kept, eos], dtype=torch.long))
-        scored_bytes += len(tokenizer.decode(kept).encode("utf-8")) + 1  # type: ignore[attr-defined]
+    for text, row, offsets in zip(texts, encoded["input_ids"], encoded["offset_mapping"]):
+        body = (row + [eos])[: max_len - 1]  # as batching.encode, one place left for the leading EOS
+        kept = len(body) - (1 if len(body) == len(row) + 1 else 0)  # the text's own tokens kept
+        ends = len(body) > kept
+        covered = text[: offsets[kept - 1][1]] if kept else ""
+        sequences.append(torch.tensor([eos, *body], dtype=torch.long))
+        scored_bytes += len(covered.encode("utf-8")) + (1 if ends else 0)
     was_training = model.training
     model.eval()
     all_nll, run_nll, run_tokens = 0.0, 0.0, 0
@@ -218,13 +226,12 @@ def text_scores(model: torch.nn.Module, tokenizer: object, texts: Sequence[str],
             nll = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
                                   ignore_index=IGNORE, reduction="none").view_as(targets)
             all_nll += float(nll.sum())
-            # as runs score a text: its first token is context (here the prediction after the leading EOS)
-            later = targets.clone()
+            later = targets.clone()  # as runs score a text: its first token is context
             later[:, 0] = IGNORE
             run_nll += float(nll[later != IGNORE].sum())
             run_tokens += int((later != IGNORE).sum())
     model.train(was_training)
-    if run_tokens == 0:
+    if run_tokens == 0 or scored_bytes == 0:
         raise ValueError("no tokens to score")
     mean = run_nll / run_tokens
     return {"perplexity": math.exp(mean) if mean < 700 else math.inf,

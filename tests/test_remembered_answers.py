@@ -57,7 +57,7 @@ def test_a_repeated_plan_prints_the_same_bytes_without_running_the_command(
     with pytest.raises(SystemExit) as exited:
         answer(PLAN, _counting(runs))
     assert exited.value.code == 0 and runs == []  # replayed: the command did not run
-    assert capsys.readouterr().out == first[1]
+    assert capsys.readouterr() == (first[1], first[2])  # both streams, as the command wrote them
 
 
 def test_another_argument_or_other_code_is_answered_afresh(
@@ -110,3 +110,27 @@ def test_a_damaged_answer_is_computed_again_and_written_over(
     again = _run_cli(PLAN, monkeypatch, capsys)
     assert again == first
     assert '"stdout"' in file.read_text(encoding="utf-8")
+
+
+def test_the_labels_a_plan_checks_its_categories_against_name_its_answer(
+        plan_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A plan's defaults are checked against the entity categories (the variables and the home's labels file):
+    another taxonomy is another answer, never a replay of one checked against the old."""
+    folder = plan_home / "cache" / "answers"
+    named = answer_file(folder, PLAN)
+    monkeypatch.setenv("UEDP_CATEGORIES", "PER")
+    assert answer_file(folder, PLAN) != named
+    monkeypatch.delenv("UEDP_CATEGORIES")
+    (plan_home / "labels.yaml").write_text("labels: {}\n", encoding="utf-8")
+    assert answer_file(folder, PLAN) != named
+
+
+def test_an_answer_whose_name_cannot_be_computed_is_answered_unremembered(
+        plan_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def broken() -> str:
+        raise RuntimeError("package uedp.flows is not installed where an answer's code can be read")
+
+    monkeypatch.setattr(remembered_answers, "source_identity", broken)
+    code, out, _ = _run_cli(PLAN, monkeypatch, capsys)
+    assert code == 0 and "dpsgd: epsilon = " in out
+    assert not (plan_home / "cache" / "answers").exists()

@@ -2,11 +2,13 @@
 a repeated plan is printed from the data home without importing torch or dp_accounting (about 3 s of
 imports before the remembered accounting figures of :mod:`uedp.privacy.accounting.memo` can even be read).
 
-An answer is named by a hash of the command's arguments, uedp's version, dp_accounting's version and the
-bytes of every module uedp installs (:func:`source_identity`): any change to the code, an upgrade, or
-another argument computes afresh. Only answers that depend on nothing but their arguments are remembered:
+An answer is named by a hash of the command's arguments, the versions of uedp, dp_accounting, numpy and
+scipy, the bytes of every module uedp installs (:func:`source_identity`), and what a plan reads besides
+(:func:`read_inputs`: the category variables and the data home's labels file): any change to the code, an
+upgrade, or another argument computes afresh. Only answers that depend on nothing but their arguments are remembered:
 not with ``--config`` (a file's contents), not ``--help``, not a failure (exit status other than 0). What
-is kept is what the command wrote to stdout and stderr, replayed byte for byte.
+is kept is what the command wrote to stdout and stderr, in order, replayed byte for byte. Delete
+``<home>/cache/answers`` to forget them all.
 
 Nothing private is here: a plan's arguments and lines are public settings and public figures, kept in the
 curator's data home (``<home>/cache/answers``) when one exists, as the accounting figures are.
@@ -51,10 +53,18 @@ def rememberable(args: list[str]) -> bool:
     return not any(arg == option or arg.startswith(option + "=") for arg in args[1:] for option in NOT_REMEMBERED_OPTIONS)
 
 
+# Distributions whose versions can move a figure or a check (the accountant and the numerics under it).
+ACCOUNTING_DISTRIBUTIONS = ("uedp", "dp-accounting", "numpy", "scipy")
+# What a plan reads besides its arguments: the entity categories a configuration's defaults are checked
+# against (detection/categories.py: these variables and the data home's labels file).
+READ_ENVIRONMENT = ("UEDP_CATEGORIES", "UEDP_LABELS")
+
+
 def source_identity() -> str:
-    """What computes an answer: uedp's and dp_accounting's versions, the Python version and the bytes of every
-    module of :data:`SOURCE_PACKAGES` (found where the installation puts them, editable or not)."""
-    digest = hashlib.sha256(repr((ANSWERS_VERSION, version("uedp"), version("dp-accounting"),
+    """What computes an answer: the versions of :data:`ACCOUNTING_DISTRIBUTIONS`, the Python version and the
+    bytes of every module of :data:`SOURCE_PACKAGES` (found where the installation puts them, editable or
+    not)."""
+    digest = hashlib.sha256(repr((ANSWERS_VERSION, [version(name) for name in ACCOUNTING_DISTRIBUTIONS],
                                   sys.version_info[:2])).encode())
     for package in SOURCE_PACKAGES:
         spec = find_spec(package)
@@ -68,8 +78,19 @@ def source_identity() -> str:
     return digest.hexdigest()
 
 
+def read_inputs(folder: Path) -> list[str]:
+    """What a plan reads besides its arguments and code: :data:`READ_ENVIRONMENT` and the data home's labels
+    file (``<home>/labels.yaml``, beside ``cache/answers``)."""
+    labels = folder.parent.parent / "labels.yaml"
+    try:
+        labels_text = labels.read_text(encoding="utf-8")
+    except OSError:
+        labels_text = ""
+    return [*(os.environ.get(name, "") for name in READ_ENVIRONMENT), labels_text]
+
+
 def answer_file(folder: Path, args: list[str]) -> Path:
-    key = hashlib.sha256(json.dumps([source_identity(), args]).encode()).hexdigest()[:32]
+    key = hashlib.sha256(json.dumps([source_identity(), read_inputs(folder), args]).encode()).hexdigest()[:32]
     return folder / f"{args[0]}-{key}.json"
 
 
@@ -82,25 +103,28 @@ def replay(file: Path, args: list[str]) -> bool:
         return False
     if not isinstance(stored, dict) or stored.get("args") != args:
         return False
-    out, err = stored.get("stdout"), stored.get("stderr")
-    if not isinstance(out, str) or not isinstance(err, str):
+    writes = stored.get("writes")
+    if not isinstance(writes, list) or not all(
+            isinstance(w, list) and len(w) == 2 and w[0] in ("stdout", "stderr") and isinstance(w[1], str)
+            for w in writes):
         return False
-    sys.stdout.write(out)
-    sys.stdout.flush()
-    sys.stderr.write(err)
-    sys.stderr.flush()
+    for stream, text in writes:  # in the order the command wrote them
+        target = sys.stdout if stream == "stdout" else sys.stderr
+        target.write(text)
+        target.flush()
     return True
 
 
 class _Tee(io.TextIOBase):
-    """Writes go to the real stream and are kept."""
+    """Writes go to the real stream and are kept, with which stream, in one list for both."""
 
-    def __init__(self, stream: TextIO) -> None:
-        self.stream, self.kept = stream, io.StringIO()
+    def __init__(self, stream: TextIO, name: str, kept: list[list[str]]) -> None:
+        self.stream, self.name, self.kept = stream, name, kept
 
-    def write(self, text: str) -> int:
-        self.kept.write(text)
-        return self.stream.write(text)
+    def write(self, text: str | bytes) -> int:  # click may hand bytes through
+        shown = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+        self.kept.append([self.name, shown])
+        return self.stream.write(shown)
 
     def flush(self) -> None:
         self.stream.flush()
@@ -110,35 +134,40 @@ class _Tee(io.TextIOBase):
 
 
 @contextlib.contextmanager
-def _teed() -> Iterator[tuple[_Tee, _Tee]]:
-    out, err = _Tee(sys.stdout), _Tee(sys.stderr)
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        yield out, err
+def _teed() -> Iterator[list[list[str]]]:
+    kept: list[list[str]] = []
+    with contextlib.redirect_stdout(_Tee(sys.stdout, "stdout", kept)), \
+            contextlib.redirect_stderr(_Tee(sys.stderr, "stderr", kept)):
+        yield kept
 
 
 def answer(args: list[str], run: Callable[[], Any]) -> None:
     """Run the command (``run``, which exits) or replay its remembered answer; a successful answer to a
     rememberable command is remembered. Exits as the command does."""
     folder = answers_folder() if rememberable(args) else None
-    if folder is None:
+    try:
+        file = answer_file(folder, args) if folder is not None else None
+    except Exception:  # what names an answer could not be read: the command answers, unremembered
+        file = None
+    if file is None:
         run()
         return
-    file = answer_file(folder, args)
     if replay(file, args):
         sys.exit(0)
-    with _teed() as (out, err):
+    with _teed() as kept:
         try:
             run()
             status: Any = 0
         except SystemExit as exc:
             status = exc.code
     if status in (0, None):
-        _write(file, {"args": args, "stdout": out.kept.getvalue(), "stderr": err.kept.getvalue()})
+        _write(file, {"args": args, "writes": kept})
     sys.exit(status)
 
 
 def _write(file: Path, data: dict[str, Any]) -> None:
     """Atomically; a folder that cannot be written only costs the next call the computation."""
+    temporary = ""
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(prefix=file.name, dir=file.parent)
@@ -146,4 +175,6 @@ def _write(file: Path, data: dict[str, Any]) -> None:
             json.dump(data, stream)
         os.replace(temporary, file)
     except OSError:
-        pass
+        if temporary:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)

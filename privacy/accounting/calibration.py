@@ -23,6 +23,9 @@ from uedp.privacy.accounting.memo import remembered
 # grid (not a bisection's last bracket) makes the answer the same whichever way the search reached it.
 GRID_STEPS_PER_UNIT = 10000
 TOLERANCE = 1 / GRID_STEPS_PER_UNIT
+# The most the exact figure's correction moves the coarse estimate, in log z (5%): the coarse grid's bias
+# moves the crossing by a few grid steps, never more.
+MAX_CORRECTION = math.log(1.05)
 
 
 class MetAtFloor(ValueError):
@@ -49,8 +52,8 @@ def calibrate_noise_multiplier(
 
     Fast, with the same answer: a search on a coarser PLD grid (:data:`SEARCH_DISCRETIZATION`, regula falsi
     on log epsilon against log z) says where z lies, and the run's own accountant then decides the grid
-    point: the first z whose epsilon is within the target, with the one a step below it beyond (two or
-    three figures; more only if the coarse search was off). Remembered by its arguments
+    point: the first z whose epsilon is within the target, with the one a step below it beyond (one figure
+    at the coarse estimate corrects its bias; then two or three; more only if the coarse search was off). Remembered by its arguments
     (:mod:`privacy.accounting.memo`): ``round_event_for`` is identified by its events at z = 1 and z = 2,
     which determine it for every event uedp builds (each Gaussian's noise multiplier is z times a constant).
     """
@@ -96,9 +99,12 @@ def _calibrate(round_event_for: Callable[[float], dp_accounting.DpEvent], rounds
         # changes: the grid point is still decided by exact figures on both sides of it.
         at_start = exact(start / GRID_STEPS_PER_UNIT)
         within[start] = at_start <= target
-        if slope < 0 and at_start > 0:
-            corrected = math.log(start / GRID_STEPS_PER_UNIT) - math.log(at_start / target) / slope
-            start = grid_step(math.exp(corrected))
+        if slope < 0 and 0 < at_start < math.inf:
+            step = -math.log(at_start / target) / slope
+            # A slope from two nearby coarse figures can be mostly rounding: a step beyond a few percent of z
+            # is not a correction of the grid's bias, and the bracket starts where the coarse search ended.
+            if abs(step) <= MAX_CORRECTION:
+                start = grid_step(math.exp(math.log(start / GRID_STEPS_PER_UNIT) + step))
 
     # Below z = MIN_NOISE_MULTIPLIER the PLD discretisation needs tens of GiB and epsilon is in the
     # hundreds anyway: a target that such little noise already meets is reported, not searched.
