@@ -31,7 +31,7 @@ FOLDERS = {"uedp": "uedp", "experiments": "uedp.experiments", "flows": "uedp.flo
            "models": "uedp.models", "privacy": "uedp.privacy", "detection": "uedp.detection",
            "deployments": "uedp.deployments"}
 LAYERS = {
-    "uedp.cli": 8, "uedp.commands": 7, "uedp.stack": 6, "uedp.experiments": 6, "uedp.options": 6, "uedp.prefect_server": 6,
+    "uedp.cli": 8, "uedp.commands": 7, "uedp.remembered_answers": 7, "uedp.stack": 6, "uedp.experiments": 6, "uedp.options": 6, "uedp.prefect_server": 6,
     "uedp.flows": 5, "uedp.tasks": 4, "uedp.services": 3,
     "uedp.privacy": 2, "uedp.storage": 2, "uedp.detection": 2, "uedp.deployments": 2,
     "uedp.models": 1,

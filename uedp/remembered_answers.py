@@ -22,12 +22,13 @@ import io
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from importlib.metadata import version
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, TextIO
+
+from uedp.privacy.accounting.memo import write_cache_entry
 
 ANSWERS_VERSION = 1
 REMEMBERED_COMMANDS = frozenset({"epsilon"})
@@ -161,20 +162,5 @@ def answer(args: list[str], run: Callable[[], Any]) -> None:
         except SystemExit as exc:
             status = exc.code
     if status in (0, None):
-        _write(file, {"args": args, "writes": kept})
+        write_cache_entry(file, {"args": args, "writes": kept})
     sys.exit(status)
-
-
-def _write(file: Path, data: dict[str, Any]) -> None:
-    """Atomically; a folder that cannot be written only costs the next call the computation."""
-    temporary = ""
-    try:
-        file.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=file.name, dir=file.parent)
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            json.dump(data, stream)
-        os.replace(temporary, file)
-    except OSError:
-        if temporary:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)

@@ -15,6 +15,7 @@ Nothing private is here: the arguments are a run's public settings, and the fold
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -65,7 +66,7 @@ def remembered(namespace: str, arguments: tuple[Any, ...], compute: Callable[[],
     value = compute()
     _MEMORY[key] = value
     if folder is not None:
-        _write(folder / f"{key}.json", {"arguments": repr(arguments), "value": value})
+        write_cache_entry(folder / f"{key}.json", {"arguments": repr(arguments), "value": value})
     return value
 
 
@@ -101,8 +102,11 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, str))
 
 
-def _write(file: Path, data: dict[str, Any]) -> None:
-    """Atomically; a folder that cannot be written to only costs the next process the computation."""
+def write_cache_entry(file: Path, data: dict[str, Any]) -> None:
+    """Write a cache entry as JSON, atomically (a temporary file renamed over it, removed on failure); a folder
+    that cannot be written to only costs the next process the computation, so failures are not raised.
+    Shared by the remembered answers of :mod:`uedp.remembered_answers`."""
+    temporary = ""
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(prefix=file.name, dir=file.parent)
@@ -110,4 +114,6 @@ def _write(file: Path, data: dict[str, Any]) -> None:
             json.dump(data, out)
         os.replace(temporary, file)
     except OSError:
-        pass
+        if temporary:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
