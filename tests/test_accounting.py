@@ -299,3 +299,43 @@ def test_a_ledger_without_a_guarantee_has_infinite_epsilon_and_plans_nothing() -
     schedule = ledger.plan(100, None)
     assert schedule.last == 100 and not schedule.shown and ledger.spend() == math.inf == ledger.epsilon
     assert NoLedger().plan(100, 5.0).last == 0  # infinite epsilon exceeds any budget
+
+
+@pytest.mark.parametrize("budget_over_final", [None, 1.01, "stops"])
+@pytest.mark.parametrize("with_count", [False, True])
+def test_the_planned_final_figure_is_the_schedules_last_and_needs_no_curve_unless_the_budget_stops(
+        budget_over_final: float | str | None, with_count: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    rounds = 133
+    whole = _exact(rounds, with_count=with_count)
+    budget = (None if budget_over_final is None else whole * budget_over_final if isinstance(budget_over_final, float)
+              else (_exact(78, with_count=with_count) + _exact(79, with_count=with_count)) / 2)
+    stops = budget_over_final == "stops"
+    planning = [0]
+    start = RoundAccountant._start_planning
+
+    def counted(self: RoundAccountant) -> None:
+        planning[0] += 1
+        start(self)
+
+    monkeypatch.setattr(RoundAccountant, "_start_planning", counted)
+    final = _accountant(with_count=with_count).final(rounds, budget)
+    assert planning[0] == (1 if stops else 0)  # the curve is composed only to find a budget's stop
+    schedule = _accountant(with_count=with_count).plan(rounds, budget)
+    assert final == schedule.shown[schedule.last]
+    figures = list(schedule.shown.values())
+    assert figures == sorted(figures) and figures[-1] == max(figures)
+    if stops:
+        assert schedule.last == 78 and final <= budget  # type: ignore[operator]
+    else:  # the whole run's figure, composed at once: the one a calibration computes for the same event
+        assert schedule.last == rounds and final == whole
+        assert all(figure == pytest.approx(_exact(r, with_count=with_count), rel=1e-7) for r, figure in schedule.shown.items())
+
+
+def test_a_worst_case_ledgers_final_figure_is_the_larger_cases_whole_run_figure() -> None:
+    cases = {"E": SHOWN_EVENT, "S": poisson_gaussian_round(0.02, 1.0)}
+    rounds = 150
+    ledger = WorstCaseLedger({case: RoundAccountant(event, 1e-5, "pld") for case, event in cases.items()})
+    final = ledger.final(rounds, None)
+    assert final == max(epsilon_after(event, rounds, 1e-5, "pld") for event in cases.values())
+    assert ledger.plan(rounds, None).shown[rounds] == final
+    assert NoLedger().final(rounds, None) == math.inf

@@ -5,6 +5,7 @@ it shows, so training itself composes nothing."""
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,6 +118,11 @@ class RoundAccountant:
         """Before the first round: the schedule of a run of ``rounds`` rounds stopped by ``budget``."""
         return plan_epsilons([self], rounds, budget)
 
+    def final(self, rounds: int, budget: float | None = None) -> float:
+        """The epsilon a run of ``rounds`` rounds under ``budget`` states if it is not interrupted: its
+        schedule's last figure, found without planning the curve when the budget does not stop it."""
+        return planned_final([self], rounds, budget)
+
     def spend(self) -> float | None:
         """One round ran: the exact epsilon after it when the schedule shows that round, else None. No
         accounting happens here (:meth:`plan` did it)."""
@@ -186,6 +192,24 @@ class RoundAccountant:
         self._one_round, self._knot, self._probe, self._powers = None, (0, None), (0, None), {}
 
 
+def whole_run_epsilon(accountants: Sequence[RoundAccountant], rounds: int) -> list[float]:
+    """Each accountant's epsilon after all ``rounds``, by :func:`epsilon_after` in one composition (the
+    figure a calibration computed for the same event, remembered): the last figure of a run the budget
+    does not stop."""
+    return [epsilon_after(a.round_event, rounds, a.delta, a.kind, a.adjacency, a.initial) for a in accountants]
+
+
+def planned_final(accountants: Sequence[RoundAccountant], rounds: int, budget: float | None) -> float:
+    """The last figure of the schedule :func:`plan_epsilons` plans, without planning the curve when the
+    budget does not stop the run (``uedp epsilon`` and a reservation need only this figure)."""
+    if rounds > 0:
+        finals = whole_run_epsilon(accountants, rounds)
+        if budget is None or max(finals) <= budget:
+            return max(finals)
+    schedule = plan_epsilons(accountants, rounds, budget)
+    return schedule.shown.get(schedule.last, max(a.exact_after(schedule.last) for a in accountants))
+
+
 def plan_epsilons(accountants: Sequence[RoundAccountant], rounds: int, budget: float | None) -> EpsilonSchedule:
     """The schedule of a run of ``rounds`` rounds whose epsilon is the largest of ``accountants``' (see
     :func:`_plan_epsilons`), remembered by the accountants' identities, the rounds and the budget
@@ -210,19 +234,33 @@ def _plan_epsilons(accountants: Sequence[RoundAccountant], rounds: int, budget: 
     uedp's cases), stopped by ``budget`` (None: no budget); each accountant is given its own figures at
     the same rounds, the same last round.
 
-    Walks the shown rounds (:func:`shown_rounds`) in order, each figure composed from the one before; at
-    the first whose epsilon exceeds the budget, bisects between it and the last within the budget (the
-    largest of non-decreasing epsilons does not decrease, so bisection finds the exact last round R with
-    epsilon(R) <= budget) and stops there. No figure is put below the one before it in the same case
-    (see :meth:`RoundAccountant.exact_after`), so the figures compared with the budget are those shown.
+    A run the budget does not stop (no budget, or every case's whole-run figure within it) ends on the
+    whole run's figure composed at once (:func:`whole_run_epsilon`: the calibration's, and what
+    :func:`planned_final` reports without the curve), and no earlier figure is put above it: a figure
+    for fewer rounds is still an upper bound when lowered to that of more rounds, since a transcript of
+    fewer rounds is post-processing of a longer one's.
+
+    Otherwise it walks the shown rounds (:func:`shown_rounds`) in order, each figure composed from the one
+    before; at the first whose epsilon exceeds the budget, bisects between it and the last within the
+    budget (the largest of non-decreasing epsilons does not decrease, so bisection finds the exact last
+    round R with epsilon(R) <= budget) and stops there. No figure is put below the one before it in the
+    same case (see :meth:`RoundAccountant.exact_after`), so the figures compared with the budget are
+    those shown.
     """
+    finals = whole_run_epsilon(accountants, rounds) if rounds > 0 else []
+    if finals and (budget is None or max(finals) <= budget):
+        budget, ceilings = None, finals
+    else:
+        ceilings = [math.inf for _ in accountants]
     for accountant in accountants:
         accountant._start_planning()
     shown: list[dict[int, float]] = [{} for _ in accountants]
     floors = [0.0 for _ in accountants]
 
     def figures(at: int) -> list[float]:
-        return [max(a._planned_at(at), floor) for a, floor in zip(accountants, floors)]
+        if at == rounds and budget is None:
+            return ceilings
+        return [max(min(a._planned_at(at), ceiling), floor) for a, ceiling, floor in zip(accountants, ceilings, floors)]
 
     def record(at: int, values: list[float]) -> None:
         for case, value in zip(shown, values):

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from uedp.privacy.accounting.rounds import EpsilonSchedule, RoundAccountant, plan_epsilons
+from uedp.privacy.accounting.rounds import EpsilonSchedule, RoundAccountant, plan_epsilons, planned_final
 from uedp.privacy.layer_randomness import DROPOUT_NOTE, no_global_draws
 from uedp.privacy.mechanisms.base import OnRound, RoundReport
 from uedp.privacy.mechanisms.checkpoint import Checkpointer, Restorable
@@ -62,6 +62,10 @@ class Ledger(Protocol):
         """The schedule of a run of ``rounds`` rounds under ``budget`` (None: no budget)."""
         ...
 
+    def final(self, rounds: int, budget: float | None) -> float:
+        """The last figure of :meth:`plan`'s schedule (what the run states), planned no further than needed."""
+        ...
+
     def spend(self) -> float | None:
         """One round ran: its exact epsilon when the schedule shows it, else None."""
         ...
@@ -81,6 +85,9 @@ class NoLedger:
 
     def plan(self, rounds: int, budget: float | None) -> EpsilonSchedule:
         return EpsilonSchedule(rounds, rounds if budget is None else 0)
+
+    def final(self, rounds: int, budget: float | None) -> float:
+        return self.epsilon
 
     def spend(self) -> float:
         self.rounds += 1
@@ -111,6 +118,9 @@ class WorstCaseLedger:
 
     def plan(self, rounds: int, budget: float | None) -> EpsilonSchedule:
         return plan_epsilons(list(self.cases.values()), rounds, budget)
+
+    def final(self, rounds: int, budget: float | None) -> float:
+        return planned_final(list(self.cases.values()), rounds, budget)
 
     def spend(self) -> float | None:
         figures = [a.spend() for a in self.cases.values()]  # the cases show the same rounds
@@ -219,8 +229,7 @@ def planned_epsilon(ledger: Ledger, rounds: int, budget: float | None) -> float:
     """The epsilon a run of ``rounds`` rounds under ``budget`` will state if it is not interrupted: its
     schedule's figure at the last round that runs (what a divergence stop states too). Planned on a
     fresh ledger, before any data is touched: the privacy ledger reserves it (services.privacy_budget)."""
-    schedule = ledger.plan(rounds, budget)
-    return schedule.shown.get(schedule.last, ledger.epsilon)
+    return ledger.final(rounds, budget)
 
 
 def private_statement(mechanism: str, unit: str, ledger: Ledger, outcome: LoopOutcome, *, delta: float,
