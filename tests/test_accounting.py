@@ -304,7 +304,8 @@ def test_a_ledger_without_a_guarantee_has_infinite_epsilon_and_plans_nothing() -
 @pytest.mark.parametrize("budget_over_final", [None, 1.01, "stops"])
 @pytest.mark.parametrize("with_count", [False, True])
 def test_the_planned_final_figure_is_the_schedules_last_and_needs_no_curve_unless_the_budget_stops(
-        budget_over_final: float | str | None, with_count: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+        budget_over_final: float | str | None, with_count: bool, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
     rounds = 133
     whole = _exact(rounds, with_count=with_count)
     budget = (None if budget_over_final is None else whole * budget_over_final if isinstance(budget_over_final, float)
@@ -318,6 +319,8 @@ def test_the_planned_final_figure_is_the_schedules_last_and_needs_no_curve_unles
         start(self)
 
     monkeypatch.setattr(RoundAccountant, "_start_planning", counted)
+    monkeypatch.setenv(memo.CACHE_ENV, str(tmp_path / "remembered"))  # no schedule remembered by another test
+    memo.forget()
     final = _accountant(with_count=with_count).final(rounds, budget)
     assert planning[0] == (1 if stops else 0)  # the curve is composed only to find a budget's stop
     schedule = _accountant(with_count=with_count).plan(rounds, budget)
