@@ -112,6 +112,11 @@ class RunRow:
     seconds: float  # wall time of the run (MLflow's start and end)
     run_id: str
     extra: dict[str, float] = field(default_factory=dict)  # exposure, kept-token share, data used ...
+    # What the pages' shared ``rows`` carry besides (:func:`shared_rows`); empty on pages made before them
+    mechanism: str = ""
+    variant: str = ""  # what tells the run apart beyond its mechanism: uedp-bounded's k, grid values, lora8
+    seed: int | None = None
+    start: str = "scratch"  # starts.py: scratch, base, a packaged base (smollm2) or a checkpoint folder's name
 
 
 @dataclass
@@ -293,24 +298,49 @@ def ingest_conll_gold(ctx: Context, first: dict[str, int] | None) -> tuple[str, 
 # --- runs ---------------------------------------------------------------------------------------------
 
 
-def run_sweep(ctx: Context, config: Any, family: str) -> list[RunRow]:
-    """One ``sweep_flow``; every configuration must finish (a reproduction with a hole is not a result)."""
+def run_sweep(ctx: Context, config: Any, family: str, start: str = "scratch") -> list[RunRow]:
+    """One ``sweep_flow``; every configuration must finish (a reproduction with a hole is not a result).
+    A configuration this data home already trained to the end is reused, not trained again
+    (``reuse_finished``): a page stopped halfway continues where it stopped. ``start``: what the runs
+    start from, as the shared rows name it."""
     from uedp.flows.sweep import sweep_flow
     from uedp.services.sweep import SweepFailed
 
+    config = config.model_copy(update={"reuse_finished": True})
     try:
         outcome = sweep_flow(config, progress=True)
     except SweepFailed as exc:
         raise UedpError(f"{ctx.name}: {exc}") from None
     names = run_names_and_seconds(ctx.home, [r.run_id for r in outcome.runs])
-    targets = {item.config.run_name(): item.target for item in config.plan()}
+    planned = {item.config.run_name(): item for item in config.plan()}
     rows = []
     for result in outcome.runs:
         name, seconds = names.get(result.run_id, ("", math.nan))
         extra = {k: float(v) for k, v in result.privacy_extra.items() if isinstance(v, (int, float))}
-        rows.append(RunRow(result.shown_as, family, targets.get(name), result.epsilon, result.utility_test, seconds,
-                           result.run_id, extra))
+        item = planned.get(name)
+        rows.append(RunRow(result.shown_as, family, item.target if item else None, result.epsilon, result.utility_test,
+                           seconds, result.run_id, extra, result.mechanism,
+                           _variant(item.config) if item else "", item.config.seed if item else None, start))
     return rows
+
+
+def _variant(config: Any) -> str:
+    """What tells a run apart beyond its mechanism, as the shared rows say it: the rest of its label
+    (uedp-bounded's ``k4``, a grid's values) and LoRA's rank."""
+    rest = config.label[len(config.mechanism):].strip("-")
+    return "-".join(part for part in (rest, f"lora{config.lora_rank}" if config.lora_rank else "") if part)
+
+
+SHARED_ROW_KEYS = ("corpus", "mechanism", "variant", "start", "target_epsilon", "seed", "perplexity_test")
+
+
+def shared_rows(runs: Iterable[RunRow], corpus: str) -> list[dict[str, Any]]:
+    """Every page's runs in the keys the user-level page's ``rows`` carry (``SHARED_ROW_KEYS``, then the
+    accounted epsilon, the run and its minutes), so one reader compares pages; rows of a page made before
+    the keys existed have no mechanism and are left out."""
+    return [{"corpus": corpus, "mechanism": r.mechanism, "variant": r.variant, "start": r.start,
+             "target_epsilon": r.target, "seed": r.seed, "perplexity_test": r.perplexity, "epsilon": r.epsilon,
+             "family": r.family, "run_id": r.run_id, "minutes": r.seconds / 60} for r in runs if r.mechanism]
 
 
 def run_names_and_seconds(home: DataHome, run_ids: list[str]) -> dict[str, tuple[str, float]]:
@@ -435,6 +465,7 @@ class Page:
     figures: dict[str, Any]  # file name -> matplotlib figure
     results: Results
     verdicts: list[Verdict]
+    corpus: str = ""  # the experiment's corpus (common.CORPORA), named in the shared rows
 
     def write(self, folder: Path) -> list[Path]:
         """Write README.md, results.json and the PNGs into a fresh temporary folder, then swap it in: a
@@ -453,7 +484,8 @@ class Page:
             (partial / "README.md").write_text(f"# {self.title}\n\n" + "\n\n".join(self.sections).rstrip() + "\n",
                                                encoding="utf-8")
             data = {"runs": [asdict(r) for r in self.results.runs], "figures": self.results.figures,
-                    "claims": [asdict(v) for v in self.verdicts]}
+                    "claims": [asdict(v) for v in self.verdicts],
+                    "rows": shared_rows(self.results.runs, self.corpus)}
             (partial / "results.json").write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
             old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
             if folder.exists():

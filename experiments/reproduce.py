@@ -58,7 +58,7 @@ EXPERIMENTS = {
     "selective-wikitext": Experiment("selective-wikitext", "Selective-DP Table 2 (left): word-level LSTM on "
                                      "WikiText-2 with the digit policy, noiseless, dpsgd and selective at epsilon "
                                      "~4.9, canary exposure", selective_wikitext.run, selective_wikitext.render,
-                                     "wikitext"),
+                                     "wikitext", takes_start=True),
     "selective-customersim": Experiment("selective-customersim", "Selective-DP Table 2 (right) and Fig. 4: "
                                         "CustomerSim dialogs with the regex policy, LSTM and GPT-2, noiseless, "
                                         "dpsgd and selective, canary exposure", selective_customersim.run,
@@ -107,6 +107,7 @@ def reproduce(name: str, scale: Scale, home: DataHome, data_dir: Path, out: Path
                "requires its claims to hold.")
     page.sections.insert(1, made_by)
     page.results.figures.update(wall_minutes=round(minutes, 2), scale=scale, made_by=made_by)
+    page.corpus = experiment.corpus
     page.write(out)
     return page
 
@@ -137,6 +138,7 @@ def rerender(name: str, home: DataHome, out: Path) -> Page:
     made_by = made_by.split(RERENDERED)[0].rstrip()  # a page re-rendered before says so once, not once per time
     page.results.figures["made_by"] = made_by
     page.sections.insert(1, f"{made_by}{RERENDERED}{datetime.now(UTC):%Y-%m-%d} (`--page-only`).")
+    page.corpus = EXPERIMENTS[name].corpus
     page.write(out)
     return page
 

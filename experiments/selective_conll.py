@@ -112,7 +112,7 @@ def run(ctx: Context) -> Page:
     if start is not None:
         ctx.say(f"GPT-2's mechanisms from {start.family}")
         results.runs += run_sweep(ctx, _sweep(ctx, dataset, FROM_START[ctx.scale], FAMILIES["gpt2"],
-                                              start.run_settings), start.family)
+                                              start.run_settings), start.family, start.name)
     record_start(results, start)
     for index, row in enumerate(results.runs):
         ctx.say(f"canary exposure of {row.label} ({row.family})")

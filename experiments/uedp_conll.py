@@ -111,7 +111,8 @@ def run(ctx: Context) -> Page:
     start = prepare_start(ctx, BASES[ctx.scale], test_file, "conll2003")
     if start is not None:
         ctx.say(f"the same mechanisms from {start.family}")
-        results.runs += run_sweep(ctx, _sweep(ctx, dataset, FROM_START[ctx.scale], start.run_settings), start.family)
+        results.runs += run_sweep(ctx, _sweep(ctx, dataset, FROM_START[ctx.scale], start.run_settings), start.family,
+                                  start.name)
     record_start(results, start)
     ctx.say("epsilon against rounds at the paper's sampling rates")
     results.figures["epsilon_curves"] = epsilon_curves(CURVE_MECHANISMS, users, s.curve_rounds,

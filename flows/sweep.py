@@ -14,6 +14,7 @@ import traceback
 from prefect import flow, get_run_logger, runtime
 
 from uedp.services.config import SweepConfig
+from uedp.services.finished_runs import finished_result
 from uedp.services.launch import preflight_sweep
 from uedp.services.sweep import Failure, SweepOutcome, SweepProgress, SweepRun
 from uedp.storage.home import DataHome
@@ -49,6 +50,10 @@ def sweep_flow(config: SweepConfig, progress: bool = False) -> SweepOutcome:
         # One at a time: trainings on one machine would compete for its one GPU (deployments add a
         # concurrency limit on the "uedp-train" tag for work pools with several workers).
         for index, item in enumerate(items, start=1):
+            if config.reuse_finished and (done := finished_result(home, item.config)) is not None:
+                sweep.record(item, done)
+                tally.reused(index, item, done)
+                continue
             tally.starting(index, item)
             state = train_task.with_options(tags=["uedp-train"])(home, item.config, flow_run_id, sweep.run_id,
                                                                  config.store, console=progress, return_state=True)

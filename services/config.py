@@ -467,6 +467,9 @@ class SweepConfig(BaseModel):
     grid: dict[str, list[Any]] = Field(default_factory=dict, description="more axes: a mechanism parameter and its "
                                        "values; each mechanism that takes the parameter runs once per value "
                                        "(e.g. holders_per_entity: [1, 4, 16])")
+    reuse_finished: bool = Field(False, description="a configuration already trained to the end on the same "
+                                 "data, detections and start is not trained again: its finished MLflow run is "
+                                 "reported (a sweep or page stopped halfway continues where it stopped)")
 
     @field_validator("grid")
     @classmethod

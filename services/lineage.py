@@ -45,12 +45,21 @@ from uedp.storage.text_identity import TEXT_KEY, table_text_key
 TEXT_LINEAGE_TAG = "uedp.text_lineage"
 START_LINEAGE_TAG = "uedp.initial_lineage"
 DATASET_ID_TAG = "uedp.dataset_id"  # the keyed content id of the dataset's sentences table (ingest options included)
+ENTITIES_ID_TAG = "uedp.entities_id"  # the keyed content id of the dataset's entities table (its detections)
+# The keyed content id of the model files a run started from ("none": random weights); keyed, as the tables'
+# ids are, so that it says only whether two runs started from the same files.
+START_ID_TAG = "uedp.start_id"
 
 
 def keyed_table_id(home: DataHome, dataset: str, table: str) -> str:
     """A table's content key, keyed with the data home's secret: released as-is, a content key hashes the
     corpus itself and would let anyone who can guess D or D' tell them apart."""
     return home.keyed_id(str((read_manifest(home.table_dir(dataset, table)) or {}).get("key", "")))
+
+
+def start_id(home: DataHome, content_hash: str) -> str:
+    """The keyed id of a start's model files (``START_ID_TAG``); "none" for random weights."""
+    return home.keyed_id(content_hash) if content_hash else "none"
 
 
 def text_lineage(home: DataHome, dataset: str) -> tuple[str, ...]:

@@ -80,7 +80,7 @@ class SweepProgress:
     terminal, a log file and the Prefect UI's flow run log alike."""
 
     def __init__(self, total: int, say: Callable[[str], None]):
-        self.total, self.say, self.ended = total, say, 0
+        self.total, self.say, self.ended, self.skipped = total, say, 0, 0
         self.started_at = self._began = time.monotonic()
 
     def starting(self, index: int, item: SweepItem) -> None:
@@ -88,18 +88,28 @@ class SweepProgress:
         target = f" (target epsilon {item.target:g})" if item.target is not None else ""
         self.say(f"[{index}/{self.total}] {item.config.run_name()}{target}: training")
 
+    def reused(self, index: int, item: SweepItem, result: TrainResult) -> None:
+        """A configuration trained to the end before (``reuse_finished``): said with its run, and left out
+        of the estimate of the time left."""
+        self.skipped += 1
+        self.say(f"[{index}/{self.total}] {item.config.run_name()}: finished before (MLflow run {result.run_id}), "
+                 f"not trained again: {_figures(result)}")
+
     def ended_with(self, index: int, item: SweepItem, result: TrainResult | None, failure: Failure | None) -> None:
         self.ended += 1
         now = time.monotonic()
-        left = self.total - self.ended
+        left = self.total - self.ended - self.skipped
         eta = f", about {_duration((now - self.started_at) / self.ended * left)} left" if left else ""
         took = f"{_duration(now - self._began)}{eta}"
         if result is not None:
-            epsilon = "no guarantee" if math.isinf(result.epsilon) else f"epsilon {result.epsilon:.3g}"
-            self.say(f"[{index}/{self.total}] {item.config.run_name()}: {epsilon}, test {result.utility_metric} "
-                     f"{result.utility_test:.4g} ({took})")
+            self.say(f"[{index}/{self.total}] {item.config.run_name()}: {_figures(result)} ({took})")
         elif failure is not None:
             self.say(f"[{index}/{self.total}] FAILED {failure.describe()} ({took})")
+
+
+def _figures(result: TrainResult) -> str:
+    epsilon = "no guarantee" if math.isinf(result.epsilon) else f"epsilon {result.epsilon:.3g}"
+    return f"{epsilon}, test {result.utility_metric} {result.utility_test:.4g}"
 
 
 def _duration(seconds: float) -> str:

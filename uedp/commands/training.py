@@ -267,6 +267,9 @@ def sweep(
                                                   "axis over a mechanism parameter; each mechanism that takes it runs "
                                                   "once per value (e.g. --grid holders_per_entity=1,4,16); repeatable."),
     seeded: bool = SEEDED_OPTION,
+    reuse_finished: bool = typer.Option(False, "--reuse-finished", help="Do not train again a configuration "
+                                        "already trained to the end on the same data, detections and start: "
+                                        "report its finished run (a sweep stopped halfway continues)."),
     store: Optional[str] = typer.Option(None, help=STORE_HELP),
     home: Optional[Path] = HOME_OPTION,
     config_file: Optional[Path] = CONFIG_OPTION,
@@ -289,7 +292,8 @@ def sweep(
         raise UedpError(f"--epsilons and --seeds take comma-separated numbers: {exc}") from None
     grid = {"mechanisms": csv_list(mechanisms) if mechanisms else None, "category_sets": categories or None,
             "target_epsilons": targets or None, "seeds": seed_list or None, "store": store,
-            "randomness": "seeded" if seeded else None, "grid": parse_grid(grid_axes or []) or None}
+            "randomness": "seeded" if seeded else None, "grid": parse_grid(grid_axes or []) or None,
+            "reuse_finished": True if reuse_finished else None}
     values = merged(config_file, settings, set_, LISTED) | {k: v for k, v in grid.items() if v is not None}
     config = SweepConfig(**{**values, "home": str(data_home.root), "dataset": dataset})
     from uedp.services.launch import preflight_sweep
