@@ -30,10 +30,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from uedp.detection.identity import IDENTITY_VERSION
 from uedp.errors import UedpError
-from uedp.models.sampling import SamplingSettings, sample_texts
+from uedp.models.sampling import SamplingSettings
 from uedp.privacy.statement import PrivacyStatement
 from uedp.progress import progress as progress_bar
 from uedp.services import privacy_budget
+from uedp.services.generation_batches import forget, sample_resumably
 from uedp.services.lineage import DATASET_ID_TAG, START_LINEAGE_TAG, TEXT_LINEAGE_TAG, protected_ids, text_lineage
 from uedp.services.synthetic_source import SyntheticSource, synthetic_source
 from uedp.storage.catalog import require_ingested
@@ -46,8 +47,9 @@ from uedp.storage.text_identity import TEXT_KEY, text_key_of
 WRITER_PREFIX = "synthetic-"
 # Raised when the same settings would sample other texts (how prompts are chosen, how a text is sampled), so
 # that a corpus an older uedp wrote is not reused as this one, and its ledger entry is apart. 2: prompts only
-# from sentences longer than the prompt.
-GENERATION_VERSION = 2
+# from sentences longer than the prompt. 3: a Hugging Face model's prompts batched in order, left-padded (not
+# grouped by length), so a seed draws other texts.
+GENERATION_VERSION = 3
 MIN_SHARED_WORDS = 4  # a prompts sentence of this many words or more found in the run's text refuses the prompts
 EMPTY_ENTITIES_NOTE = "synthetic dataset: not detected"
 
@@ -127,9 +129,9 @@ def _to_stderr(line: str) -> None:
 
 def generate_dataset(home: DataHome, config: GenerateConfig, progress: bool = False,
                      say: Callable[[str], Any] | None = None) -> GenerateResult:
-    """Sample the corpus and write it as ``config.output_name`` (at once: nothing on an interruption); a
-    corpus already written with the same settings is reused. The source dataset's ledger lists it."""
-    import torch
+    """Sample the corpus and write it as ``config.output_name`` (the dataset at once: none on an
+    interruption, whose finished batches are kept so that the same command samples only the rest); a corpus
+    already written with the same settings is reused. The source dataset's ledger lists it."""
 
     from uedp.models.device import resolve_device
     from uedp.services.logged_run import load_logged_run
@@ -169,15 +171,16 @@ def generate_dataset(home: DataHome, config: GenerateConfig, progress: bool = Fa
         result = _result(config, origin, existing, reused=True)
     else:
         started = time.monotonic()
-        generator = torch.Generator().manual_seed(config.seed)
         bar = progress_bar(config.count, f"generate {name} from run {config.run_id[:8]}", "texts", enabled=progress,
                            say=say)
+        kept = home.generation_dir(key)  # whole batches survive a crash: the same command samples only the rest
         try:
-            texts = sample_texts(run.model, run.tokenizer, prompt_texts, config.sampling(), generator,
-                                 config.batch_size, on_batch=bar.update)
+            texts = sample_resumably(kept, run.model, run.tokenizer, prompt_texts, config.sampling(), config.seed,
+                                     config.batch_size, on_batch=bar.update)
         finally:
             bar.close()
         manifest = _write(home, config, origin, key, texts)
+        forget(kept)
         result = _result(config, origin, manifest, reused=False, seconds=time.monotonic() - started)
     _enter_in_ledger(home, config, origin, key, covered)
     if not result.has_guarantee:

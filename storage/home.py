@@ -72,6 +72,10 @@ class DataHome:
         """Where a training configuration's resumable checkpoint lives until the run finishes."""
         return self.root / "checkpoints" / f"{validate_dataset_name(dataset)}-{fingerprint}"
 
+    def generation_dir(self, key: str) -> Path:
+        """The batches a synthetic corpus has sampled so far, until it is written whole (``uedp generate``)."""
+        return self.root / "checkpoints" / f"generate-{key[:24]}"
+
     @property
     def audits_dir(self) -> Path:
         """One-run audit plans with their secret coins: kept here, never logged (the audit's key)."""

@@ -240,30 +240,44 @@ def test_prompts_from_the_runs_text_are_refused(trained, tmp_path: Path) -> None
     assert any("dataset 'public'" in p for p in source.statement.public)
 
 
-def test_an_interrupted_generation_leaves_nothing(trained, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_an_interrupted_generation_keeps_whole_batches_and_the_same_command_finishes_the_same_corpus(
+        trained, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl-C after the second batch: no dataset and no ledger entry, two whole batches kept; the same command
+    samples only the other three and writes the corpus an uninterrupted run writes."""
     home, userdp, _, _, _ = trained
-    import uedp.services.synthetic as synthetic
+    import uedp.services.generation_batches as batches
 
-    real = synthetic.sample_texts
+    real = batches.sample_batches
+    sampled: list[int] = []
 
-    def interrupted(*args, on_batch=None, **kwargs):  # type: ignore[no-untyped-def]
-        def first_batch_then_ctrl_c(done: int) -> None:
-            on_batch(done)
-            raise KeyboardInterrupt
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        for batch in real(*args, **kwargs):
+            sampled.append(len(batch[0]))
+            yield batch
+            if len(sampled) == 2 and interrupt:
+                raise KeyboardInterrupt
 
-        return real(*args, on_batch=first_batch_then_ctrl_c, **kwargs)
-
-    monkeypatch.setattr(synthetic, "sample_texts", interrupted)
+    monkeypatch.setattr(batches, "sample_batches", counted)
     entries = len(privacy_budget.view(home, "private").entries)
     config = GenerateConfig(run_id=userdp, count=10, max_new_tokens=4, batch_size=2, output="synth-interrupted")
+    interrupt = True
     with pytest.raises(KeyboardInterrupt):
         generate_dataset(home, config)
     assert "synth-interrupted" not in ingested_datasets(home)
     folder = home.dataset_dir("synth-interrupted")
     assert not folder.exists() or not any(p.name in ("sentences", "users", "entities") for p in folder.iterdir())
     assert len(privacy_budget.view(home, "private").entries) == entries
-    monkeypatch.setattr(synthetic, "sample_texts", real)
-    assert generate_dataset(home, config).texts == 10  # the same command again writes it whole
+    (kept,) = (home.root / "checkpoints").glob("generate-*")
+    assert len(list(kept.glob("batch-*.json"))) == 2
+    interrupt = False
+    sampled.clear()
+    assert generate_dataset(home, config).texts == 10 and sampled == [2, 2, 2]  # only the missing batches
+    assert not kept.exists()
+    whole = generate_dataset(home, config.model_copy(update={"output": "synth-uninterrupted"}))
+    assert whole.texts == 10 and sampled == [2, 2, 2, 2, 2, 2, 2, 2]
+    texts = [read_table(home.table_dir(n, "sentences"))["text"].to_pylist()
+             for n in ("synth-interrupted", "synth-uninterrupted")]
+    assert texts[0] == texts[1]
 
 
 def test_training_on_a_corpus_states_the_runs_guarantee_and_carries_its_lineage(trained) -> None:  # type: ignore[no-untyped-def]
@@ -410,3 +424,76 @@ def test_a_refused_prompts_dataset_puts_nothing_private_in_prefect_and_tells_the
     assert ".conll" not in said and not re.search(r":\d+:", said), said  # no file, no line
     assert not re.search(r"and \d+ more|\d+ (shared )?sentences", said), said  # no count
     assert not [t for _, _, t in shared if t.strip() in said], said  # no text
+
+
+def _generation_models() -> dict[str, torch.nn.Module]:
+    """A GPT-2, a Llama and a LoRA-wrapped Llama (each with the byte-level vocabulary), and the LSTM."""
+    from uedp.models.factory import build_model
+    from uedp.models.lora import LoraSettings, with_lora
+
+    from support import TOKENIZER as BYTES
+
+    torch.manual_seed(0)
+    llama = build_model("llama", "tiny", BYTES)
+    torch.manual_seed(0)
+    lora = with_lora(build_model("llama", "tiny", BYTES), LoraSettings(rank=2, alpha=4.0))
+    for name, param in lora.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(param, std=0.5)  # adapters that change the outputs
+    return {"gpt2": tiny_gpt2(), "llama": llama, "llama+lora": lora,
+            "lstm": build_model("lstm", "tiny", BYTES)}
+
+
+def _uncached(model: torch.nn.Module, prompt: list[int], eos: int, steps: int) -> list[int]:
+    """Greedy tokens by reading the whole prefix at every step, one prompt alone: the reference."""
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        for _ in range(steps):
+            token = int(model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0, -1].argmax())
+            ids = torch.cat([ids, torch.tensor([[token]])], dim=1)
+            if token == eos:
+                break
+    new = ids[0, len(prompt):].tolist()
+    return new[: new.index(eos)] if eos in new else new
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama", "llama+lora", "lstm"])
+def test_cached_batched_generation_continues_each_prompt_as_the_whole_prefix_does_alone(kind: str) -> None:
+    """The key/value cache and left padding change no token: greedy continuations of prompts of different
+    lengths in one batch equal each prompt's continuation read whole, alone, at every step."""
+    from uedp.models.sampling import keeps_a_cache
+
+    model = _generation_models()[kind].eval()
+    tokenizer = byte_level_tokenizer()
+    eos = int(tokenizer.eos_token_id)
+    prompts = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in ("Peter Okafor of", "The", "A bank in Leeds said")]
+    settings = SamplingSettings(max_new_tokens=12, temperature=0)
+    expected = [_uncached(model, p, eos, 12) for p in prompts]
+    assert keeps_a_cache(model) == (kind != "lstm")
+    if kind == "lstm":  # no cache: one length per batch
+        with pytest.raises(ValueError, match="one length per batch"):
+            continue_prompts(model, prompts, eos, settings, torch.Generator())
+        got = [continue_prompts(model, [p], eos, settings, torch.Generator())[0] for p in prompts]
+    else:
+        got = continue_prompts(model, prompts, eos, settings, torch.Generator())
+    assert got == expected and any(len(row) > 3 for row in got)
+    texts = sample_texts(model, tokenizer, ["Peter Okafor of", "The", "A bank in Leeds said"], settings,
+                         torch.Generator(), batch_size=3)
+    assert texts == [tokenizer.decode(p + e, skip_special_tokens=True).strip() for p, e in zip(prompts, expected)]
+
+
+def test_a_resumed_generation_skips_the_batches_it_kept_and_draws_the_same_rest() -> None:
+    from uedp.models.sampling import sample_batches
+
+    model, tokenizer = tiny_gpt2(), byte_level_tokenizer()
+    prompts = ["Peter", "", "The bank", "Peter", "A", "In Leeds"]
+    settings = SamplingSettings(max_new_tokens=5)
+    generator = torch.Generator().manual_seed(3)
+    whole = list(sample_batches(model, tokenizer, prompts, settings, generator, batch_size=2))
+    generator = torch.Generator().manual_seed(3)
+    first = next(iter(sample_batches(model, tokenizer, prompts, settings, generator, batch_size=2)))
+    state = generator.get_state()  # what a crash after the first batch leaves beside the kept batch
+    resumed = torch.Generator()
+    resumed.set_state(state)
+    rest = list(sample_batches(model, tokenizer, prompts, settings, resumed, batch_size=2, skip=1))
+    assert [first, *rest] == whole and len(whole) == 3
