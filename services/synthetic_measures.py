@@ -5,6 +5,11 @@ noiselessly on the synthetic corpus (an MLflow run of its own, which states the 
 and scored on the source dataset's *real* test split, next to the generating model's own test perplexity.
 Like every test figure, it is computed without noise on held-out writers' text, outside the guarantee.
 
+**Fidelity** (logged to the generating run, like utility): the Fréchet distance between sentence embeddings
+(all-MiniLM-L6-v2, or any encoder folder) of the corpus and of the source's real test split, beside the same
+distance between the source's real valid and test splits at the same sizes (what two real samples differ
+by). Held-out text again, outside the guarantee, like every test figure.
+
 **Leakage** (to the curator only: the terminal and a JSON file in the data home's reports, never MLflow):
 figures computed against the private training text, which measure the guarantee and are not covered by it
 (docs/PRIVACY.md, "What no epsilon covers"):
@@ -58,6 +63,54 @@ class UtilityFigures:
         return (f"utility of {self.dataset}: a model trained on it ({self.steps} steps, run {self.run_id}) scores "
                 f"perplexity {self.perplexity_real_test:.4g} on the real test split; the generating model "
                 f"{self.model_perplexity_test:.4g}")
+
+
+@dataclass(frozen=True)
+class FidelityFigures:
+    """How far the corpus' sentence embeddings lie from the real test split's, beside two real splits."""
+
+    dataset: str
+    encoder: str  # in words: which encoder embedded the texts
+    texts: int  # texts per side (the smallest of the three sets, at most FIDELITY_TEXTS)
+    frechet_real_test: float  # the corpus against the real test split
+    frechet_real_valid: float  # the real valid split against the real test split: the floor at this size
+
+    def line(self) -> str:
+        return (f"fidelity of {self.dataset}: Fréchet distance of {self.encoder} sentence embeddings to the real test "
+                f"split {self.frechet_real_test:.4g} ({self.texts} texts a side); two real splits (valid against "
+                f"test) {self.frechet_real_valid:.4g}, the floor at this size (lower is closer)")
+
+
+FIDELITY_TEXTS = 2000  # texts a side: the embeddings' covariance needs a few times their width (384)
+
+
+def measure_fidelity(home: DataHome, dataset: str, encoder: Path, device: str = "auto") -> FidelityFigures:
+    """The corpus' and the real splits' sentence embeddings compared (:func:`models.embeddings.frechet_distance`),
+    logged to the generating run and kept in the measures file."""
+    from uedp.models.device import resolve_device
+    from uedp.models.embeddings import embed_texts, frechet_distance
+
+    source = generated_corpus(home, dataset)
+    with Catalog(home, dataset) as catalog:
+        corpus = [text for split in ("train", "valid", "test") for _, _, text in catalog.sentences(split)]
+    with Catalog(home, source.dataset) as catalog:
+        test = [text for _, _, text in catalog.sentences("test")]
+        valid = [text for _, _, text in catalog.sentences("valid")]
+    size = min(len(corpus), len(test), len(valid), FIDELITY_TEXTS)
+    if size < 2:
+        raise UedpError(f"fidelity needs at least 2 texts in the corpus and in {source.dataset!r}'s valid and test "
+                        f"splits; found {len(corpus)}, {len(valid)} and {len(test)}")
+    target = resolve_device(device)
+    embedded = {name: embed_texts(encoder, _same_size(texts, size), device=target)
+                for name, texts in (("corpus", corpus), ("test", test), ("valid", valid))}
+    figures = FidelityFigures(dataset, encoder.name if encoder.name != "model" else encoder.parent.name, size,
+                              frechet_distance(embedded["corpus"], embedded["test"]),
+                              frechet_distance(embedded["valid"], embedded["test"]))
+    RunTracker.attach(home, source.run_id).log_metrics({
+        f"synthetic.{dataset}.frechet_real_test": figures.frechet_real_test,
+        f"synthetic.{dataset}.frechet_real_valid": figures.frechet_real_valid})
+    _keep(home, source, dataset, {"fidelity": asdict(figures)})
+    return figures
 
 
 @dataclass(frozen=True)

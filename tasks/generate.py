@@ -3,10 +3,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from prefect import get_run_logger
 
 from uedp.services.synthetic import GenerateConfig, GenerateResult, generate_dataset
-from uedp.services.synthetic_measures import UtilityFigures, measure_leakage, measure_utility, measures_file
+from uedp.services.synthetic_measures import (
+    FidelityFigures,
+    UtilityFigures,
+    measure_fidelity,
+    measure_leakage,
+    measure_utility,
+    measures_file,
+)
 from uedp.storage.home import DataHome
 from uedp.tasks.retry import retried_task
 
@@ -27,6 +36,13 @@ def utility_task(home: DataHome, dataset: str, steps: int, device: str = "auto",
     logger = get_run_logger()
     figures = measure_utility(home, dataset, steps=steps, device=device, progress=progress, report_to=logger.info)
     logger.info("%s", figures.line())
+    return figures
+
+
+@retried_task("synthetic-fidelity", task_run_name="fidelity-{dataset}")
+def fidelity_task(home: DataHome, dataset: str, encoder: str, device: str = "auto") -> FidelityFigures:
+    figures = measure_fidelity(home, dataset, Path(encoder), device)
+    get_run_logger().info("%s", figures.line())
     return figures
 
 

@@ -14,6 +14,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
@@ -354,13 +355,65 @@ def test_utility_is_logged_to_the_generating_run_and_leakage_is_not(trained) -> 
                     or "copied" in k or "leak" in k]
 
 
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny BERT encoder folder with a BPE vocabulary of public made-up text, saved as users save one."""
+    from transformers import BertConfig, BertModel
+
+    from uedp.models.tokenization import load_tokenizer, save_bpe_tokenizer, train_bpe_tokenizer
+
+    folder = tmp_path_factory.mktemp("encoder")
+    texts = [f"The {w} market rose {i} points in {p} ." for i, w in enumerate(["cocoa", "sugar", "oil"] * 30)
+             for p in ("London", "Tokyo")]
+    save_bpe_tokenizer(train_bpe_tokenizer(texts, 300), folder, {"dataset": "made-up public text", "public": True})
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=len(load_tokenizer(folder)), hidden_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, intermediate_size=64, max_position_embeddings=160)).save_pretrained(folder)
+    return folder
+
+
+def test_sentence_embeddings_are_unit_length_and_the_same_alone_or_padded(encoder: Path) -> None:
+    from uedp.models.embeddings import embed_texts
+
+    texts = ["The oil market rose", "Sugar fell in London on Monday after a long week of trading", "Tokyo"]
+    together = embed_texts(encoder, texts, batch_size=3)
+    alone = np.stack([embed_texts(encoder, [t])[0] for t in texts])
+    assert together.shape == (3, 32) and np.allclose(np.linalg.norm(together, axis=1), 1, atol=1e-5)
+    assert np.allclose(together, alone, atol=1e-5)  # padding never enters a text's mean
+    assert not np.allclose(together[0], together[1])
+
+
+def test_the_frechet_distance_is_small_within_a_distribution_and_grows_with_a_shift() -> None:
+    from uedp.models.embeddings import frechet_distance
+
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(800, 6)), rng.normal(size=(800, 6))
+    shifted, wider = rng.normal(loc=0.5, size=(800, 6)), rng.normal(scale=2.0, size=(800, 6))
+    same = frechet_distance(a, b)
+    assert 0 <= same < 0.1 and frechet_distance(a, a) == pytest.approx(0, abs=1e-6)
+    assert frechet_distance(a, shifted) == pytest.approx(6 * 0.25, rel=0.2)  # |mu_a - mu_b|^2
+    assert frechet_distance(a, wider) == pytest.approx(6 * (1 - 2) ** 2, rel=0.2)  # tr(C + 4C - 2 * 2C) = 6
+    with pytest.raises(ValueError, match="at least 2 embeddings"):
+        frechet_distance(a[:1], b)
+
+
 @pytest.mark.usefixtures("prefect_server")
-def test_the_generate_flow_runs_in_prefect(trained) -> None:  # type: ignore[no-untyped-def]
-    from uedp.flows.generate import generate_flow
+def test_the_generate_flow_runs_in_prefect(trained, encoder: Path) -> None:  # type: ignore[no-untyped-def]
+    from uedp.flows.generate import NO_ENCODER, generate_flow
+    from uedp.models.embeddings import installed_encoder
 
     home, userdp, _, _, _ = trained
     config = GenerateConfig(run_id=userdp, count=30, max_new_tokens=4, output="synth-flow")
-    outcome = generate_flow(config, home=str(home.root), measure=True, utility_steps=1)
+    outcome = generate_flow(config, home=str(home.root), measure=True, utility_steps=1, encoder=str(encoder))
+    # fidelity: the corpus against the real test split, beside two real splits; logged like utility
+    fidelity = outcome.fidelity
+    assert fidelity is not None and fidelity.texts >= 2 and fidelity.frechet_real_test > 0
+    assert math.isfinite(fidelity.frechet_real_valid) and "the floor at this size" in fidelity.line()
+    logged = MlflowClient(tracking_uri=home.mlflow_tracking_uri).get_run(userdp).data.metrics
+    assert logged["synthetic.synth-flow.frechet_real_test"] == pytest.approx(fidelity.frechet_real_test)
+    if installed_encoder() is None:  # without the package or --encoder the figure is not measured, and it says so
+        again = generate_flow(config, home=str(home.root), measure=True, utility_steps=1)
+        assert again.fidelity is None and again.fidelity_skipped == NO_ENCODER
     assert outcome.corpus.dataset == "synth-flow" and outcome.corpus.texts == 30
     assert synthetic_source(home, "synth-flow") is not None
     # utility is a result (logged to the generating run); leakage is only a file in the data home
@@ -497,3 +550,10 @@ def test_a_resumed_generation_skips_the_batches_it_kept_and_draws_the_same_rest(
     resumed.set_state(state)
     rest = list(sample_batches(model, tokenizer, prompts, settings, resumed, batch_size=2, skip=1))
     assert [first, *rest] == whole and len(whole) == 3
+
+
+def test_an_encoder_that_is_not_a_model_folder_is_one_error_before_anything_runs(trained, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    home, userdp, _, _, _ = trained
+    result = cli(home, "generate", userdp, "--measure", "--encoder", str(tmp_path / "nothing"), "--output", "synth-no")
+    assert result.exit_code != 0 and "--encoder" in result.stderr and "no config.json" in result.stderr
+    assert "synth-no" not in ingested_datasets(home)

