@@ -91,7 +91,10 @@ def main() -> None:
     if args == ["--help"]:
         print(fast_help(), end="")
         sys.exit(0)
+    from uedp.interrupts import install
     from uedp.remembered_answers import answer
+
+    install()  # a Ctrl-C that lands in a finalizer is raised again at the next progress update
 
     def run_command() -> None:
         from uedp.commands import main as run

@@ -134,8 +134,12 @@ class TemporaryServer:
         env = os.environ | {"PREFECT_UI_ENABLED": "0", "PREFECT_HOME": str(self.home.prefect_home),
                             "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
         with self.log_file.open("ab") as log:
+            # Its own session: a terminal's Ctrl-C goes to the command's process group, and a server stopped
+            # by it before the command has reported its interrupted flow run turns a clean stop into a minute
+            # of connection errors. It still dies with the command (the parent-death signal, stop()).
             process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+                                       preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                                       start_new_session=True)
         self._record.write_text(f"{process.pid}\n", encoding="utf-8")
         return process
 

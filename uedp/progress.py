@@ -15,6 +15,8 @@ from typing import IO, Any, Protocol
 
 from tqdm.auto import tqdm
 
+from uedp.interrupts import check
+
 
 class Progress(Protocol):
     def update(self, n: int = 1) -> Any: ...
@@ -85,6 +87,27 @@ class LineProgress:
         self.last_line = now
 
 
+class _Interruptible:
+    """A progress report whose every update is also where a Ctrl-C lost elsewhere is raised
+    (:mod:`uedp.interrupts`): a long step stops within one update."""
+
+    def __init__(self, bar: Any):
+        self.bar = bar
+
+    def update(self, n: int = 1) -> Any:
+        check()
+        return self.bar.update(n)
+
+    def set_postfix(self, **values: Any) -> Any:
+        return self.bar.set_postfix(**values)
+
+    def close(self) -> Any:
+        return self.bar.close()
+
+    def __getattr__(self, name: str) -> Any:  # tqdm's own attributes (n, total) for callers that read them
+        return getattr(self.bar, name)
+
+
 class _Silent:
     def update(self, n: int = 1) -> None:
         pass
@@ -101,10 +124,9 @@ def progress(total: int | None, desc: str, unit: str, enabled: bool = True,
     """A tqdm bar on a terminal, whole lines elsewhere (to ``say`` when given: a flow run's logger),
     nothing when ``enabled`` is false."""
     if not enabled:
-        return _Silent()
+        return _Interruptible(_Silent())
     if say is not None:
-        return LineProgress(total, desc, unit, say=say)
+        return _Interruptible(LineProgress(total, desc, unit, say=say))
     if sys.stderr.isatty():
-        bar: Progress = tqdm(total=total, desc=desc, unit=f" {unit.strip()}", mininterval=0.5, leave=False)
-        return bar
-    return LineProgress(total, desc, unit)
+        return _Interruptible(tqdm(total=total, desc=desc, unit=f" {unit.strip()}", mininterval=0.5, leave=False))
+    return _Interruptible(LineProgress(total, desc, unit))
