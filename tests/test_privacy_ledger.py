@@ -267,7 +267,17 @@ def test_a_seeded_run_is_in_no_total_and_a_budget_refuses_it(home, demo: str) ->
     assert total.releases == 1 and total.epsilon == _entries(home)[1].epsilon
     shown = runner.invoke(app, ["budget", demo, "--home", str(home.root)]).stdout.replace("\n", " ")
     assert "1 seeded release(s), not in any total" in shown and "over 1 release(s)" in shown
+    # a budget below what is spent: said when it is set, and marked wherever the total is shown (issue 68, 2)
+    below = runner.invoke(app, ["budget", demo, "--home", str(home.root), "--limit", f"{total.epsilon / 2:g}"])
+    assert below.exit_code == 0 and "is below what 'demo' has already spent" in below.stderr, below.output
+    assert "OVER THE BUDGET of epsilon" in runner.invoke(app, ["budget", demo, "--home", str(home.root)]).stdout
+    for bad in ("0", "-3", "inf"):  # one error line, not a usage box
+        refused_limit = runner.invoke(app, ["budget", demo, "--home", str(home.root), "--limit", bad])
+        assert refused_limit.exit_code == 2 and refused_limit.stderr.startswith(f"error: --limit {bad}"), \
+            refused_limit.output
+        assert "Usage" not in refused_limit.output
     assert runner.invoke(app, ["budget", demo, "--home", str(home.root), "--limit", "50"]).exit_code == 0
+    assert "OVER THE BUDGET" not in runner.invoke(app, ["budget", demo, "--home", str(home.root)]).stdout
     refused = _train(home, demo, *BOUNDED, "--categories", "PER", "--seeded")
     assert refused.exit_code == 2 and "would exceed it: it is seeded" in refused.stderr, refused.output
     assert len(_entries(home)) == 2

@@ -46,7 +46,7 @@ def sql(
 def budget(
     dataset: str = typer.Argument(..., help="A dataset in the data home."),
     home: Optional[Path] = HOME_OPTION,
-    limit: Optional[float] = typer.Option(None, min=0, help="Set the dataset's budget: the epsilon each unit's composed "
+    limit: Optional[float] = typer.Option(None, help="Set the dataset's budget: the epsilon each unit's composed "
                                           "total must stay within; a training or local-DP release that would exceed it "
                                           "is refused before it starts.", show_default=False),
     no_limit: bool = typer.Option(False, "--no-limit", help="Remove the dataset's budget."),
@@ -66,6 +66,8 @@ def budget(
 
     if limit is not None and no_limit:
         raise UedpError("give --limit or --no-limit, not both")
+    if limit is not None and not (limit > 0 and math.isfinite(limit)):
+        raise UedpError(f"--limit {limit:g}: a budget is a positive, finite epsilon (--no-limit removes the budget)")
     if not data_home.dataset_dir(dataset).is_dir():
         raise UedpError(f"no dataset {dataset!r} in {data_home.root} (`uedp datasets` lists them)")
     from uedp.services.synthetic_source import synthetic_source
@@ -91,6 +93,12 @@ def budget(
         typer.echo(f"{dataset!r} is synthetic text: {generated.guarantee_words()}. Training on it is post-processing "
                    f"and costs nothing more; its cost is in `uedp budget {generated.dataset}`.")
     seen = privacy_budget.view(data_home, dataset)
+    if limit is not None:
+        for total in privacy_budget.unit_totals(seen.entries):
+            if total.epsilon > limit:
+                typer.echo(f"warning: budget epsilon {limit:g} is below what {dataset!r} has already spent for "
+                           f"{total.named} (epsilon {total.epsilon:.4g}): it refuses every further release of that "
+                           "unit, and undoes none made", err=True)
     table = Table(title=f"{dataset}: privacy ledger ({ledger.path})")
     for column in ("when", "release", "mechanism", "unit [scope]", "epsilon", "delta", "status"):
         table.add_column(column, justify="right" if column in ("epsilon", "delta") else "left", overflow="fold")
@@ -118,8 +126,10 @@ def _ledger_lines(dataset: str, seen: LedgerView) -> list[str]:
                      "split): their releases expose the same people and are counted here")
     totals = privacy_budget.unit_totals(seen.entries)
     for total in totals:
+        over = (f" - OVER THE BUDGET of epsilon {seen.limit:g} (set after these releases; every further one of "
+                "this unit is refused)" if seen.limit is not None and total.epsilon > seen.limit else "")
         lines.append(f"{total.named}: epsilon {total.epsilon:.4g} at delta {total.delta:.3g} over {total.releases} "
-                     "release(s), composed by dp_accounting")
+                     f"release(s), composed by dp_accounting{over}")
         if len(total.wordings) > 1:
             lines.append(f"  one unit ({total.key}) that its releases' statements word {len(total.wordings)} ways: "
                          + "; ".join(f"{wording!r}" for wording in total.wordings))
