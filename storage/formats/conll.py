@@ -124,6 +124,6 @@ register_format(CorpusFormat(
     name="conll2003", summary="CoNLL-2003 NER files, one user per document, with gold entity tags",
     read=_read, default_users="document", fixed_users=True, gold=True,
     more_users="each -DOCSTART- document is one user, so a file without -DOCSTART- lines is a single user: mark "
-               "its documents, or convert it to JSON lines and ingest that with --format jsonl --text-col text "
-               "--users chunk:N",
+               "its documents, or convert it to JSON lines and ingest that with `uedp ingest jsonl FILE --text-col text "
+               "--users chunk:N`",
 ))
