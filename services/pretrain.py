@@ -88,19 +88,13 @@ class PretrainConfig(BaseModel):
     def resolved(self) -> PretrainConfig:
         """``size`` auto resolved for the device, and folders expanded into their files (sorted): what the
         key and the run see. A missing file is an error here, before an hour of training."""
-        pattern = "reut2-*.sgm" if self.format == "reuters21578" else "*"
-        files: list[str] = []
-        for name in self.files:
-            path = Path(name).expanduser()
-            if path.is_dir():
-                found = sorted(p for p in path.glob(pattern) if p.is_file())
-                if not found:
-                    raise UedpError(f"{path}: no {pattern} files in this folder")
-                files.extend(map(str, found))
-            elif not path.is_file():
+        from uedp.storage.ingest import files_of
+
+        given = [Path(name).expanduser() for name in self.files]
+        for path in given:
+            if not path.exists():
                 raise UedpError(f"{path}: file not found")
-            else:
-                files.append(str(path))
+        files = [str(p) for p in files_of(given, self.format)[0]]
         for name in self.eval_files:
             if not Path(name).expanduser().is_file():
                 raise UedpError(f"--eval-file {name}: file not found")

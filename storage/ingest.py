@@ -17,8 +17,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -211,6 +211,7 @@ class IngestResult:
     per_split: dict[str, int] = field(default_factory=dict)
     structure: UserStructure = field(default_factory=UserStructure)
     format: str = ""
+    folders: dict[str, list[str]] = field(default_factory=dict)  # a folder given -> the files it stood for
 
     @property
     def user_warning(self) -> str | None:
@@ -267,7 +268,7 @@ def _split_of(path: Path, record: SourceRecord, user: str, options: IngestOption
 def ingest(home: DataHome, dataset: str, files: list[Path], options: IngestOptions,
            progress: bool = False) -> IngestResult:
     """Ingest ``files`` as ``dataset``; reuse the existing tables when inputs and options are unchanged."""
-    files = [Path(f) for f in files]
+    files, folders = files_of(files, options.format)
     if not files:
         raise UedpError("no input files given")
     for path in files:  # fail on a missing file before hashing, with the reader's message
@@ -280,16 +281,37 @@ def ingest(home: DataHome, dataset: str, files: list[Path], options: IngestOptio
         manifest = read_manifest(sentences_dir) or {}
         return IngestResult(dataset, True, int(manifest["rows"]), int((read_manifest(users_dir) or {})["rows"]), key,
                             dict(manifest.get("per_split", {})), UserStructure(**manifest.get("user_structure", {})),
-                            options.format)
+                            options.format, folders)
 
     dataset_dir = home.dataset_dir(dataset)
     new = not dataset_dir.exists()
     try:
-        return _write_tables(home, dataset, files, options, key, progress)
+        return replace(_write_tables(home, dataset, files, options, key, progress), folders=folders)
     except BaseException:
         if new:  # a first ingest that failed leaves no dataset behind (`uedp datasets` would list it)
             remove_if_empty(dataset_dir)
         raise
+
+
+def files_of(paths: Sequence[str | Path], file_format: str) -> tuple[list[Path], dict[str, list[str]]]:
+    """The files to read: each path as given, and a folder as its files of ``file_format``
+    (``CorpusFormat.file_patterns``, sorted, once each). Also which files each folder stood for, to name
+    them. A folder without such files is an error naming the folder and the patterns."""
+    patterns = get_format(file_format).file_patterns
+    files: list[Path] = []
+    folders: dict[str, list[str]] = {}
+    for given in paths:
+        path = Path(given).expanduser()
+        if not path.is_dir():
+            files.append(path)
+            continue
+        found = sorted({p for pattern in patterns for p in path.glob(pattern) if p.is_file()})
+        if not found:
+            raise UedpError(f"{path}: a folder with no {file_format} files ({', '.join(patterns)}); name the files, or "
+                            "give the folder that holds them")
+        folders[str(path)] = [str(p.relative_to(path)) for p in found]
+        files.extend(found)
+    return files, folders
 
 
 def remove_if_empty(folder: Path) -> None:

@@ -208,6 +208,21 @@ def test_cli_ingest_takes_set_config_and_the_old_flags(tmp_path: Path, prefect_s
     assert json.loads(json.dumps(manifest["source"]["options"])) == json.loads(
         json.dumps(IngestOptions(**CSV_OPTIONS).describe()))
 
+    # a folder stands for its files of the format, sorted and named (issue 68, 5); the rest of it is left alone
+    folder = tmp_path / "corpus"
+    write(folder / "notes.csv", CSV_NOTES)
+    write(folder / "SOURCE.txt", "where these notes came from\n")
+    from_folder = runner.invoke(app, ["ingest", "csv", str(folder), "--name", "x", "--home", home, "--config",
+                                      str(config)])
+    assert from_folder.exit_code == 0, from_folder.output
+    assert f"{folder}: 1 csv file(s): notes.csv" in from_folder.stdout
+    assert "reused the existing tables" in from_folder.stdout  # the same input as naming the file
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    nothing = runner.invoke(app, ["ingest", "csv", str(empty), "--name", "w", "--home", home, "--config", str(config)])
+    assert nothing.exit_code == 2 and f"error: {empty}: a folder with no csv files (*.csv)" in nothing.stderr
+    assert not (Path(home) / "datasets" / "w").exists()
+
 
 def test_every_module_that_registers_a_format_is_listed() -> None:
     """A format module missing from ``MODULES`` would be known only once something else imported it."""
@@ -230,7 +245,8 @@ def _suggested_ingests(text: str, own_format: str) -> list[dict[str, str]]:
             flags["user-col"] = "writer"  # "--user-col names a writer column"
         if not flags.keys() & {"users", "user-col"}:
             continue
-        target = flags.get("format", own_format)
+        named = re.search(r"uedp ingest (\w+)", clause)  # "convert it ... with `uedp ingest jsonl FILE ...`"
+        target = named.group(1) if named else flags.get("format", own_format)
         options = {"format": target, "users": flags.get("users", "").replace("chunk:N", "chunk:5") or None,
                    "user_col": flags.get("user-col")}
         if target in ("jsonl", "csv"):
@@ -254,7 +270,7 @@ def test_every_suggested_user_fix_is_accepted_for_its_format(name: str) -> None:
         for options in _suggested_ingests(text, name):
             IngestOptions(**{k: v for k, v in options.items() if v is not None})  # raises if refused
     fixed = get_format(name).fixed_users
-    assert ("--users chunk:N" in user_fix(name)) == (not fixed or "--format" in user_fix(name))
+    assert ("--users chunk:N" in user_fix(name)) == (not fixed or "uedp ingest " in user_fix(name))
 
 
 def test_a_fix_the_format_refuses_is_caught() -> None:

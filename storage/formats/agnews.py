@@ -100,4 +100,5 @@ def _check(options: IngestOptions) -> None:
 register_format(CorpusFormat(
     name="ag_news", summary="AG News as CSV or JSONL, users by news agency or in chunks",
     read=_read, default_users="source", check=_check,
+    file_patterns=("*.csv", "*.jsonl"),
 ))

@@ -126,4 +126,5 @@ register_format(CorpusFormat(
     more_users="each -DOCSTART- document is one user, so a file without -DOCSTART- lines is a single user: mark "
                "its documents, or convert it to JSON lines and ingest that with `uedp ingest jsonl FILE --text-col text "
                "--users chunk:N`",
+    file_patterns=("eng.*", "*.conll"),
 ))

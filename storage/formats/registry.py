@@ -42,6 +42,9 @@ class CorpusFormat:
     # How a dataset of this format gets more users (or no user holding most of the text), in options this
     # format accepts: said by ingest's and training's warnings. None: pseudo-users (CHUNK_FIX).
     more_users: str | None = None
+    # The files of this format in a folder given to ingest (glob patterns, relative to the folder): a
+    # folder stands for its matching files, sorted; the rest (a README, a SOURCE.txt) is left alone.
+    file_patterns: tuple[str, ...] = ("*",)
 
     @property
     def user_fix(self) -> str:

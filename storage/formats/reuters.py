@@ -186,4 +186,5 @@ def _check(options: IngestOptions) -> None:
 register_format(CorpusFormat(
     name="reuters21578", summary="Reuters-21578 SGML (reut2-*.sgm), users by <AUTHOR> else article, LEWISSPLIT",
     read=_read, default_users="author", check=_check,
+    file_patterns=("reut2-*.sgm",),
 ))

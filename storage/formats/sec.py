@@ -289,4 +289,5 @@ register_format(CorpusFormat(
     name="sec", summary="SEC filings as EDGAR-CORPUS JSONL, JSON documents or raw EDGAR submissions, one user per filer (CIK)",
     read=_read, default_users="filer", fixed_users=True,
     more_users="each filer (CIK) is one user: ingest filings of more filers",
+    file_patterns=("*.jsonl", "*.json", "*.txt"),
 ))

@@ -79,4 +79,5 @@ register_format(CorpusFormat(
     name="simdial", summary="SimDial / CustomerSim dialogs (dial-N.txt in train/, valid/, test/), one user per dialog",
     read=_read, default_users="dialog", fixed_users=True,
     more_users="each dialog file is one user: ingest more dialogs",
+    file_patterns=("dial-*.txt", "*/dial-*.txt"),
 ))

@@ -128,9 +128,9 @@ def _check(options: IngestOptions) -> None:
 
 register_format(CorpusFormat(
     name="jsonl", summary="any corpus as JSON lines, with --text-col and --user-col (or --users chunk:N)",
-    read=_read_jsonl, default_users="column", check=_check, more_users=TABULAR_FIX,
+    read=_read_jsonl, default_users="column", check=_check, more_users=TABULAR_FIX, file_patterns=("*.jsonl",),
 ))
 register_format(CorpusFormat(
     name="csv", summary="any corpus as CSV with a header row, with --text-col and --user-col (or --users chunk:N)",
-    read=_read_csv, default_users="column", check=_check, more_users=TABULAR_FIX,
+    read=_read_csv, default_users="column", check=_check, more_users=TABULAR_FIX, file_patterns=("*.csv",),
 ))

@@ -103,4 +103,5 @@ register_format(CorpusFormat(
     name="wikitext", summary="WikiText-2/103 token or raw files, one user per article",
     read=_read, default_users="article", fixed_users=True,
     more_users="each article is one user: ingest more articles",
+    file_patterns=("wiki.*.tokens", "wiki.*.raw", "train.txt", "valid.txt", "test.txt"),
 ))

@@ -49,8 +49,8 @@ INGEST_OPTIONS, INGEST_LISTED, FORMATS_HELP, SPLIT_OF_HELP = _ingest_settings()
 @with_options(INGEST_OPTIONS)
 def ingest(
     format: str = typer.Argument(..., help=FORMATS_HELP, show_default=False),
-    paths: list[str] = typer.Argument(..., help="Input files or fsspec URLs (s3://raw/eng.train); .gz, .bz2 and .xz "
-                                      "are read transparently."),
+    paths: list[str] = typer.Argument(..., help="Input files, folders (their files of FORMAT, sorted) or fsspec URLs "
+                                      "(s3://raw/eng.train); .gz, .bz2 and .xz are read transparently."),
     name: str = typer.Option(..., "--name", help="Dataset name (a folder under the data home)."),
     split_of: Optional[list[str]] = typer.Option(None, "--split-of", metavar="FILE=SPLIT", help=SPLIT_OF_HELP,
                                                  show_default=False),
@@ -77,6 +77,8 @@ def ingest(
         result = ingest_flow(config, progress=True)
     if result.reused:
         typer.echo(f"{name}: inputs and options unchanged, reused the existing tables (nothing redone)")
+    for folder, names in result.folders.items():
+        typer.echo(f"{folder}: {len(names)} {format} file(s): {', '.join(names)}")
     splits = ", ".join(f"{s} {result.per_split[s]}" for s in ("train", "valid", "test") if result.per_split.get(s))
     typer.echo(f"{name}: {result.sentences} sentences ({splits}), {result.users} users "
                f"[users = {config.user_strategy}]")
