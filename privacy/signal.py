@@ -77,13 +77,14 @@ class NoiseToSignal:
                 f"beside a signal of norm at most clip = {self.clip:g} ({self.units:.4g} units per round); "
                 f"measured runs stopped learning past {self.limit:g} ({MEASURED_ON})")
 
-    def warning(self, more_users: str = MORE_USERS) -> str | None:
+    def warning(self, more_users: str = MORE_USERS, pretrained: bool = False) -> str | None:
         """Said when the ratio is past the measured threshold, naming what lowers it; ``more_users``: how this
-        dataset gets more users, in options its format accepts (averaging over users: server SGD)."""
+        dataset gets more users, in options its format accepts (averaging over users: server SGD);
+        ``pretrained``: the run already starts from a model, so a start is not suggested."""
         if not self.past_limit:
             return None
         users = (f"more users ({more_users})",) if self.rule == "server-sgd" else ()
         fixes = "; ".join((*self.extra_fixes, *users, *FIXES[self.rule], *BUDGET_FIXES[self.fixed_noise],
-                           PRETRAINING_FIX))
+                           *(() if pretrained else (PRETRAINING_FIX,))))
         return (f"{self.mechanism} is unlikely to learn: noise-to-signal {self.ratio:.3g} is past {self.limit:g}, "
                 f"where this project's measured runs stopped beating a unigram model. Lower it with: {fixes}")

@@ -313,6 +313,12 @@ class TrainConfig(RunSettings):
         return "-".join(parts)
 
     @property
+    def starts_from_a_model(self) -> bool:
+        """Whether training starts from trained weights (``--init-from``, or a checkpoint folder as the model)
+        rather than from random ones."""
+        return bool(self.init_from) or self.model in CHECKPOINT_KINDS
+
+    @property
     def step_word(self) -> str:
         """What a configuration counts: ``round`` (the federated mechanisms) or ``step``."""
         return "round" if "rounds" in type(self.params).model_fields else "step"

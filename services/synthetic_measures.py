@@ -58,11 +58,19 @@ class UtilityFigures:
     perplexity_real_test: float  # that model on the source dataset's real test split
     model_perplexity_test: float  # the generating model's own test perplexity, as it logged it
     steps: int
+    # The generating run's unigram baseline on the same test split (token frequencies of its validation
+    # split), as it logged it: a model worse than it has not learnt which tokens are common. nan: not logged.
+    unigram_test: float = math.nan
 
     def line(self) -> str:
-        return (f"utility of {self.dataset}: a model trained on it ({self.steps} steps, run {self.run_id}) scores "
+        said = (f"utility of {self.dataset}: a model trained on it ({self.steps} steps, run {self.run_id}) scores "
                 f"perplexity {self.perplexity_real_test:.4g} on the real test split; the generating model "
                 f"{self.model_perplexity_test:.4g}")
+        if math.isfinite(self.unigram_test):
+            verdict = ("worse than" if self.perplexity_real_test > self.unigram_test else "better than")
+            said += (f"; a unigram model {self.unigram_test:.4g} (the corpus' model is {verdict} token frequencies "
+                     "alone)")
+        return said
 
 
 @dataclass(frozen=True)
@@ -257,11 +265,13 @@ def measure_utility(home: DataHome, dataset: str, steps: int = 200, batch_size: 
     real = perplexity(run.model, encode(run.tokenizer, test, origin.max_len), run.tokenizer.pad_token_id,
                       next(run.model.parameters()).device)
     generating = RunTracker.attach(home, source.run_id)
-    own = generating.client.get_run(source.run_id).data.metrics.get("perplexity_test", math.nan)
+    logged = generating.client.get_run(source.run_id).data.metrics
+    own = logged.get("perplexity_test", math.nan)
     RunTracker.attach(home, trained.run_id).log_metrics({"perplexity_real_test": real})
     generating.log_metrics({f"synthetic.{dataset}.perplexity_real_test": real})
     generating.set_tags({f"uedp.synthetic.{dataset}.utility_run": trained.run_id})
-    figures = UtilityFigures(dataset, trained.run_id, real, float(own), steps)
+    figures = UtilityFigures(dataset, trained.run_id, real, float(own), steps,
+                             float(logged.get("perplexity_test_unigram_baseline", math.nan)))
     _keep(home, source, dataset, {"utility": asdict(figures)})
     return figures
 

@@ -76,7 +76,8 @@ def plan_training(config: TrainConfig, facts: PublicFacts, randomness: Randomnes
         config=config, mechanism=mechanism, unit=config.spec.unit if facts.on_release else mechanism.unit,
         epsilon=float(mechanism.planned_epsilon()) if private else math.inf,
         delta=float(getattr(config.params, "delta", 0.0)) if private else 0.0, on_release=facts.on_release,
-        noise_to_signal=signal, noise_warning=signal.warning(facts.more_users) if signal is not None else None,
+        noise_to_signal=signal, noise_warning=signal.warning(facts.more_users, pretrained=config.starts_from_a_model)
+        if signal is not None else None,
         said=(f"sampling planned: {chosen.reason}",) if chosen else (),
         warnings=data_warnings(mechanism, facts.entities), description=description)
 

@@ -90,6 +90,26 @@ def test_the_warning_fires_past_the_threshold_only_and_names_the_fixes() -> None
     assert "more users (each filer (CIK) is one user" in (above.warning(user_fix("sec")) or "")
     fixed = NoiseToSignal("userdp", 1.1 * limit * 100, 1.0, 100, "server-sgd", fixed_noise=True).warning() or ""
     assert "a smaller --noise-multiplier" in fixed and "--target-epsilon" not in fixed
+    started = above.warning(pretrained=True) or ""  # a run that starts from a model is not told to (issue 68, 7)
+    assert "--init-from" not in started and "--q-user" in started
+
+
+def test_a_planned_run_from_a_model_is_not_told_to_start_from_one(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from uedp.services.training_plan import PublicFacts, plan_training
+
+    folder = tmp_path / "llama"
+    LlamaForCausalLM(LlamaConfig(vocab_size=len(TOKENIZER), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=1)).save_pretrained(folder)
+    swamped = dict(dataset="d", q_user=0.05, rounds=40, noise_multiplier=4.0)
+    facts = PublicFacts(Population.declared(946), train_users=946)
+    scratch = TrainConfig.for_mechanism("userdp", **swamped)
+    from_model = TrainConfig.for_mechanism("userdp", model="causal-lm", model_size=str(folder), **swamped)
+    assert not scratch.starts_from_a_model and from_model.starts_from_a_model
+    told = [plan_training(config, facts).noise_warning or "" for config in (scratch, from_model)]
+    assert "is unlikely to learn" in told[0] and "is unlikely to learn" in told[1]
+    assert "--init-from" in told[0] and "--init-from" not in told[1]
 
 
 def _printed_ratio(output: str) -> float:

@@ -346,6 +346,10 @@ def test_utility_is_logged_to_the_generating_run_and_leakage_is_not(trained) -> 
     assert generating.tags["uedp.synthetic.synth-measured.utility_run"] == utility.run_id
     assert utility.model_perplexity_test == pytest.approx(generating.metrics["perplexity_test"])
     assert math.isfinite(utility.perplexity_real_test) and utility.perplexity_real_test > 1
+    # beside the unigram baseline the generating run logged, saying which side of it the corpus' model is
+    assert utility.unigram_test == pytest.approx(generating.metrics["perplexity_test_unigram_baseline"])
+    side = "worse than" if utility.perplexity_real_test > utility.unigram_test else "better than"
+    assert f"a unigram model {utility.unigram_test:.4g} (the corpus' model is {side} token frequencies" in utility.line()
     assert 0 <= leakage.ngram_overlap <= 1 and leakage.ngram_overlap_reference > 0  # held-out text of the corpus
     kept = measures_file(home, "private", "synth-measured")
     assert kept.is_file() and "leakage" in kept.read_text()
