@@ -561,3 +561,36 @@ def test_an_encoder_that_is_not_a_model_folder_is_one_error_before_anything_runs
     result = cli(home, "generate", userdp, "--measure", "--encoder", str(tmp_path / "nothing"), "--output", "synth-no")
     assert result.exit_code != 0 and "--encoder" in result.stderr and "no config.json" in result.stderr
     assert "synth-no" not in ingested_datasets(home)
+
+
+def test_uedp_evaluate_scores_a_runs_model_as_the_run_scored_its_test_split_and_charges_nothing(  # type: ignore[no-untyped-def]
+        trained, tmp_path: Path) -> None:
+    """Issue 68, 3: a model's figure on a dataset's held-out split without training it: a run's logged model
+    scores what the run logged as perplexity_test; a checkpoint folder scores too; the train split and a
+    base this home never installed are one error each; the ledger is untouched."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from uedp.models.tokenization import byte_level_tokenizer
+
+    home, _, noiseless, _, _ = trained
+    entries = len(privacy_budget.view(home, "private").entries)
+    logged = MlflowClient(tracking_uri=home.mlflow_tracking_uri).get_run(noiseless).data
+    max_len = logged.params["max_len"]
+    scored = cli(home, "evaluate", noiseless, "private", "--max-len", max_len, "--threads", "1")
+    assert scored.exit_code == 0, scored.output
+    figure = float(re.search(r"perplexity ([0-9.e+]+) per token", scored.stdout).group(1))  # type: ignore[union-attr]
+    assert figure == pytest.approx(logged.metrics["perplexity_test"], rel=1e-3)  # printed to 4 digits
+    assert "bits per byte" in scored.stdout and "charged to no budget" in scored.stdout
+    folder = tmp_path / "llama"
+    tokenizer = byte_level_tokenizer()
+    LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=1)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    from_folder = cli(home, "evaluate", str(folder), "private", "--split", "valid", "--limit", "5")
+    assert from_folder.exit_code == 0 and f"folder {folder} on 'private' valid (5 texts)" in from_folder.stdout, \
+        from_folder.output
+    train = cli(home, "evaluate", noiseless, "private", "--split", "train")
+    assert train.exit_code == 2 and "error: --split train: only held-out text is scored" in train.stderr
+    missing = cli(home, "evaluate", "smollm2", "private")
+    assert missing.exit_code == 2 and "run `uedp base smollm2` first" in missing.stderr
+    assert len(privacy_budget.view(home, "private").entries) == entries

