@@ -52,6 +52,8 @@ class TrainResult:
     # Classification: the test error of always answering the test split's majority class, and of a
     # uniform guess; an error rate means something only beside them.
     baselines: dict[str, float] = field(default_factory=dict)
+    # A run from a model: that model's test figure before training (MLflow: {metric}_test_start); else None.
+    start_test: float | None = None
     # Everything that defines the configuration but the seed (TrainConfig.settings): reports average only
     # runs that agree on all of it.
     settings: dict[str, Any] = field(default_factory=dict)
@@ -148,7 +150,7 @@ def result_of(config: TrainConfig, run_id: str, outcome: RunOutcome, unit: str, 
         rounds=statement.rounds, resumed_from=outcome.resumed_from, notes=statement.notes,
         privacy_extra=dict(statement.extra), randomness=statement.randomness, caveats=statement.caveats,
         public=statement.public, label=config.label, unit=unit, detector_recall=recall, baselines=outcome.baselines,
-        settings=config.settings(),
+        settings=config.settings(), start_test=outcome.start_test,
     )
 
 

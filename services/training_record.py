@@ -104,7 +104,8 @@ class RunRecorder(Observer):
             tracker.log_metrics(statement.extra)  # kept-token share, attack success: comparable across runs
         tracker.log_metrics({f"{metric}_valid": outcome.valid}, step=statement.rounds)
         # Scored on the test split like the test figure itself (a unigram's counts: the validation split's).
-        tracker.log_metrics({baseline_metric(metric, name): value for name, value in outcome.baselines.items()})
+        tracker.log_metrics({baseline_metric(metric, name): value for name, value in outcome.baselines.items()}
+                            | ({f"{metric}_test_start": outcome.start_test} if outcome.start_test is not None else {}))
         tracker.log_metrics({metric: outcome.test, f"{metric}_test": outcome.test, "final_epsilon": statement.epsilon}
                             | ({"detector_recall": s.recall.value} if s.recall and s.recall.value is not None else {}))
         tracker.log_params({"noise_multiplier_used": statement.noise_multiplier, "accountant_used": statement.accountant,

@@ -46,6 +46,9 @@ class RunOutcome:
     # what a model that learnt nothing scores on the test split (baselines_on), by name
     baselines: dict[str, float] = field(default_factory=dict)
     resumed_from: int = 0  # the round a resumed run restarted after (0: it started fresh)
+    # A run that starts from a model: that model's figure on the same test split before any training
+    # (held-out text, as the run's own); None for random weights or no test split.
+    start_test: float | None = None
     # (round, epsilon) at every round reported with a finite epsilon: the run's shown rounds, each figure
     # exact, none above the final one (privacy.accounting.rounds.EpsilonSchedule)
     curve: tuple[tuple[int, float], ...] = ()
@@ -122,6 +125,9 @@ def run(config: TrainConfig, s: Setup, observers: Sequence[Observer] = ()) -> Ru
         for observer in observers:
             observer.on_round(report)
 
+    # The start's own test figure, before any round changes it: what fine-tuning is measured against.
+    start_test = (evaluate(s.model, s.data.test, config, pad_id, s.device)
+                  if config.starts_from_a_model and s.data.test else None)
     trained = s.mechanism.train(s.model, s.data.train, loss_function(config), s.device, on_round, s.checkpoint)
     statement = trained.statement
     if s.release is not None:  # training on a local-DP release: the guarantee is the release's
@@ -139,7 +145,8 @@ def run(config: TrainConfig, s: Setup, observers: Sequence[Observer] = ()) -> Ru
         statement, trained.sampling, config.utility_metric,
         valid=evaluate(s.model, s.data.valid, config, pad_id, s.device),
         test=evaluate(s.model, s.data.test, config, pad_id, s.device),
-        baselines=baselines_on(s.data, s.model, pad_id), resumed_from=resumed_from, curve=tuple(curve))
+        baselines=baselines_on(s.data, s.model, pad_id), resumed_from=resumed_from, start_test=start_test,
+        curve=tuple(curve))
 
 
 def evaluate(model: torch.nn.Module, examples: Sequence[Example], config: TrainConfig, pad_id: int,

@@ -6,6 +6,7 @@ and uedp-bounded, fully and with LoRA; crashed and resumed; its logged adapter l
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -262,3 +263,24 @@ def test_a_checkpoints_released_hash_covers_its_model_files_and_nothing_kept_bes
     flipped[-1] ^= 1  # one bit of the last weight
     weights.write_bytes(bytes(flipped))
     assert content_hash(folder) != before
+
+
+def test_a_run_from_a_model_says_what_that_model_scored_before_fine_tuning(demo_home: Path, llama: Path) -> None:
+    """Issue 68, 3: the start's figure on the same test split, beside the run's own, printed and logged."""
+    from uedp.services.evaluation import evaluate
+    from uedp.storage.home import DataHome
+
+    result = runner.invoke(app, ["train", "demo", "--home", str(demo_home), "--seeded", "--model", str(llama),
+                                 "--mechanism", "noiseless", "--steps", "2"])
+    assert result.exit_code == 0, result.output
+    said = re.search(r"the model it started from, before fine-tuning: test perplexity ([0-9.e+]+) \(this run ", result.stdout)
+    assert said is not None, result.stdout
+    run = MlflowClient(tracking_uri=f"sqlite:///{demo_home / 'mlflow.db'}").get_run(_run_id(result)).data
+    start = run.metrics["perplexity_test_start"]
+    assert float(said.group(1)) == pytest.approx(start, rel=1e-3) and start != run.metrics["perplexity_test"]
+    # the figure `uedp evaluate` gives the same folder on the same split
+    scored = evaluate(DataHome.from_env(demo_home), str(llama), "demo", "test", int(run.params["max_len"]))
+    assert scored.perplexity == pytest.approx(start, rel=1e-6)
+    scratch = runner.invoke(app, ["train", "demo", "--home", str(demo_home), "--seeded", "--model", "llama",
+                                  "--model-size", "tiny", "--mechanism", "noiseless", "--steps", "1"])
+    assert scratch.exit_code == 0 and "before fine-tuning" not in scratch.stdout, scratch.output

@@ -166,6 +166,9 @@ def train(
                + (f" (resumed after {config.step_word} {result.resumed_from})" if result.resumed_from else ""))
     if result.baselines:
         typer.echo(baselines_line(result.baselines, result.utility_metric))
+    if result.start_test is not None:
+        typer.echo(f"the model it started from, before fine-tuning: test {result.utility_metric} "
+                   f"{result.start_test:.4g} (this run {result.utility_test:.4g})")
     if (warning := baseline_warning(config.run_name(), result)) is not None:
         typer.echo(f"warning: {warning}", err=True)
     if result.detector_recall and math.isfinite(result.epsilon):
