@@ -1,5 +1,5 @@
 """The user-level learning page (``docs/results/user-level-learning``): how close the user- and entity-level
-mechanisms come to noiseless fine-tuning of a public base, before and after issue 49's changes.
+mechanisms come to noiseless fine-tuning of a public base, before and after server optimizers and user-level DP-SGD.
 
 Every configuration fine-tunes **the Reuters base** (``uedp pretrain`` on Reuters-21578, the cpu
 reproductions' gpt2 small with its own BPE vocabulary, built once in ``--base-home`` and reused by content
@@ -293,7 +293,7 @@ def _plot(rows: list[dict[str, object]], out: Path, base: ReutersBase, homes: di
                    label=f"epsilon {target:g}", color=EPSILON_COLOURS.get(target, f"C{i + 2}"))
         ax.axhline(base.before[_test_file(corpus, homes)] / reference, color="0.3", linestyle="--",
                    label="the base before fine-tuning")
-        ax.axhline(1.3, color="C3", linestyle=":", label="issue 49's userdp target (1.3x)")
+        ax.axhline(1.3, color="C3", linestyle=":", label="the userdp target (1.3x)")
         ax.set_yscale("log")
         ax.set_ylim(bottom=1)
         ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))

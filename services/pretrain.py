@@ -71,7 +71,7 @@ class PretrainConfig(BaseModel):
                          "step costs as much as the longest sentence of its batch)")
     seed: int = Field(0, description="initial weights and batch order")
     checkpoint_every: int = Field(100, ge=0, description="save a resumable checkpoint every N steps (0: never)")
-    threads: int | None = Field(None, ge=1, description="torch threads (default: OMP_NUM_THREADS, else all cores)")
+    threads: int | None = Field(None, ge=1, description="torch threads (default: OMP_NUM_THREADS, else this process' share of the CPUs other work leaves free)")
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
     eval_files: list[str] = Field(default_factory=list, description="held-out text to report the base's "
                                   "perplexity on before any fine-tuning, e.g. CoNLL-2003's eng.testb")

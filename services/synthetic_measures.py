@@ -39,7 +39,7 @@ import numpy as np
 from uedp.errors import UedpError
 from uedp.privacy.attacks.canaries import Canary, canary_format
 from uedp.services.logged_run import load_logged_run, logged_canaries, logged_config
-from uedp.services.synthetic import MIN_SHARED_WORDS, generated_corpus
+from uedp.services.synthetic import MIN_SHARED_WORDS, WRITER_PREFIX, generated_corpus
 from uedp.services.synthetic_source import SyntheticSource
 from uedp.services.tracking import RunTracker
 from uedp.storage.catalog import Catalog
@@ -324,7 +324,7 @@ def _keep(home: DataHome, source: SyntheticSource, dataset: str, figures: dict[s
     """Merge ``figures`` into the corpus' measures file in the data home (the curator's; never released)."""
     folder = home.reports_dir(source.dataset)
     folder.mkdir(parents=True, exist_ok=True)
-    file = folder / f"synthetic-{dataset}.json"
+    file = measures_file(home, source.dataset, dataset)
     kept = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
     kept |= figures
     temporary = file.with_suffix(".json.tmp")
@@ -334,4 +334,7 @@ def _keep(home: DataHome, source: SyntheticSource, dataset: str, figures: dict[s
 
 
 def measures_file(home: DataHome, source_dataset: str, dataset: str) -> Path:
-    return home.reports_dir(source_dataset) / f"synthetic-{dataset}.json"
+    """The curator's measures of synthetic corpus ``dataset``: ``<home>/reports/<source>/synthetic-<name>.json``,
+    the name once (a default name, ``synthetic-<run>``, is not written twice)."""
+    name = dataset if dataset.startswith(WRITER_PREFIX) else f"{WRITER_PREFIX}{dataset}"
+    return home.reports_dir(source_dataset) / f"{name}.json"

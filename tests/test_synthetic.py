@@ -594,3 +594,10 @@ def test_uedp_evaluate_scores_a_runs_model_as_the_run_scored_its_test_split_and_
     missing = cli(home, "evaluate", "smollm2", "private")
     assert missing.exit_code == 2 and "run `uedp base smollm2` first" in missing.stderr
     assert len(privacy_budget.view(home, "private").entries) == entries
+
+
+def test_a_default_corpus_name_is_not_doubled_in_its_measures_file(tmp_path: Path) -> None:
+    """Issue 68, 10: the default corpus `synthetic-<run>` had its figures in `synthetic-synthetic-<run>.json`."""
+    home = DataHome.from_env(tmp_path / "home")
+    assert measures_file(home, "private", "synthetic-41ead257aea1").name == "synthetic-41ead257aea1.json"
+    assert measures_file(home, "private", "synth-flow").name == "synthetic-synth-flow.json"
