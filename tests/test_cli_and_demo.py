@@ -110,3 +110,19 @@ def test_help_answers_for_every_command() -> None:
                             ("datasets", "--home")):
         result = runner.invoke(app, [command, "--help"])
         assert result.exit_code == 0 and option in result.stdout, command
+
+
+def test_the_demo_says_each_step_as_it_happens(tmp_path: Path, prefect_server: None, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Issue 68, 9: `uedp demo` was silent for minutes between detection and its table (the trainings'
+    progress went to the flow run's log only). Each step and each training's progress now reach stderr."""
+    from uedp.flows.demo import demo_flow
+    from uedp.services.config import DemoConfig
+
+    config = DemoConfig(home=str(tmp_path / "h"), mechanisms=["noiseless", "deid"], steps=3)
+    outcome = demo_flow(config, progress=True)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith(("ingest:", "detect:", "[", "train "))]
+    assert lines[0].startswith("ingest: ") and lines[1].startswith("detect: ")
+    assert any(line.startswith("[1/2] noiseless") for line in lines) and any(line.startswith("[2/2] deid") for line in lines)
+    assert any(line.startswith("train ") and "3/3 steps" in line for line in lines)  # a training's own progress
+    assert len(outcome.runs) == 2

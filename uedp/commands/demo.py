@@ -68,7 +68,7 @@ def demo(
         typer.echo(line)  # what the pre-flight could not plan before the data is read (training plans it)
     typer.echo(f"uedp demo: data home {data_home.root}")
     with prefect_api(data_home):
-        outcome = demo_flow(config)
+        outcome = demo_flow(config, progress=True)
     ing, det = outcome.ingest, outcome.detect
     typer.echo(
         f"ingest: {'reused existing' if ing.reused else 'ingested'} dataset {ing.dataset!r} "
