@@ -70,6 +70,9 @@ class Observer:
     def finished(self) -> None:
         pass
 
+    def evaluating(self, sizes: dict[str, int]) -> None:
+        """The held-out splits about to be scored, by name and number of examples (minutes on a large one)."""
+
 
 class ProgressObserver(Observer):
     """A progress bar on the terminal (``enabled``), or lines to ``say`` (a Prefect flow run's log)."""
@@ -77,7 +80,7 @@ class ProgressObserver(Observer):
     def __init__(self, config: TrainConfig, enabled: bool, say: Callable[[str], Any] | None):
         # Federated mechanisms count rounds, the others optimizer steps: the bar says which.
         self.word = config.step_word
-        self.desc, self.say = f"train {config.run_name()}", say
+        self.desc, self.say, self.enabled = f"train {config.run_name()}", say, enabled
         self.bar = progress_bar(config.total_steps, self.desc, f"{self.word}s", enabled=enabled, say=say)
 
     def resumed(self, after_round: int) -> None:
@@ -102,6 +105,16 @@ class ProgressObserver(Observer):
 
     def finished(self) -> None:
         self.bar.close()
+
+    def evaluating(self, sizes: dict[str, int]) -> None:
+        """Said before the final evaluation, which takes minutes on a large corpus and shows no bar."""
+        if not sizes or not (self.enabled or self.say is not None):
+            return
+        line = f"{self.desc}: scoring the model on " + " and ".join(f"{n:,} {split} examples" for split, n in sizes.items())
+        if self.say is not None:
+            self.say(line)
+        else:
+            print(line, file=sys.stderr, flush=True)
 
 
 def run(config: TrainConfig, s: Setup, observers: Sequence[Observer] = ()) -> RunOutcome:
@@ -141,6 +154,8 @@ def run(config: TrainConfig, s: Setup, observers: Sequence[Observer] = ()) -> Ru
                                 *(("the class label set",) if s.data.classes else ())))
     for observer in observers:
         observer.finished()
+        observer.evaluating({split: len(examples) for split, examples in (("valid", s.data.valid), ("test", s.data.test))
+                             if examples})
     return RunOutcome(
         statement, trained.sampling, config.utility_metric,
         valid=evaluate(s.model, s.data.valid, config, pad_id, s.device),

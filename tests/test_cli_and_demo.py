@@ -125,4 +125,5 @@ def test_the_demo_says_each_step_as_it_happens(tmp_path: Path, prefect_server: N
     assert lines[0].startswith("ingest: ") and lines[1].startswith("detect: ")
     assert any(line.startswith("[1/2] noiseless") for line in lines) and any(line.startswith("[2/2] deid") for line in lines)
     assert any(line.startswith("train ") and "3/3 steps" in line for line in lines)  # a training's own progress
+    assert any(line.startswith("train ") and ": scoring the model on " in line for line in lines)  # not minutes of silence
     assert len(outcome.runs) == 2
