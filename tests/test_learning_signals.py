@@ -260,6 +260,10 @@ def test_auto_takes_the_least_noise_when_every_k_is_past_the_threshold() -> None
     limit = LEARNING_STOPS_PAST["server-sgd"]
     chosen = choose_k(_graph(), _ratios({k: limit * (2 + k) for k in CANDIDATES}))
     assert chosen.k == 0 and "least noise" in chosen.reason
+    # not a silent k = 0 (issue 68, 6): what it means, what would let a larger k learn, and how to choose one
+    assert "At k = 0 no sentence that names an entity trains" in chosen.reason
+    for fix in ("a larger --q-user", "a larger --target-epsilon", "--lora-rank", "--holders-per-entity K"):
+        assert fix in chosen.reason, fix
 
 
 def _entity_sets(users: int = 12) -> dict[str, list[frozenset[str]]]:

@@ -85,6 +85,13 @@ def _reason(chosen: Candidate, seen: list[Candidate], graph: AttributionGraph | 
     after = next((c for c in seen if c.k > chosen.k), None)
     if not learning:
         said += f"; every k tried is past {chosen.signal.limit:g}, so the least noise was taken"
+        if chosen.k == 0:
+            lower = (chosen.signal.warning() or "").partition("Lower it with: ")[2]
+            said += (". At k = 0 no sentence that names an entity trains: the entities are protected by learning "
+                     f"none of their text. What would let a larger k learn: {lower}; LoRA adapters (--lora-rank: "
+                     "fewer trained weights under the same noise). Or choose k yourself with --holders-per-entity K "
+                     "(`uedp epsilon --mechanism uedp-bounded --holders-per-entity K ...` shows each k's "
+                     "noise-to-signal)")
     elif after is not None:
         said += (f"; k = {after.k} would {kept(after, 'keep') or 'be '}at {after.signal.ratio:.3g}, past "
                  f"{after.signal.limit:g} where measured runs stopped learning")
