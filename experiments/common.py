@@ -359,10 +359,13 @@ def run_names_and_seconds(home: DataHome, run_ids: list[str]) -> dict[str, tuple
 
 
 def mlflow_client(home: Path) -> Any:
-    """An MLflow client on the tracking store of a page's data home (``home/mlflow.db``)."""
+    """An MLflow client on the tracking store of a page's data home, where the runs of its commands went
+    (services.tracking decides where that is: the home's own store, or ``MLFLOW_TRACKING_URI``)."""
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=f"sqlite:///{(home / 'mlflow.db').resolve()}")
+    from uedp.services.tracking import tracking_uri
+
+    return MlflowClient(tracking_uri=tracking_uri(DataHome.from_env(home)))
 
 
 def finished_runs(home: Path, dataset: str) -> list[Any]:

@@ -20,7 +20,6 @@ from uedp.models.metrics import causal_lm_loss, classification_loss
 from uedp.privacy.mechanisms.auto_sampling import SamplingChoice, choose_for
 from uedp.privacy.mechanisms.base import Mechanism
 from uedp.privacy.mechanisms.registry import BuildContext, EpsilonPlan
-from uedp.privacy.mechanisms.uedp_bounded import UeDpBounded, dropped_entities_warning
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
 from uedp.privacy.signal import MORE_USERS, NoiseToSignal
@@ -79,7 +78,9 @@ def plan_training(config: TrainConfig, facts: PublicFacts, randomness: Randomnes
         noise_to_signal=signal, noise_warning=signal.warning(facts.more_users, pretrained=config.starts_from_a_model)
         if signal is not None else None,
         said=(f"sampling planned: {chosen.reason}",) if chosen else (),
-        warnings=data_warnings(mechanism, facts.entities), description=description)
+        warnings=(config.spec.data_warnings(mechanism, facts.entities)
+                  if config.spec.data_warnings is not None and facts.entities is not None else ()),
+        description=description)
 
 
 def build_mechanism(config: TrainConfig, population: Population | None, n_examples: int,
@@ -174,11 +175,3 @@ def noise_to_signal_of(mechanism: Mechanism, population: Population | None, user
         return mechanism.noise_to_signal(population.value if population is not None else float(users))
     except ValueError as exc:  # a setting refused once the count is known (adaptive clipping's room)
         raise UedpError(f"{mechanism.name}: {exc}") from None
-
-
-def data_warnings(mechanism: Mechanism, entities: Mapping[str, Sequence[frozenset[str]]] | None) -> tuple[str, ...]:
-    """What the built mechanism will not train on, when that is most of what it protects (uedp-bounded's k)."""
-    if isinstance(mechanism, UeDpBounded) and entities is not None:
-        warning = dropped_entities_warning(mechanism, entities)
-        return (warning,) if warning is not None else ()
-    return ()

@@ -120,6 +120,9 @@ class MechanismSpec:
     # The fewest training users it can train on. User-level mechanisms need two: with one, every round's
     # update is that user's clipped delta or nothing, under noise scaled to it, and there is nothing to learn.
     min_train_users: int = 1
+    # What the built mechanism will not train on, said before training when that is most of what it
+    # protects (uedp-bounded's k), from the entity sets of the training users; None: nothing to say.
+    data_warnings: Callable[[Any, Mapping[str, Sequence[frozenset[str]]]], tuple[str, ...]] | None = None
     rank: int = 100  # where it is listed (help, forms): baselines first, then by unit
 
     @property

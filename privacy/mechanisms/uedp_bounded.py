@@ -278,4 +278,5 @@ register(MechanismSpec(
     missed_entities=" (uedp-bounded: their sentences are kept in every user and protected only as part of their "
                     "user's contribution)",
     plan=_plan, check=check_vectorizable, min_train_users=2,
+    data_warnings=lambda mechanism, entities: tuple(w for w in (dropped_entities_warning(mechanism, entities),) if w),
 ))
