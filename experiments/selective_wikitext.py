@@ -124,7 +124,7 @@ class StartSettings:
     lr: float
 
 
-FROM_START = {"ci": StartSettings(steps=12, public_steps=6, batch_size=8, lr=1e-2),
+FROM_START = {"ci": StartSettings(steps=4, public_steps=2, batch_size=4, lr=1e-2),
               "cpu": StartSettings(steps=150, public_steps=75, batch_size=16, lr=2e-3),
               "gpu": StartSettings(steps=2000, public_steps=1000, batch_size=32, lr=5e-4)}
 NEAR_NOISELESS = 1.15  # the target from a pretrained start: dpsgd and selective within 15% of noiseless

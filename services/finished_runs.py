@@ -42,12 +42,14 @@ def finished_result(home: DataHome, config: TrainConfig) -> TrainResult | None:
     experiment = client.get_experiment_by_name(config.dataset)
     if experiment is None:
         return None
+    named = " and ".join(["attributes.status = 'FINISHED'", f"attributes.run_name = '{config.run_name()}'"])
+    if not client.search_runs([experiment.experiment_id], filter_string=named, max_results=1):
+        return None  # nothing of that name finished: the start's files need no hashing
     try:
         wanted = identity_tags(home, config)
     except UedpError:  # a start training would refuse: it refuses it, with its own words
         return None
-    query = " and ".join([*(f"tags.`{k}` = '{v}'" for k, v in wanted.items()),
-                          "attributes.status = 'FINISHED'", f"attributes.run_name = '{config.run_name()}'"])
+    query = " and ".join([*(f"tags.`{k}` = '{v}'" for k, v in wanted.items()), named])
     for run in client.search_runs([experiment.experiment_id], filter_string=query,
                                   order_by=["attributes.start_time DESC"], max_results=5):
         outcome = outcome_of_run(RunTracker.attach(home, run.info.run_id))
