@@ -150,13 +150,13 @@ def sample_batches(model: torch.nn.Module, tokenizer: object, prompts: Sequence[
     eos = int(tokenizer.eos_token_id)  # type: ignore[attr-defined]
     encoded = [tokenizer(p, add_special_tokens=False)["input_ids"] if p else [] for p in prompts]  # type: ignore[operator]
     starts = [ids or [eos] for ids in encoded]
+    cached = keeps_a_cache(model)
     order = list(range(len(prompts)))
-    if not keeps_a_cache(model):
+    if not cached:
         order.sort(key=lambda i: len(starts[i]))  # stable: one length per batch below
     chunks: list[list[int]] = []
     for index in order:
-        if chunks and len(chunks[-1]) < batch_size and (
-                keeps_a_cache(model) or len(starts[chunks[-1][0]]) == len(starts[index])):
+        if chunks and len(chunks[-1]) < batch_size and (cached or len(starts[chunks[-1][0]]) == len(starts[index])):
             chunks[-1].append(index)
         else:
             chunks.append([index])
