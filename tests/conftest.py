@@ -57,8 +57,9 @@ def shared_conll() -> Path:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``cuda`` tests skip, saying why, where torch sees no GPU (`make test` deselects them; `make gpu-check`
-    runs them on a machine with one)."""
+    """Modules holding a ``slow`` test run first; ``cuda`` tests skip, saying why, where torch sees no GPU
+    (`make test` deselects them; `make gpu-check` runs them on a machine with one)."""
+    _slow_modules_first(items)
     if not any(item.get_closest_marker("cuda") for item in items):
         return
     import torch
@@ -69,6 +70,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("cuda"):
             item.add_marker(skip)
+
+
+def _slow_modules_first(items: list[pytest.Item]) -> None:
+    """Put the modules that hold a ``slow`` test ahead of the rest, each module whole and in its own order.
+
+    pytest-xdist's worksteal gives each worker half of the collection and lets an idle worker take the
+    tail of the other's queue, but never a test already running: a 90-second test that starts late leaves
+    the other worker idle for as long (measured: 89 s of 13 minutes). With the long tests early and the
+    short ones last, the queues end on tests of a second or less. Modules stay whole so that a module's
+    shared fixtures (a trained run, a data home) are built once per worker, not once per slice."""
+    slow_modules = {item.module for item in items if item.get_closest_marker("slow")}  # type: ignore[attr-defined]
+    items.sort(key=lambda item: getattr(item, "module", None) not in slow_modules)  # stable: order kept within
 
 
 # Keeping the suite from creeping back (issue 63): `make test` prints the 15 slowest tests, and this section

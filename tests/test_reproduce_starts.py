@@ -17,19 +17,29 @@ from uedp.experiments.reproduce import reproduce
 from uedp.experiments.starts import Start, record_start, split_by_start, start_choice, start_paragraph
 
 
-@pytest.fixture
-def reuters(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def reuters(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small Reuters-21578 folder in the distribution's format: the public base's corpus."""
-    folder = tmp_path / "reuters"
-    folder.mkdir()
+    folder = tmp_path_factory.mktemp("reuters")
     reuters_corpus(folder, articles=60)
     return folder
 
 
+@pytest.fixture(scope="module")
+def page_home(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """One data home for this module's pages, as a user's home holds them: the Reuters base is pretrained
+    once and a page's from-scratch rows already trained by an earlier page are reused (the pages' sweeps
+    reuse finished runs), so each test pays only for what is new to it. Every assertion reads the page
+    its own test wrote (its own folder), never a count over the home."""
+    from uedp.storage.home import DataHome
+
+    return DataHome.from_env(tmp_path_factory.mktemp("pages") / "home")
+
+
 @pytest.mark.slow
 def test_uedp_conll_from_the_public_base_keeps_scratch_rows_beside_the_base_rows(
-        home, shared_conll: Path, reuters: Path, prefect_server, tmp_path: Path) -> None:
-    out = tmp_path / "page"
+        page_home, shared_conll: Path, reuters: Path, prefect_server, tmp_path: Path) -> None:
+    home, out = page_home, tmp_path / "page"
     lines: list[str] = []
     page = reproduce("uedp-conll", "ci", home, shared_conll, out, say=lines.append, start="base", public_dir=reuters)
     check_ci_page("uedp-conll", page, out)  # the from-scratch page's checks (tests/test_reproduce.py), here
@@ -74,8 +84,8 @@ def test_uedp_conll_from_the_public_base_keeps_scratch_rows_beside_the_base_rows
 
 @pytest.mark.slow
 def test_selective_conll_from_the_base_adds_gpt2s_mechanisms_with_their_canaries(
-        home, shared_conll: Path, reuters: Path, prefect_server, tmp_path: Path) -> None:
-    out = tmp_path / "page"
+        page_home, shared_conll: Path, reuters: Path, prefect_server, tmp_path: Path) -> None:
+    home, out = page_home, tmp_path / "page"
     page = reproduce("selective-conll", "ci", home, shared_conll, out, say=lambda _: None, start="base",
                      public_dir=reuters)
     check_ci_page("selective-conll", page, out)  # the from-scratch page's checks (tests/test_reproduce.py), here
@@ -103,10 +113,11 @@ def _rerun_base_lines(home, conll: Path, reuters: Path, tmp_path: Path) -> list[
 
 
 @pytest.mark.slow
-def test_a_checkpoint_folder_is_a_start_with_its_own_tokenizer(home, shared_conll: Path, prefect_server,
+def test_a_checkpoint_folder_is_a_start_with_its_own_tokenizer(page_home, shared_conll: Path, prefect_server,
                                                                tmp_path: Path) -> None:
     """``--start FOLDER``: a Hugging Face checkpoint saved with save_pretrained (here a tiny random GPT-2
     and a BPE vocabulary learnt from public generated text) is fine-tuned with its own tokenizer."""
+    home = page_home
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 

@@ -211,6 +211,7 @@ def test_without_the_training_file_the_page_trains_on_validation_articles_and_le
         layout(ctx, SCALES["ci"])
 
 
+@pytest.mark.slow
 def test_the_page_without_the_training_file_says_what_it_trained_on(home, tmp_path: Path, prefect_server) -> None:
     folder = tmp_path / "wikitext-2"
     write_wikitext(folder / "valid.txt", 16, 1)
