@@ -312,7 +312,8 @@ def run_sweep(ctx: Context, config: Any, family: str, start: str = "scratch") ->
     except SweepFailed as exc:
         raise UedpError(f"{ctx.name}: {exc}") from None
     names = run_names_and_seconds(ctx.home, [r.run_id for r in outcome.runs])
-    planned = {item.config.run_name(): item for item in config.plan()}
+    planned = {name: item for item in config.plan()  # a reused run may carry the shorter name of an older uedp
+               for name in (item.config.run_name(with_length=False), item.config.run_name())}
     rows = []
     for result in outcome.runs:
         name, seconds = names.get(result.run_id, ("", math.nan))

@@ -299,18 +299,29 @@ class TrainConfig(RunSettings):
     def size_is_preset(self) -> bool:
         return self.model_size in SIZE_PRESETS[self.model]
 
-    def run_name(self) -> str:
+    def run_name(self, with_length: bool = True) -> str:
         """What tells runs apart, most telling first, so a truncated name in MLflow's runs table still
         reads: ``uedp-eps8-PERSON+LOC-s0``, ``userdp-eps8-s0`` (its training ignores categories),
         ``dpsgd-lstm-eps3-s1`` (a model other than the default GPT-2), ``dpsgd-SmolLM2-135M-lora8-eps3-s0`` (a
-        checkpoint folder by its name, with LoRA's rank)."""
+        checkpoint folder by its name, with LoRA's rank), ``noiseless-from-734e0e8a-steps150-s0`` (steps or
+        rounds other than the mechanism's default: a 1-step and a 150-step run are not one name).
+        ``with_length=False``: the name without that part, as uedp named every run before it had one."""
         budget = self.params.budget
         model = Path(self.model_size).name if self.model in CHECKPOINT_KINDS else self.model
         parts = [self.label, *([model] if model != "gpt2" else []), *([f"lora{self.lora_rank}"] if self.lora_rank else []),
                  *([f"from-{_start_name(self.init_from)}"] if self.init_from else []),
+                 *(self._length_part() if with_length else []),
                  *([f"eps{budget:g}"] if budget and self.is_private else []),
                  *(["+".join(self.categories)] if self.spec.uses_categories(self.params) else []), f"s{self.seed}"]
         return "-".join(parts)
+
+    def _length_part(self) -> list[str]:
+        """``steps150`` / ``rounds50`` when the training's length is not its mechanism's default."""
+        fields = type(self.params).model_fields
+        name = "rounds" if "rounds" in fields else "steps" if "steps" in fields else None
+        if name is None or getattr(self.params, name) == fields[name].default:
+            return []
+        return [f"{name}{getattr(self.params, name)}"]
 
     @property
     def starts_from_a_model(self) -> bool:

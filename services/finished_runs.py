@@ -3,7 +3,7 @@ halfway continue where it stopped instead of training everything again (``SweepC
 
 A finished run stands for a configuration when everything its training read is the same now: the
 configuration's fingerprint (every setting that shapes training; not the device or the threads), its run
-name (the label and grid values a report shows), the dataset's sentences and entities (their keyed content
+name (the label and grid values a report shows; or the shorter name an older uedp gave it), the dataset's sentences and entities (their keyed content
 ids, so re-ingesting or re-detecting with other categories trains again) and the files it started from
 (their keyed content id, so a rebuilt base trains again). Reusing one releases nothing new: the run's
 model and figures were released, and its privacy charged, when it trained.
@@ -42,17 +42,23 @@ def finished_result(home: DataHome, config: TrainConfig) -> TrainResult | None:
     experiment = client.get_experiment_by_name(config.dataset)
     if experiment is None:
         return None
-    named = " and ".join(["attributes.status = 'FINISHED'", f"attributes.run_name = '{config.run_name()}'"])
-    if not client.search_runs([experiment.experiment_id], filter_string=named, max_results=1):
+    # Its name now, and the name uedp gave it before names carried a non-default length (the same
+    # configuration by its fingerprint: a page stopped before that change continues where it stopped).
+    names = [f"attributes.status = 'FINISHED' and attributes.run_name = '{name}'"
+             for name in dict.fromkeys([config.run_name(), config.run_name(with_length=False)])]
+    names = [named for named in names if client.search_runs([experiment.experiment_id], filter_string=named,
+                                                            max_results=1)]
+    if not names:
         return None  # nothing of that name finished: the start's files need no hashing
     try:
         wanted = identity_tags(home, config)
     except UedpError:  # a start training would refuse: it refuses it, with its own words
         return None
-    query = " and ".join([*(f"tags.`{k}` = '{v}'" for k, v in wanted.items()), named])
-    for run in client.search_runs([experiment.experiment_id], filter_string=query,
-                                  order_by=["attributes.start_time DESC"], max_results=5):
-        outcome = outcome_of_run(RunTracker.attach(home, run.info.run_id))
-        if outcome is not None:
-            return outcome[0]
+    for named in names:
+        query = " and ".join([*(f"tags.`{k}` = '{v}'" for k, v in wanted.items()), named])
+        for run in client.search_runs([experiment.experiment_id], filter_string=query,
+                                      order_by=["attributes.start_time DESC"], max_results=5):
+            outcome = outcome_of_run(RunTracker.attach(home, run.info.run_id))
+            if outcome is not None:
+                return outcome[0]
     return None

@@ -34,11 +34,13 @@ from uedp.services.lineage import (
     start_id,
     text_lineage,
 )
+from uedp.services.mlflow_views import TableInput, log_model_entry, log_table_inputs
 from uedp.services.text_overlap import remember
 from uedp.services.tracking import RunTracker
 from uedp.services.training_run import Observer, RunOutcome
 from uedp.services.training_setup import Setup
 from uedp.storage.home import DataHome
+from uedp.storage.tables import table_columns
 
 RUN_FILE = "mlflow_run.json"
 
@@ -86,6 +88,7 @@ class RunRecorder(Observer):
                "privacy_unit": s.plan.unit,
                "model_parameters": sum(p.numel() for p in s.model.parameters()),
                "trainable_parameters": sum(p.numel() for p in s.model.parameters() if p.requires_grad)})
+        log_table_inputs(self.tracker, run_tables(self.home, config, s))
         self.tracker.log_metrics({f"{config.utility_metric}_valid": initial_valid()}, step=0)
 
     def on_round(self, report: RoundReport) -> None:
@@ -129,6 +132,9 @@ class RunRecorder(Observer):
         record = self._audit_record(outcome) if s.audit is not None else None
         if config.log_model or s.data.canaries or s.audit is not None:
             tracker.log_model(s.model, s.tokenizer, base_identity(config, s.start) if s.start else None, self._mark)
+            log_model_entry(tracker, config.run_name(), statement,
+                            {"dataset": config.dataset, "mechanism": config.mechanism, "model": config.model},
+                            statement.rounds)
         return record
 
     def _mark(self, folder: Path) -> None:
@@ -160,6 +166,23 @@ class RunRecorder(Observer):
         if not failed:
             self.s.checkpoint.clear()
             _forget_run_file(self.s.checkpoint)
+
+
+def run_tables(home: DataHome, config: TrainConfig, s: Setup) -> list[TableInput]:
+    """The Parquet tables a run reads: the sentences it trains on (a local-DP release's, whose source's
+    sentences then serve its evaluation) and, for a mechanism that protects entities, the entities table."""
+    def table(dataset: str, name: str, context: str) -> TableInput:
+        folder = home.table_dir(dataset, name)
+        return TableInput(dataset, name, folder, keyed_table_id(home, dataset, name), tuple(table_columns(folder)),
+                          context)
+
+    if s.release is not None:
+        tables = [table(s.release.dataset, "sentences", "training"), table(config.dataset, "sentences", "evaluation")]
+    else:
+        tables = [table(config.dataset, "sentences", "training")]
+    if config.spec.uses_categories(config.params):
+        tables.append(table(config.dataset, "entities", "training"))
+    return tables
 
 
 def _tags(home: DataHome, config: TrainConfig, s: Setup, flow_run_id: str | None,

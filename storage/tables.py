@@ -64,6 +64,12 @@ def read_table(table_dir: Path) -> pa.Table:
     return pq.read_table(table_dir / DATA_FILE)
 
 
+def table_columns(table_dir: Path) -> list[tuple[str, str]]:
+    """A complete table's column names and Arrow types, read from the Parquet footer (no rows): what the
+    code writes, so naming it releases nothing about the text."""
+    return [(field.name, str(field.type)) for field in pq.read_schema(table_dir / DATA_FILE)]
+
+
 class TableWriter:
     """Stream record batches into a table folder; swapped in atomically on a clean exit only.
 

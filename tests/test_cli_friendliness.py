@@ -72,6 +72,12 @@ def test_a_run_from_a_pretrained_start_is_named_apart_from_one_from_scratch(tmp_
     assert from_run.run_name() == "userdp-from-b79ff9a5-eps8-s0"
     folder = TrainConfig(dataset="d", mechanism="dpsgd", init_from=str(tmp_path / "my-public-model"))
     assert "from-my-public-model" in folder.run_name()
+    # a length other than the mechanism's default is part of the name: 1 step and 150 are two names
+    one, many = (TrainConfig(dataset="d", mechanism="noiseless", init_from="b79ff9a567734506b7f0dc86bee6beee",
+                             steps=steps) for steps in (1, 150))
+    assert (one.run_name(), many.run_name()) == ("noiseless-from-b79ff9a5-steps1-s0", "noiseless-from-b79ff9a5-steps150-s0")
+    assert one.run_name(with_length=False) == "noiseless-from-b79ff9a5-s0"  # the name before lengths were shown
+    assert TrainConfig(dataset="d", mechanism="userdp", rounds=50, target_epsilon=8.0).run_name() == "userdp-rounds50-eps8-s0"
     assert TrainConfig(dataset="d", mechanism="userdp").step_word == "round"
     assert TrainConfig(dataset="d", mechanism="dpsgd").step_word == "step"
 

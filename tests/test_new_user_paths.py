@@ -128,7 +128,7 @@ def test_entities_and_train_default_to_the_same_categories(demo_home) -> None:
 
 
 def test_train_says_when_a_mechanism_ignores_the_categories_given(demo_home) -> None:
-    common = ["--home", str(demo_home.root), "--seeded", "--threads", "1", "--target-epsilon", "8"]
+    common = ["--home", str(demo_home.root), "--seeded", "--threads", "1", "--noise-multiplier", "1"]  # no calibration
     userdp = runner.invoke(app, ["train", "demo", "--mechanism", "userdp", "--categories", "PERSON", "--rounds", "2",
                                  *common])
     assert userdp.exit_code == 0, userdp.output

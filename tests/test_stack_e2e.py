@@ -153,7 +153,7 @@ def test_deployed_demo_runs_on_a_worker_and_both_uis_show_it(tmp_path: Path, mon
 
         # The experiment opens in MLflow's model-training view (runs, charts), not on GenAI traces.
         assert experiment.tags.get("mlflow.experimentKind") == "custom_model_development"
-        assert {r.info.run_name for r in runs} == {"noiseless-s0", "userdp-s0"}  # short: shown whole in the table
+        assert {r.info.run_name for r in runs} == {"noiseless-steps40-s0", "userdp-rounds2-s0"}  # shown whole in the table
 
         screenshots.mkdir(parents=True, exist_ok=True)
         form_url = f"{stack.prefect_ui}/deployments/deployment/{deployment.id}/run"

@@ -601,3 +601,55 @@ def test_a_default_corpus_name_is_not_doubled_in_its_measures_file(tmp_path: Pat
     home = DataHome.from_env(tmp_path / "home")
     assert measures_file(home, "private", "synthetic-41ead257aea1").name == "synthetic-41ead257aea1.json"
     assert measures_file(home, "private", "synth-flow").name == "synthetic-synth-flow.json"
+
+
+def test_mlflow_lists_a_runs_model_and_tables_in_its_own_views(trained, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """MLflow's run page lists "Logged models" and "Datasets" from logged-model outputs and dataset inputs (not
+    from artifacts): this module's runs, trained through the CLI, show their model there, with the privacy
+    statement as its tags, registrable in the model registry, and their Parquet tables, with nothing that
+    counts private text (design rule 4) and the keyed id the run's tags already carry as the digest."""
+    from types import SimpleNamespace
+    from urllib.parse import urlparse
+
+    from uedp.services.config import TrainConfig
+    from uedp.services.lineage import DATASET_ID_TAG, ENTITIES_ID_TAG
+    from uedp.services.mlflow_views import WEIGHTS_TAG
+    from uedp.services.tracking import tracking_uri
+    from uedp.services.training_record import run_tables
+    from uedp.storage.tables import table_columns
+
+    home, userdp, noiseless, _, _ = trained
+    client = MlflowClient(tracking_uri=tracking_uri(home))
+    run = client.get_run(userdp)
+    [used] = run.inputs.dataset_inputs
+    assert used.dataset.name == "private/sentences" and [(t.key, t.value) for t in used.tags] == [
+        ("mlflow.data.context", "training")]
+    assert used.dataset.digest == run.data.tags[DATASET_ID_TAG] and used.dataset.source_type == "local"
+    assert Path(urlparse(json.loads(used.dataset.source)["uri"]).path) == home.table_dir("private", "sentences")
+    columns = [c["name"] for c in json.loads(used.dataset.schema)["mlflow_colspec"]]
+    assert columns == [name for name, _ in table_columns(home.table_dir("private", "sentences"))] and "text" in columns
+    assert not re.search(r"\d", used.dataset.profile.replace("rule 4", "")), used.dataset.profile  # no count
+    # the model: an output of the run, its statement in its tags, its weights the run's `model` folder
+    [output] = run.outputs.model_outputs
+    model = client.get_logged_model(output.model_id)
+    params = run.data.params
+    assert model.source_run_id == userdp and model.name == run.info.run_name and output.step == int(params["rounds_run"])
+    assert run.info.run_name.startswith("userdp-rounds2-")  # not the default 30 rounds: the name says so
+    assert model.tags[WEIGHTS_TAG] == f"runs:/{userdp}/model" and "config.json" in {
+        Path(a.path).name for a in client.list_artifacts(userdp, "model")}
+    assert model.tags["uedp.epsilon"] == params["epsilon_reported"] and math.isfinite(float(model.tags["uedp.epsilon"]))
+    assert model.tags["uedp.privacy_unit"] == params["privacy_unit"] and model.tags["uedp.randomness"] == "secure"
+    assert model.tags["uedp.privacy_caveats"] == params["privacy_caveats"]
+    # the registry looks a models:/ source up in the default store (as an MLflow server's is): this home's
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking_uri(home))
+    client.create_registered_model("private-userdp")
+    version = client.create_model_version("private-userdp", f"models:/{model.model_id}", run_id=userdp,
+                                          model_id=model.model_id)
+    assert client.get_model_version("private-userdp", version.version).run_id == userdp
+    [plain] = client.get_run(noiseless).outputs.model_outputs
+    assert client.get_logged_model(plain.model_id).tags["uedp.epsilon"] == "inf"
+    # a mechanism that protects entities reads the entities table too, under its own keyed id
+    uedp = run_tables(home, TrainConfig(dataset="private", mechanism="uedp"), SimpleNamespace(release=None))  # type: ignore[arg-type]
+    assert [(t.dataset, t.table, t.context) for t in uedp] == [("private", "sentences", "training"),
+                                                               ("private", "entities", "training")]
+    assert uedp[1].keyed_id == run.data.tags[ENTITIES_ID_TAG]

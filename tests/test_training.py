@@ -116,6 +116,11 @@ def _a_finished_configuration_is_reused_only_while_nothing_it_read_changed(home,
     assert found.utility_test == children["noiseless"].data.metrics["perplexity_test"]
     assert finished_result(home, noiseless.model_copy(update={"seed": 1})) is None
     assert finished_result(home, noiseless.model_copy(update={"max_len": noiseless.max_len - 1})) is None
+    # a run finished under the shorter name an older uedp gave it (no length) is still this configuration
+    assert "-steps40-" in noiseless.run_name()
+    client.update_run(found.run_id, name=noiseless.run_name(with_length=False))
+    again_found = finished_result(home, noiseless)
+    assert again_found is not None and again_found.run_id == found.run_id
     # the same configuration on other text: the dataset ingested again, one sentence fewer
     lines = DEMO_CORPUS.read_text(encoding="utf-8").rstrip("\n").split("\n\n")
     shorter = write(home.root / "shorter.txt", "\n\n".join(lines[:-1]) + "\n")
