@@ -36,6 +36,9 @@ class IngestConfig(IngestOptions, _Inputs):
 
     store: str | None = Field(None, description="fsspec URL of the shared table store (s3://bucket/uedp); "
                                                 "empty: the data home only")
+    public: str | None = Field(None, description="why this text is public (its source: 'Reuters-21578, public 1987 "
+                               "news'), to declare the dataset public: its runs are charged to no privacy ledger "
+                               "(a search's proxy, a pretraining corpus). Empty: private")
 
     def options(self) -> IngestOptions:
         return IngestOptions.model_validate(self.model_dump(include=set(IngestOptions.model_fields)))
@@ -50,4 +53,4 @@ def ingest_flow(config: IngestConfig, progress: bool = False) -> IngestResult:
         progress: report progress on stderr (the worker's log), besides the flow run's log.
     """
     return ingest_task(DataHome.from_env(config.home or None), config.dataset, config.files, config.options(), progress,
-                       config.store)
+                       config.store, config.public or None)

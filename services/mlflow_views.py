@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,8 @@ from uedp.services.tracking import RunTracker
 
 WEIGHTS_TAG = "uedp.weights"  # where the logged model's files are: runs:/<run id>/model
 MODEL_TYPE = "uedp-language-model"
+# MLflow refuses these in a logged model's name (a run name may hold them: dpsgd-eps0.5-s0).
+NOT_IN_MODEL_NAMES = re.compile(r"[/:.%\"']")
 NO_COUNTS = "no row, user or entity counts: they count private text (docs/PRIVACY.md, rule 4)"
 # Arrow's type names as MLflow's column specs name them (the UI shows the schema from these).
 _MLFLOW_TYPES = {"string": "string", "large_string": "string", "int64": "long", "int32": "integer",
@@ -74,6 +77,11 @@ def statement_tags(statement: PrivacyStatement) -> dict[str, str]:
             "uedp.privacy_statement": "docs/PRIVACY.md"}
 
 
+def model_name(run_name: str) -> str:
+    """The run's name as MLflow accepts a logged model's: ``dpsgd-eps0.5-s0`` -> ``dpsgd-eps0_5-s0``."""
+    return NOT_IN_MODEL_NAMES.sub("_", run_name)
+
+
 def log_model_entry(tracker: RunTracker, name: str, statement: PrivacyStatement, params: dict[str, str],
                     step: int) -> str:
     """Record the run's logged ``model`` artifact folder as an MLflow logged model, output of the run at
@@ -86,7 +94,7 @@ def log_model_entry(tracker: RunTracker, name: str, statement: PrivacyStatement,
     client, run_id = tracker.client, tracker.run_id
     experiment_id = client.get_run(run_id).info.experiment_id
     model = client.create_logged_model(
-        experiment_id, name=name, source_run_id=run_id, model_type=MODEL_TYPE, params=params,
+        experiment_id, name=model_name(name), source_run_id=run_id, model_type=MODEL_TYPE, params=params,
         tags={MLFLOW_MODEL_IS_EXTERNAL: "true", WEIGHTS_TAG: f"runs:/{run_id}/model", **statement_tags(statement)})
     with tempfile.TemporaryDirectory() as tmp:  # the MLmodel file the model registry asks for
         get_external_mlflow_model_spec(model).save(str(Path(tmp) / MLMODEL_FILE_NAME))

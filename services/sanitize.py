@@ -9,6 +9,7 @@ without an embedding is released as ``<unk>`` whatever it was.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import uuid
 from collections.abc import Callable
@@ -36,6 +37,7 @@ from uedp.services.releases import ATTACK_FIGURES, SanitizeResult, record_releas
 from uedp.services.sanitize_attack import attack_figures, attack_spec
 from uedp.storage.catalog import Catalog
 from uedp.storage.home import DataHome
+from uedp.storage.public_declaration import public_declaration
 from uedp.storage.schemas import ENTITIES, SENTENCES, USERS
 from uedp.storage.tables import TableWriter, hash_config, is_current, read_manifest, read_table
 from uedp.storage.text_identity import TEXT_KEY, table_text_key, text_key_of
@@ -146,8 +148,12 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
                                        f"{home.keyed_id(entities_key)[:12]}" if config.keep == "non-entities" else ""),
         text=privacy_budget.text_of(home, config.dataset),
         categories=tuple(config.categories) if config.keep == "non-entities" else ())
-    privacy_budget.check(home, config.dataset, release)
-    with privacy_budget.reserved(home, config.dataset, release) as spent:
+    charged = public_declaration(home, config.dataset) is None  # a dataset declared public: no ledger to charge
+    if charged:
+        privacy_budget.check(home, config.dataset, release)
+    reservation: contextlib.AbstractContextManager[list[str]] = (
+        privacy_budget.reserved(home, config.dataset, release) if charged else contextlib.nullcontext([]))
+    with reservation as spent:
         for line in spent:
             (say or _to_stderr)(line)
         drawn = _draw(home, config, key, identity, source, sampler, unprotected, segmenter, table, texts, progress)

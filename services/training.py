@@ -25,6 +25,7 @@ from uedp.services.training_run import ProgressObserver, RunOutcome, run
 from uedp.services.training_setup import loss_function, set_up
 from uedp.services.tuned import apply_tuned
 from uedp.storage.home import DataHome
+from uedp.storage.public_declaration import public_declaration
 
 
 @dataclass(frozen=True)
@@ -113,13 +114,13 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
 
 def reservation(home: DataHome, plan: TrainingPlan) -> privacy_budget.Release | None:
     """What this run spends from its dataset's privacy ledger: the epsilon its plan states, before round 1.
-    None for a run on a local-DP release: the release was charged when it was drawn, and training on it is
+    None for a run on a dataset declared public at ingest, and for a run on a local-DP release: the release was charged when it was drawn, and training on it is
     post-processing (so is any run on a dataset that is such a release, or on a synthetic corpus: its
     generating run was charged when it trained)."""
     config = plan.config
     if (plan.on_release or privacy_budget.derived_from(home, config.dataset) is not None
-            or synthetic_source(home, config.dataset) is not None):
-        return None
+            or synthetic_source(home, config.dataset) is not None or public_declaration(home, config.dataset)):
+        return None  # ... and a dataset declared public at ingest: no one in it to protect (services.public_datasets)
     # In words, for the ledger's table: an entity-level run's categories and the entities table it trained
     # with (the keyed id MLflow's uedp.entities_id tag shows). Totals compose across both (privacy_budget).
     entity_level = config.is_private and config.spec.uses_categories(config.params)

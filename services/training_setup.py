@@ -30,6 +30,7 @@ from uedp.services.coverage import DetectorRecall, detector_recall
 from uedp.services.initial_model import Start, resolve_start, start_model
 from uedp.services.lineage import keyed_table_id
 from uedp.services.ner import refuse_ner_fitted_to_training_text
+from uedp.services.public_datasets import declared_public_words
 from uedp.services.releases import SanitizeResult, open_release, sanitize_config
 from uedp.services.synthetic_source import SyntheticSource, synthetic_source
 from uedp.services.training_data import PreparedData, prepare_data
@@ -147,7 +148,7 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
         plan = replace(plan, unit=synthetic.statement.unit, epsilon=synthetic.statement.epsilon,
                        delta=synthetic.statement.delta)
     return Setup(device, tokenizer, data, model, plan, checkpoint, release, caveats, audit, recall, start, threads,
-                 tuned_public(home, config), synthetic)
+                 (*tuned_public(home, config), *declared_public_words(home, config.dataset)), synthetic)
 
 
 def check_trainable(home: DataHome, config: TrainConfig, data: PreparedData) -> None:

@@ -212,6 +212,7 @@ class IngestResult:
     structure: UserStructure = field(default_factory=UserStructure)
     format: str = ""
     folders: dict[str, list[str]] = field(default_factory=dict)  # a folder given -> the files it stood for
+    public: str = ""  # what changed in its public declaration (services.public_datasets), said to the user
 
     @property
     def user_warning(self) -> str | None:

@@ -216,7 +216,7 @@ def test_a_classifier_folder_trains_as_a_classifier_with_lora_on_the_exact_path(
         result = runner.invoke(app, ["train", "news", "--home", str(home), "--model", str(folder), "--mechanism",
                                      "dpsgd", "--steps", "2", "--lora-rank", "2", "--seeded"])
     assert result.exit_code == 0, result.output
-    assert "dpsgd-tiny-qwen2-classifier-lora2-s0: epsilon" in result.stdout and "test error" in result.stdout
+    assert "dpsgd-tiny-qwen2-classifier-lora2-steps2-s0: epsilon" in result.stdout and "test error" in result.stdout
 
 
 def _home(root: Path):  # type: ignore[no-untyped-def]

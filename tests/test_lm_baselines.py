@@ -118,7 +118,7 @@ def test_train_prints_logs_and_reports_the_baselines_and_warns_when_nothing_was_
     # One step at a huge learning rate destroys the model: no better than a uniform guess.
     destroyed, _, stderr = _train(home.root, "--steps", "1", "--lr", "1")
     assert client.get_run(destroyed).data.metrics["perplexity_test"] >= 257
-    assert re.search(r"warning: noiseless-s0 is no better than a uniform guess \(test perplexity \S+ >= 257\): it has "
+    assert re.search(r"warning: noiseless-steps1-s0 is no better than a uniform guess \(test perplexity \S+ >= 257\): it has "
                      r"learnt nothing", stderr), stderr
     # A few small steps learn something, but not yet which tokens are common.
     early, _, stderr = _train(home.root, "--steps", "3", "--lr", "3e-3")

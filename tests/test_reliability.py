@@ -342,7 +342,7 @@ def test_a_sweep_names_each_failures_cause_and_still_reports_what_finished(home,
     result = CliRunner().invoke(app, ["sweep", demo, "--home", str(home.root), "--mechanisms", "noiseless,uedp",
                                       "--epsilons", "1000", "--steps", "10", "--rounds", "2"])
     assert result.exit_code == 2, result.output
-    assert "[1/2] noiseless-s0: no guarantee, test perplexity" in result.stderr
+    assert "[1/2] noiseless-steps10-s0: no guarantee, test perplexity" in result.stderr
     failed = [line for line in result.stderr.splitlines() if line.startswith("[2/2] FAILED ")]
     assert len(failed) == 1 and "uedp: this run would report epsilon above 500" in failed[0]
     assert "(fix the setting)" in failed[0] and "rerun" not in result.stderr
@@ -354,7 +354,7 @@ def test_a_sweep_names_each_failures_cause_and_still_reports_what_finished(home,
     (parent,) = [r for r in runs if r.data.tags.get("uedp.kind") == "sweep"]
     # MLflow learns which configuration failed and how, not the message (a refusal can read the data)
     assert parent.info.status == "FAILED"
-    assert parent.data.tags["uedp.failures"] == "uedp-eps1000-LOC+ORG+PERSON-s0: configuration error"
+    assert parent.data.tags["uedp.failures"] == "uedp-rounds2-eps1000-LOC+ORG+PERSON-s0: configuration error"
     assert "failures.json" in {a.path for a in client.list_artifacts(parent.info.run_id)}
 
 

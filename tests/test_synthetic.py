@@ -613,7 +613,7 @@ def test_mlflow_lists_a_runs_model_and_tables_in_its_own_views(trained, monkeypa
 
     from uedp.services.config import TrainConfig
     from uedp.services.lineage import DATASET_ID_TAG, ENTITIES_ID_TAG
-    from uedp.services.mlflow_views import WEIGHTS_TAG
+    from uedp.services.mlflow_views import WEIGHTS_TAG, model_name
     from uedp.services.tracking import tracking_uri
     from uedp.services.training_record import run_tables
     from uedp.storage.tables import table_columns
@@ -633,7 +633,7 @@ def test_mlflow_lists_a_runs_model_and_tables_in_its_own_views(trained, monkeypa
     [output] = run.outputs.model_outputs
     model = client.get_logged_model(output.model_id)
     params = run.data.params
-    assert model.source_run_id == userdp and model.name == run.info.run_name and output.step == int(params["rounds_run"])
+    assert model.source_run_id == userdp and model.name == model_name(run.info.run_name) and output.step == int(params["rounds_run"])
     assert run.info.run_name.startswith("userdp-rounds2-")  # not the default 30 rounds: the name says so
     assert model.tags[WEIGHTS_TAG] == f"runs:/{userdp}/model" and "config.json" in {
         Path(a.path).name for a in client.list_artifacts(userdp, "model")}
@@ -646,6 +646,7 @@ def test_mlflow_lists_a_runs_model_and_tables_in_its_own_views(trained, monkeypa
     version = client.create_model_version("private-userdp", f"models:/{model.model_id}", run_id=userdp,
                                           model_id=model.model_id)
     assert client.get_model_version("private-userdp", version.version).run_id == userdp
+    assert model_name("dpsgd-eps0.5-s0") == "dpsgd-eps0_5-s0"  # MLflow refuses '.' (and / : % ' ") in model names
     [plain] = client.get_run(noiseless).outputs.model_outputs
     assert client.get_logged_model(plain.model_id).tags["uedp.epsilon"] == "inf"
     # a mechanism that protects entities reads the entities table too, under its own keyed id

@@ -174,4 +174,4 @@ def test_a_training_says_the_threads_it_uses_once(home, unset: pytest.MonkeyPatc
     lines: list[str] = []
     train_configuration(home, config.model_copy(update={"threads": 2, "seed": 1}), progress=False,
                         report_to=lines.append)
-    assert [line for line in lines if "torch:" in line] == ["noiseless-s1: torch: 2 threads (--threads)"]
+    assert [line for line in lines if "torch:" in line] == ["noiseless-steps2-s1: torch: 2 threads (--threads)"]

@@ -55,6 +55,11 @@ def ingest(
     split_of: Optional[list[str]] = typer.Option(None, "--split-of", metavar="FILE=SPLIT", help=SPLIT_OF_HELP,
                                                  show_default=False),
     store: Optional[str] = typer.Option(None, help=STORE_HELP),
+    public: Optional[str] = typer.Option(None, "--public", metavar="WHY", show_default=False, help=(
+        "Declare the dataset public, saying why (its source: 'Reuters-21578, public 1987 news'): a search's proxy "
+        "or a pretraining corpus. Its runs and local-DP releases are charged to no privacy ledger and their "
+        "statements name the declaration; refused while a private dataset of the home holds the same text. "
+        "Ingesting without it makes the dataset private again.")),
     home: Optional[Path] = HOME_OPTION,
     config_file: Optional[Path] = CONFIG_OPTION,
     set_: Optional[list[str]] = SET_OPTION,
@@ -69,7 +74,8 @@ def ingest(
     data_home = prepare_runtime(home)
     from uedp.flows.ingest import IngestConfig, ingest_flow
 
-    values = merged(config_file, {**settings, "split_of": split_of or None, "store": store}, set_, INGEST_LISTED)
+    values = merged(config_file, {**settings, "split_of": split_of or None, "store": store, "public": public}, set_,
+                    INGEST_LISTED)
     # The command line's FORMAT, files and --name win over a config file's.
     config = IngestConfig(**{**values, "format": format, "files": list(paths), "dataset": name,
                              "home": str(data_home.root)})  # validated here, before any work starts
@@ -83,6 +89,8 @@ def ingest(
     typer.echo(f"{name}: {result.sentences} sentences ({splits}), {result.users} users "
                f"[users = {config.user_strategy}]")
     typer.echo(f"tables: {data_home.dataset_dir(name)}/{{sentences,users}}/data.parquet")
+    if result.public:
+        typer.echo(result.public)
     for warning in (result.warning, result.user_warning):
         if warning:
             typer.echo(f"warning: {warning}", err=True)

@@ -71,7 +71,12 @@ def budget(
     if not data_home.dataset_dir(dataset).is_dir():
         raise UedpError(f"no dataset {dataset!r} in {data_home.root} (`uedp datasets` lists them)")
     from uedp.services.synthetic_source import synthetic_source
+    from uedp.storage.public_declaration import public_declaration
 
+    declared = public_declaration(data_home, dataset)
+    if declared is not None and limit is not None:
+        raise UedpError(f"{dataset!r} is declared public ({declared}): nothing trained on it is charged, so a budget "
+                        f"here would hold nothing back; ingest it again without --public to make it private")
     ledger = privacy_budget.ledger_of(data_home, dataset)
     source = privacy_budget.derived_from(data_home, dataset)
     generated = synthetic_source(data_home, dataset)
@@ -86,6 +91,9 @@ def budget(
     if limit is not None or no_limit:
         with ledger.editing() as editor:
             editor.set_limit(None if no_limit else limit)
+    if declared is not None:
+        typer.echo(f"{dataset!r} was declared public at ingest ({declared}): its runs and local-DP releases are charged "
+                   "to no ledger; the entries below, if any, were filed before the declaration")
     if source is not None:
         typer.echo(f"{dataset!r} is a local-DP release of {source!r}: training on it is post-processing of that release "
                    f"and costs nothing more. Its cost is in `uedp budget {source}`.")
@@ -171,6 +179,7 @@ def datasets(home: Optional[Path] = HOME_OPTION) -> None:
     data_home = prepare_runtime(home)
     from uedp.services.synthetic_source import synthetic_source
     from uedp.storage.catalog import ingested_datasets
+    from uedp.storage.public_declaration import public_declaration
     from uedp.storage.tables import read_manifest
 
     complete = ingested_datasets(data_home)
@@ -182,6 +191,8 @@ def datasets(home: Optional[Path] = HOME_OPTION) -> None:
         generated = synthetic_source(data_home, dataset)
         if generated is not None:
             typer.echo(f"  synthetic: {generated.guarantee_words()}")
+        if (declared := public_declaration(data_home, dataset)) is not None:
+            typer.echo(f"  declared public: {declared}")
     if not complete:
         typer.echo(f"no datasets under {data_home.root}; try `uedp ingest` or `uedp demo`")
     for dataset in incomplete:
