@@ -118,8 +118,8 @@ def prepare_start(ctx: Context, base: BaseSettings, test_file: Path, test_format
                                 device=ctx.device, checkpoint_every=0)
         built = pretrain(ctx.home, config, say=ctx.say)
         ctx.say(f"start: the public base {built.key} (run {built.run_id}, {built.parameters / 1e6:.1f}M parameters)")
-        before = _before(Path(built.model_folder), Path(built.tokenizer_folder), test_file, test_format, base.max_len,
-                         ctx.device)
+        before = _before(ctx, Path(built.model_folder), Path(built.tokenizer_folder), test_file, test_format,
+                         base.max_len)
         return Start(BASE, f"{built.model} {built.size} from the Reuters base", dict(
             model=built.model, init_from=built.run_id, tokenizer=built.tokenizer_folder, max_len=base.max_len),
             float(base.vocab_size), f"Reuters-21578 ({built.dataset}): the base's pretraining text and its vocabulary",
@@ -130,7 +130,7 @@ def prepare_start(ctx: Context, base: BaseSettings, test_file: Path, test_format
 
     if ctx.start in PACKAGED_BASES:  # `uedp base NAME` in this data home (fetched and converted once)
         packaged = build(ctx.home, ctx.start, say=ctx.say)
-        before = _before(packaged.folder, packaged.folder, test_file, test_format, base.max_len, ctx.device)
+        before = _before(ctx, packaged.folder, packaged.folder, test_file, test_format, base.max_len)
         named = packaged.base
         return Start("packaged", ctx.start, dict(model=str(packaged.folder), max_len=base.max_len,
                                                  lora_rank=PACKAGED_LORA_RANK),
@@ -140,20 +140,40 @@ def prepare_start(ctx: Context, base: BaseSettings, test_file: Path, test_format
     if not has_tokenizer(str(folder)):
         raise UedpError(f"--start {folder}: the checkpoint has no tokenizer files (save the tokenizer beside the "
                         "model with save_pretrained)")
-    before = _before(folder, folder, test_file, test_format, base.max_len, ctx.device)
+    before = _before(ctx, folder, folder, test_file, test_format, base.max_len)
     return Start("checkpoint", f"{folder.name} (checkpoint)", dict(model=str(folder), max_len=base.max_len),
                  float(len(load_tokenizer(folder))), f"whatever {folder.name}'s publisher trained it on", before,
                  name=folder.name)
 
 
-def _before(model_folder: Path, tokenizer_folder: Path, test_file: Path, test_format: str, max_len: int,
-            device: str) -> float:
-    from uedp.models.checkpoints import checkpoint_kind
+def _before(ctx: Context, model_folder: Path, tokenizer_folder: Path, test_file: Path, test_format: str,
+            max_len: int) -> float:
+    """The start's perplexity on the page's test file before fine-tuning: measured once, then remembered in the
+    data home by the content of the model, its vocabulary and the file (a page run again after an interruption
+    does not spend minutes measuring it again). Held-out text: outside every epsilon, as any test figure."""
+    import json
+
+    from uedp.models.checkpoints import checkpoint_kind, content_hash, vocabulary_file_hashes
     from uedp.models.saving import load_saved
     from uedp.services.pretrain import held_out_perplexity
+    from uedp.storage.tables import hash_config, hash_files
 
+    key = hash_config({"model": content_hash(model_folder), "vocabulary": vocabulary_file_hashes(tokenizer_folder),
+                       "file": hash_files([test_file]), "format": test_format, "max_len": max_len,
+                       "device": "cuda" if str(ctx.device).startswith("cuda") else str(ctx.device)})[:32]
+    remembered = ctx.home.measures_dir / f"start-perplexity-{key}.json"
+    if remembered.is_file():
+        return float(json.loads(remembered.read_text(encoding="utf-8"))["perplexity"])
+    ctx.say(f"start: measuring its perplexity on {test_file.name} before fine-tuning (once; remembered in the data "
+            "home)")
     model = load_saved(model_folder, checkpoint_kind(model_folder))
-    return held_out_perplexity(model, tokenizer_folder, [test_file], test_format, max_len, device)[test_file.name]
+    before = held_out_perplexity(model, tokenizer_folder, [test_file], test_format, max_len, ctx.device)[test_file.name]
+    remembered.parent.mkdir(parents=True, exist_ok=True)
+    partial = remembered.with_suffix(f".partial-{os.getpid()}")
+    partial.write_text(json.dumps({"perplexity": before, "file": test_file.name}), encoding="utf-8")
+    partial.replace(remembered)
+    ctx.say(f"start: perplexity {before:.4g} on {test_file.name} before fine-tuning")
+    return before
 
 
 def record_start(results: Results, start: Start | None) -> None:

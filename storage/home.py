@@ -72,6 +72,12 @@ class DataHome:
         """Where a training configuration's resumable checkpoint lives until the run finishes."""
         return self.root / "checkpoints" / f"{validate_dataset_name(dataset)}-{fingerprint}"
 
+    @property
+    def measures_dir(self) -> Path:
+        """Figures measured on public or held-out text, remembered by the content key of what they measured
+        (a start's perplexity before fine-tuning: minutes for a 135M-parameter model on a test file)."""
+        return self.root / "cache" / "measures"
+
     def generation_dir(self, key: str) -> Path:
         """The batches a synthetic corpus has sampled so far, until it is written whole (``uedp generate``)."""
         return self.root / "checkpoints" / f"generate-{key[:24]}"

