@@ -17,6 +17,7 @@ rates, so they are a warning, not a rule.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -57,6 +58,15 @@ class NoiseToSignal:
     rule: UpdateRule
     extra_fixes: tuple[str, ...] = ()  # mechanism-specific ways to lower it (uedp-bounded: a smaller k)
     fixed_noise: bool = False  # z was given (not calibrated to a target epsilon): the fixes differ
+    # The update's trainable coordinates (LoRA's adapters only; 0: not known, as in `uedp epsilon`): the
+    # noise's norm grows with their square root while the signal's stays at most the clip.
+    coordinates: int = 0
+
+    @property
+    def norm_ratio(self) -> float | None:
+        """The noise's expected norm over the trainable coordinates, in units of the signal's largest norm:
+        ``ratio * sqrt(coordinates)`` (None when the coordinates are not known)."""
+        return self.ratio * math.sqrt(self.coordinates) if self.coordinates else None
 
     @property
     def ratio(self) -> float:
@@ -73,8 +83,10 @@ class NoiseToSignal:
     def line(self) -> str:
         """What the planner prints beside epsilon."""
         per = self.noise_std / self.units
+        over = (f"; over its {self.coordinates:,} trainable coordinates the noise's norm is about "
+                f"{self.norm_ratio:.3g} times the clip" if self.norm_ratio is not None else "")
         return (f"noise-to-signal {self.ratio:.3g}: one averaged update's noise has std {per:.3g} per coordinate "
-                f"beside a signal of norm at most clip = {self.clip:g} ({self.units:.4g} units per round); "
+                f"beside a signal of norm at most clip = {self.clip:g} ({self.units:.4g} units per round){over}; "
                 f"measured runs stopped learning past {self.limit:g} ({MEASURED_ON})")
 
     def warning(self, more_users: str = MORE_USERS, pretrained: bool = False) -> str | None:

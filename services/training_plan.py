@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from uedp.errors import UedpError
 from uedp.models.metrics import causal_lm_loss, classification_loss
@@ -40,6 +40,7 @@ class PublicFacts:
     entities: Mapping[str, Sequence[frozenset[str]]] | None = None
     on_release: bool = False  # trains on a local-DP release: the guarantee is the release's, charged when drawn
     more_users: str = MORE_USERS  # the dataset format's fix for too few users, in the warning's words
+    trainable: int = 0  # the model's trainable coordinates (LoRA: its adapters'), public: the architecture's
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ def plan_training(config: TrainConfig, facts: PublicFacts, randomness: Randomnes
     mechanism = build_mechanism(config, facts.population, facts.n_examples, randomness, facts.entities)
     signal = (noise_to_signal_of(mechanism, facts.population, facts.train_users)
               if facts.count_drawn and not facts.on_release else None)
+    if signal is not None and facts.trainable:
+        signal = replace(signal, coordinates=facts.trainable)
     description = (config.spec.plan(config.params, facts.population) if describe and config.spec.plan is not None
                    and facts.population is not None else None)
     private = config.is_private and not facts.on_release

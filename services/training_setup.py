@@ -142,7 +142,8 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
     # The checkpoint was named by the configuration as given: a resume plans the same split from the same count.
     facts = PublicFacts(population, n_examples=len(data.train.sequences), train_users=data.train.n_users,
                         entities=data.train.entities, on_release=release is not None,
-                        more_users=user_fix(dataset_format(home, config.dataset)))
+                        more_users=user_fix(dataset_format(home, config.dataset)),
+                        trainable=sum(p.numel() for p in model.parameters() if p.requires_grad))
     plan = plan_training(config, facts, randomness)
     if synthetic is not None:  # the unit and epsilon the run states and logs: the generating run's
         plan = replace(plan, unit=synthetic.statement.unit, epsilon=synthetic.statement.epsilon,

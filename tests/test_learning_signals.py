@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -51,6 +52,12 @@ def test_userdp_ratio_is_z_over_the_expected_users() -> None:
     signal = mechanism.noise_to_signal(500)
     assert signal.ratio == pytest.approx(1.3 / (0.1 * 500))
     assert signal.noise_std == pytest.approx(1.3 * 0.7) and signal.rule == "server-sgd"
+    # the trainable coordinates (issue 65): the noise's norm over them, beside the signal's at most the clip
+    assert signal.norm_ratio is None and "trainable coordinates" not in signal.line()  # not known: `uedp epsilon`
+    full, lora = (replace(signal, coordinates=n) for n in (134_515_008, 460_800))
+    assert full.norm_ratio == pytest.approx(signal.ratio * 134_515_008 ** 0.5)
+    assert full.ratio == lora.ratio and full.norm_ratio / lora.norm_ratio == pytest.approx((134_515_008 / 460_800) ** 0.5)
+    assert f"over its 460,800 trainable coordinates the noise's norm is about {lora.norm_ratio:.3g} times" in lora.line()
 
 
 def test_uedp_bounded_ratio_uses_the_z_its_group_needs() -> None:
@@ -350,6 +357,8 @@ def test_training_says_the_ratio_first_logs_it_and_states_the_auto_choice(home, 
     run = MlflowClient(tracking_uri=home.mlflow_tracking_uri).get_run(result.run_id)
     logged = float(run.data.params["noise_to_signal"])
     assert logged == pytest.approx(_printed_ratio(said), rel=1e-2)
+    trainable = int(run.data.params["trainable_parameters"])  # the model's, as the run logs them
+    assert f"over its {trainable:,} trainable coordinates the noise's norm is about" in lines[0]
     assert any("chosen by auto" in line for line in result.public)
     assert run.data.params["holders_per_entity"] == "auto"
     assert run.data.params["privacy_holders_per_entity"] in {str(float(k)) for k in CANDIDATES}
