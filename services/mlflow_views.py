@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,8 +50,25 @@ class TableInput:
     context: str = "training"  # MLflow's mlflow.data.context tag
 
 
+def _unrecorded(what: str, tracker: RunTracker, exc: Exception) -> None:
+    """These views are a convenience over what the run already logged: a tracking server that cannot hold
+    them (an MLflow 2 server has no logged models) costs the views, never a finished training."""
+    print(f"warning: MLflow at {tracker.client.tracking_uri} did not record the run's {what} "
+          f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); the run and its artifacts are "
+          "logged as usual", file=sys.stderr)
+
+
 def log_table_inputs(tracker: RunTracker, tables: list[TableInput]) -> None:
     """List the run's tables under its "Datasets" (MLflow dataset inputs)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        _log_table_inputs(tracker, tables)
+    except MlflowException as exc:
+        _unrecorded("dataset inputs", tracker, exc)
+
+
+def _log_table_inputs(tracker: RunTracker, tables: list[TableInput]) -> None:
     from mlflow.entities import Dataset, DatasetInput, InputTag
     from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 
@@ -83,9 +101,21 @@ def model_name(run_name: str) -> str:
 
 
 def log_model_entry(tracker: RunTracker, name: str, statement: PrivacyStatement, params: dict[str, str],
-                    step: int) -> str:
+                    step: int) -> str | None:
     """Record the run's logged ``model`` artifact folder as an MLflow logged model, output of the run at
-    ``step``, with the privacy statement in its tags; returns its model id (``models:/<id>`` registers it)."""
+    ``step``, with the privacy statement in its tags; returns its model id (``models:/<id>`` registers it),
+    or None when the tracking server cannot hold one (said on stderr)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return _log_model_entry(tracker, name, statement, params, step)
+    except MlflowException as exc:
+        _unrecorded("logged model", tracker, exc)
+        return None
+
+
+def _log_model_entry(tracker: RunTracker, name: str, statement: PrivacyStatement, params: dict[str, str],
+                     step: int) -> str:
     from mlflow.entities import LoggedModelOutput, LoggedModelStatus
     from mlflow.models.model import MLMODEL_FILE_NAME
     from mlflow.models.utils import get_external_mlflow_model_spec

@@ -603,7 +603,7 @@ def test_a_default_corpus_name_is_not_doubled_in_its_measures_file(tmp_path: Pat
     assert measures_file(home, "private", "synth-flow").name == "synthetic-synth-flow.json"
 
 
-def test_mlflow_lists_a_runs_model_and_tables_in_its_own_views(trained, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_mlflow_lists_a_runs_model_and_tables_in_its_own_views(trained, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     """MLflow's run page lists "Logged models" and "Datasets" from logged-model outputs and dataset inputs (not
     from artifacts): this module's runs, trained through the CLI, show their model there, with the privacy
     statement as its tags, registrable in the model registry, and their Parquet tables, with nothing that
@@ -649,6 +649,25 @@ def test_mlflow_lists_a_runs_model_and_tables_in_its_own_views(trained, monkeypa
     assert model_name("dpsgd-eps0.5-s0") == "dpsgd-eps0_5-s0"  # MLflow refuses '.' (and / : % ' ") in model names
     [plain] = client.get_run(noiseless).outputs.model_outputs
     assert client.get_logged_model(plain.model_id).tags["uedp.epsilon"] == "inf"
+    # a tracking server that cannot hold these views (an MLflow 2 server: no logged models) costs the views only
+    from mlflow.exceptions import MlflowException
+
+    from uedp.privacy.statement import PrivacyStatement
+    from uedp.services.mlflow_views import log_model_entry, log_table_inputs
+    from uedp.services.tracking import RunTracker
+
+    def unsupported(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise MlflowException("the server has no logged-models API")
+
+    monkeypatch.setattr(MlflowClient, "create_logged_model", unsupported)
+    monkeypatch.setattr(MlflowClient, "log_inputs", unsupported)
+    tracker = RunTracker.attach(home, noiseless)
+    assert log_model_entry(tracker, "plain", PrivacyStatement("noiseless", "none"), {}, 3) is None
+    log_table_inputs(tracker, run_tables(home, TrainConfig(dataset="private", mechanism="noiseless"),
+                                         SimpleNamespace(release=None)))  # type: ignore[arg-type]
+    warned = capsys.readouterr().err
+    assert "did not record the run's logged model (MlflowException: the server has no logged-models API)" in warned
+    assert "did not record the run's dataset inputs" in warned
     # a mechanism that protects entities reads the entities table too, under its own keyed id
     uedp = run_tables(home, TrainConfig(dataset="private", mechanism="uedp"), SimpleNamespace(release=None))  # type: ignore[arg-type]
     assert [(t.dataset, t.table, t.context) for t in uedp] == [("private", "sentences", "training"),
