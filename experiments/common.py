@@ -18,6 +18,7 @@ import platform
 import shutil
 import statistics
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -312,8 +313,12 @@ def run_sweep(ctx: Context, config: Any, family: str, start: str = "scratch") ->
     except SweepFailed as exc:
         raise UedpError(f"{ctx.name}: {exc}") from None
     names = run_names_and_seconds(ctx.home, [r.run_id for r in outcome.runs])
-    planned = {name: item for item in config.plan()  # a reused run may carry the shorter name of an older uedp
-               for name in (item.config.run_name(with_length=False), item.config.run_name())}
+    items = config.plan()
+    planned = {item.config.run_name(): item for item in items}
+    # A reused run may carry the shorter name an older uedp gave it: taken only where one configuration has it.
+    short = Counter(item.config.run_name(with_length=False) for item in items)
+    planned |= {name: item for item in items if short[name := item.config.run_name(with_length=False)] == 1
+                and name not in planned}
     rows = []
     for result in outcome.runs:
         name, seconds = names.get(result.run_id, ("", math.nan))

@@ -156,11 +156,10 @@ def _before(ctx: Context, model_folder: Path, tokenizer_folder: Path, test_file:
     from uedp.models.checkpoints import checkpoint_kind, content_hash, vocabulary_file_hashes
     from uedp.models.saving import load_saved
     from uedp.services.pretrain import held_out_perplexity
-    from uedp.storage.tables import hash_config, hash_files
+    from uedp.storage.tables import hash_config, hash_files, write_json_atomically
 
     key = hash_config({"model": content_hash(model_folder), "vocabulary": vocabulary_file_hashes(tokenizer_folder),
-                       "file": hash_files([test_file]), "format": test_format, "max_len": max_len,
-                       "device": "cuda" if str(ctx.device).startswith("cuda") else str(ctx.device)})[:32]
+                       "file": hash_files([test_file]), "format": test_format, "max_len": max_len})[:32]
     remembered = ctx.home.measures_dir / f"start-perplexity-{key}.json"
     if remembered.is_file():
         return float(json.loads(remembered.read_text(encoding="utf-8"))["perplexity"])
@@ -168,10 +167,7 @@ def _before(ctx: Context, model_folder: Path, tokenizer_folder: Path, test_file:
             "home)")
     model = load_saved(model_folder, checkpoint_kind(model_folder))
     before = held_out_perplexity(model, tokenizer_folder, [test_file], test_format, max_len, ctx.device)[test_file.name]
-    remembered.parent.mkdir(parents=True, exist_ok=True)
-    partial = remembered.with_suffix(f".partial-{os.getpid()}")
-    partial.write_text(json.dumps({"perplexity": before, "file": test_file.name}), encoding="utf-8")
-    partial.replace(remembered)
+    write_json_atomically(remembered, {"perplexity": before, "file": test_file.name})
     ctx.say(f"start: perplexity {before:.4g} on {test_file.name} before fine-tuning")
     return before
 

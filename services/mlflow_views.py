@@ -85,13 +85,20 @@ def _log_table_inputs(tracker: RunTracker, tables: list[TableInput]) -> None:
         tracker.client.log_inputs(tracker.run_id, datasets=inputs)
 
 
+def statement_words(statement: PrivacyStatement) -> dict[str, str]:
+    """The statement's figures and lists in the words every MLflow view of the run uses: the run's
+    ``epsilon_reported`` / ``privacy_public`` / ``privacy_caveats`` parameters and its logged model's tags."""
+    return {"epsilon": "inf" if math.isinf(statement.epsilon) else f"{statement.epsilon:.6g}",
+            "public": " | ".join(statement.public) or "none", "caveats": " | ".join(statement.caveats) or "none"}
+
+
 def statement_tags(statement: PrivacyStatement) -> dict[str, str]:
     """The run's privacy statement as a logged model's tags: the same words as the run's parameters."""
+    words = statement_words(statement)
     return {"uedp.mechanism": statement.mechanism, "uedp.privacy_unit": statement.unit,
-            "uedp.epsilon": "inf" if math.isinf(statement.epsilon) else f"{statement.epsilon:.6g}",
-            "uedp.delta": f"{statement.delta:.3g}", "uedp.accountant": statement.accountant,
-            "uedp.randomness": statement.randomness, "uedp.privacy_public": " | ".join(statement.public) or "none",
-            "uedp.privacy_caveats": " | ".join(statement.caveats) or "none",
+            "uedp.epsilon": words["epsilon"], "uedp.delta": f"{statement.delta:.3g}",
+            "uedp.accountant": statement.accountant, "uedp.randomness": statement.randomness,
+            "uedp.privacy_public": words["public"], "uedp.privacy_caveats": words["caveats"],
             "uedp.privacy_statement": "docs/PRIVACY.md"}
 
 

@@ -33,10 +33,19 @@ def declare_public(home: DataHome, dataset: str, why: str) -> None:
 
 def private_copies(home: DataHome, dataset: str) -> list[str]:
     """The datasets of the home, not declared public, that hold the text of ``dataset`` (either way round)."""
+    return _copies(home, dataset, declared=False)
+
+
+def public_copies(home: DataHome, dataset: str) -> list[str]:
+    """The datasets of the home declared public that hold the text of ``dataset`` (either way round)."""
+    return _copies(home, dataset, declared=True)
+
+
+def _copies(home: DataHome, dataset: str, declared: bool) -> list[str]:
     own = next(iter(text_lineage(home, dataset)), "")
     found = []
     for other in home.dataset_folders():
-        if other == dataset or public_declaration(home, other) is not None:
+        if other == dataset or (public_declaration(home, other) is not None) != declared:
             continue
         theirs = next(iter(text_lineage(home, other)), "")
         if theirs and (theirs == own or shares_train_text(home, other, [own]) or shares_train_text(home, dataset, [theirs])):
@@ -54,10 +63,15 @@ def apply_declaration(home: DataHome, dataset: str, why: str | None) -> str:
             raise UedpError(f"{dataset!r} is ingested, as a private dataset: {exc}") from None
         return (f"{dataset}: declared public ({' '.join(why.split())}): its runs and local-DP releases are charged to "
                 "no privacy ledger, and their statements name it among what they treat as public")
-    if withdraw_declaration(home, dataset):
-        return (f"{dataset}: no longer declared public (ingested without --public): its later runs are charged to its "
-                "privacy ledger")
-    return ""
+    said = (f"{dataset}: no longer declared public (ingested without --public): its later runs are charged to its "
+            "privacy ledger" if withdraw_declaration(home, dataset) else "")
+    public = public_copies(home, dataset)
+    if public:  # runs on the public copy were charged to no ledger, and this dataset's ledger cannot see them
+        said = "\n".join(line for line in (said, (
+            f"warning: {dataset!r} holds the same text as {', '.join(map(repr, public))}, declared public at ingest: "
+            "runs on it were charged to no ledger, and this dataset's budget cannot count them. If this text is "
+            f"private, ingest {public[0]!r} again without --public")) if line)
+    return said
 
 
 def declared_public_words(home: DataHome, dataset: str) -> tuple[str, ...]:

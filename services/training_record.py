@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -34,7 +33,7 @@ from uedp.services.lineage import (
     start_id,
     text_lineage,
 )
-from uedp.services.mlflow_views import TableInput, log_model_entry, log_table_inputs
+from uedp.services.mlflow_views import TableInput, log_model_entry, log_table_inputs, statement_words
 from uedp.services.text_overlap import remember
 from uedp.services.tracking import RunTracker
 from uedp.services.training_run import Observer, RunOutcome
@@ -111,12 +110,12 @@ class RunRecorder(Observer):
                             | ({f"{metric}_test_start": outcome.start_test} if outcome.start_test is not None else {}))
         tracker.log_metrics({metric: outcome.test, f"{metric}_test": outcome.test, "final_epsilon": statement.epsilon}
                             | ({"detector_recall": s.recall.value} if s.recall and s.recall.value is not None else {}))
+        words = statement_words(statement)
         tracker.log_params({"noise_multiplier_used": statement.noise_multiplier, "accountant_used": statement.accountant,
-                            "epsilon_reported": "inf" if math.isinf(statement.epsilon) else f"{statement.epsilon:.6g}",
+                            "epsilon_reported": words["epsilon"],
                             "rounds_run": statement.rounds, "resumed_from_round": outcome.resumed_from,
                             "processes": Ranks.current().world, "privacy_randomness": statement.randomness,
-                            "privacy_public": " | ".join(statement.public) or "none",
-                            "privacy_caveats": " | ".join(statement.caveats) or "none",
+                            "privacy_public": words["public"], "privacy_caveats": words["caveats"],
                             "privacy_statement": "docs/PRIVACY.md",
                             **({"privacy_detector_recall": s.recall.describe()} if s.recall is not None else {}),
                             **{f"privacy_{k}": v for k, v in statement.extra.items()}})

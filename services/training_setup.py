@@ -17,6 +17,7 @@ from uedp.detection.categories import taxonomy
 from uedp.detection.identity import IDENTITY_VERSION
 from uedp.errors import UedpError
 from uedp.models.device import resolve_device
+from uedp.models.lora import trainable_count
 from uedp.models.parallel import Ranks
 from uedp.models.threads import ThreadChoice, apply_threads, choose_threads
 from uedp.models.tokenization import load_tokenizer
@@ -143,7 +144,7 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
     facts = PublicFacts(population, n_examples=len(data.train.sequences), train_users=data.train.n_users,
                         entities=data.train.entities, on_release=release is not None,
                         more_users=user_fix(dataset_format(home, config.dataset)),
-                        trainable=sum(p.numel() for p in model.parameters() if p.requires_grad))
+                        trainable=trainable_count(model))
     plan = plan_training(config, facts, randomness)
     if synthetic is not None:  # the unit and epsilon the run states and logs: the generating run's
         plan = replace(plan, unit=synthetic.statement.unit, epsilon=synthetic.statement.epsilon,

@@ -8,11 +8,10 @@ are charged, not its text. Ingesting the dataset again without the declaration w
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from datetime import UTC, datetime
 
 from uedp.storage.home import DataHome
+from uedp.storage.tables import write_json_atomically
 
 DECLARATION_FILE = "declared_public.json"
 
@@ -29,16 +28,8 @@ def public_declaration(home: DataHome, dataset: str) -> str | None:
 
 def write_declaration(home: DataHome, dataset: str, why: str) -> None:
     """Record the declaration (atomically: a reader sees the previous state or the new one)."""
-    folder = home.dataset_dir(dataset)
-    handle, temporary = tempfile.mkstemp(prefix=DECLARATION_FILE, dir=folder)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump({"why": why, "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}, out)
-        os.replace(temporary, folder / DECLARATION_FILE)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+    write_json_atomically(home.dataset_dir(dataset) / DECLARATION_FILE,
+                          {"why": why, "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")})
 
 
 def withdraw_declaration(home: DataHome, dataset: str) -> bool:

@@ -64,6 +64,18 @@ def read_table(table_dir: Path) -> pa.Table:
     return pq.read_table(table_dir / DATA_FILE)
 
 
+def write_json_atomically(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON to ``path`` through a temporary file renamed over it: a reader sees the previous
+    file or the new one, never half of it, and a failure leaves no temporary behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        temporary.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
 def table_columns(table_dir: Path) -> list[tuple[str, str]]:
     """A complete table's column names and Arrow types, read from the Parquet footer (no rows): what the
     code writes, so naming it releases nothing about the text."""

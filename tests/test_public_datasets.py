@@ -54,6 +54,11 @@ def test_a_dataset_declared_public_is_charged_nothing_and_says_so(home: DataHome
     assert refused.exit_code == 2 and "is declared public" in refused.output
     assert f"declared public: {WHY}" in _cli(home, "datasets").output
 
+    # a private dataset ingested later with the public one's text: warned that its budget cannot count those runs
+    later = _cli(home, "ingest", "conll2003", str(public), "--name", "news-again", *SPLIT)
+    assert later.exit_code == 0 and public_declaration(home, "news-again") is None
+    assert "warning: 'news-again' holds the same text as 'news', declared public at ingest" in later.stderr
+
     # a copy of a private text declared public: refused, and the copy stays private
     assert _cli(home, "ingest", "conll2003", str(private), "--name", "patients", *SPLIT).exit_code == 0
     copy = _cli(home, "ingest", "conll2003", str(private), "--name", "copy", *SPLIT, "--public", WHY)

@@ -89,8 +89,8 @@ def ingest(
     typer.echo(f"{name}: {result.sentences} sentences ({splits}), {result.users} users "
                f"[users = {config.user_strategy}]")
     typer.echo(f"tables: {data_home.dataset_dir(name)}/{{sentences,users}}/data.parquet")
-    if result.public:
-        typer.echo(result.public)
+    for line in result.public.splitlines():  # the declaration made or withdrawn; a warning on stderr
+        typer.echo(line, err=line.startswith("warning:"))
     for warning in (result.warning, result.user_warning):
         if warning:
             typer.echo(f"warning: {warning}", err=True)
