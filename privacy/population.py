@@ -24,13 +24,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-import dp_accounting
-from scipy.stats import norm
+if TYPE_CHECKING:  # dp_accounting, scipy and torch load where a count is released or bounded, not to name one
+    import dp_accounting
 
-from uedp.privacy.randomness import Randomness
-
-if TYPE_CHECKING:
     from uedp.privacy.mechanisms.base import TrainData
+    from uedp.privacy.randomness import Randomness
 
 PopulationSource = Literal["public-by-adjacency", "declared", "dp-count"]
 # What a mechanism's DP count of units counts (PRIVACY.md rule 4), chosen so one unit moves it by one:
@@ -71,6 +69,8 @@ class Population:
 
     def event(self) -> dp_accounting.DpEvent | None:
         """The release to compose into epsilon: a Gaussian of sensitivity 1 for a DP count, else none."""
+        import dp_accounting
+
         return dp_accounting.GaussianDpEvent(self.noise_std) if self.source == "dp-count" else None
 
     def upper_bound(self, delta_bound: float) -> int:
@@ -79,6 +79,8 @@ class Population:
             return int(round(self.value))
         if not 0 < delta_bound < 1:
             raise ValueError(f"the count bound's failure probability must be in (0, 1), got {delta_bound}")
+        from scipy.stats import norm
+
         return int(math.ceil(self.value + self.noise_std * norm.isf(delta_bound)))
 
     def cross_run_caveat(self, mechanism: str) -> str | None:

@@ -29,12 +29,12 @@ import hashlib
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 import torch
 
-RandomnessMode = Literal["secure", "seeded"]
+from uedp.privacy.statement import RandomnessMode as RandomnessMode  # named where configurations read it
+
 ROOT_BYTES = 32
 # What mechanisms draw from: a stream of this module, or (tests) a seeded torch generator.
 RandomSource = np.random.Generator | torch.Generator

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
-__all__ = ["PrivacyStatement", "PrivacyUnit"]
+# Where a run's data-touching randomness comes from (privacy.randomness draws it; configurations name it).
+RandomnessMode = Literal["secure", "seeded"]
+
+__all__ = ["PrivacyStatement", "PrivacyUnit", "RandomnessMode"]
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,7 @@ class PrivacyStatement:
     notes: str = ""
     extra: dict[str, float] = field(default_factory=dict)
     # "secure" (OS randomness, never stored), "seeded" (the guarantee does not hold against anyone who
-    # knows the seed) or "none" (no guarantee to keep).
+    # knows the seed: RandomnessMode) or "none" (no guarantee to keep).
     randomness: str = "none"
     public: tuple[str, ...] = ()  # what the guarantee treats as public (PRIVACY.md rule 4)
     caveats: tuple[str, ...] = ()  # what the epsilon does not cover

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
@@ -42,7 +41,6 @@ from uedp.models.presets import (
     Task,
     task_of,
 )
-from uedp.privacy.attacks.canaries import canary_format
 from uedp.privacy.mechanisms import registry
 from uedp.privacy.mechanisms.params import (
     NOISE_OR_TARGET,
@@ -53,8 +51,9 @@ from uedp.privacy.mechanisms.params import (
 )
 from uedp.privacy.mechanisms.registry import MechanismSpec, RunShape
 from uedp.privacy.population import DEFAULT_COUNT_NOISE_STD
-from uedp.privacy.randomness import RandomnessMode
-from uedp.privacy.sanitization.release import LOCAL_DP, local_dp_kind
+from uedp.privacy.sanitization.choices import LOCAL_DP_FACTS
+from uedp.privacy.statement import RandomnessMode
+from uedp.services.run_ids import is_run_id
 from uedp.storage.home import validate_dataset_name
 
 if TYPE_CHECKING:  # the registry builds these at import; to a type checker they are their common bases
@@ -63,7 +62,7 @@ if TYPE_CHECKING:  # the registry builds these at import; to a type checker they
     MechanismParamsUnion = MechanismParams
 else:
     MechanismName = registry.name_literal()  # a choice list in the Prefect UI and in JSON schemas
-    LocalDpName = Literal[tuple(LOCAL_DP)]
+    LocalDpName = Literal[tuple(LOCAL_DP_FACTS)]
     MechanismParamsUnion = registry.params_union()  # discriminated by ``mechanism``
 STATIC_NAMES = frozenset(registry.names())  # the mechanisms the union above admits
 # Empty in every deployment's defaults: a flow run on a worker of `uedp serve` writes where the stack
@@ -174,6 +173,8 @@ class RunSettings(BaseModel):
     @field_validator("canary_formats")
     @classmethod
     def _known_formats(cls, formats: list[str]) -> list[str]:
+        from uedp.privacy.attacks.canaries import canary_format  # torch: only when a configuration names formats
+
         for name in formats:
             canary_format(name)  # unknown formats fail here, before any work, naming the field
         return formats
@@ -366,7 +367,7 @@ def _start_name(init_from: str) -> str:
     """A starting model in a run name: a run by the first 8 characters of its id (also the folder
     ``--init-from`` downloads it to), a checkpoint folder by its name."""
     name = Path(init_from).name
-    return name[:8] if re.fullmatch(r"[0-9a-f]{32}", name) else name
+    return name[:8] if is_run_id(name) else name
 
 
 def nest_flat(data: dict[str, Any], own: set[str], nested: str, others: dict[str, set[str]] | None = None
@@ -439,7 +440,7 @@ class SanitizeConfig(SanitizationSettings):
         if self.output:
             return self.output
         plus = {"none": "", "stopwords": "-plus", "non-entities": "-entities"}[self.keep]
-        k = f"-k{self.k}" if local_dp_kind(self.mechanism).has_output_sets else ""
+        k = f"-k{self.k}" if LOCAL_DP_FACTS[self.mechanism].has_output_sets else ""
         seeded = f"-seeded{self.seed}" if self.randomness == "seeded" else ""  # secure: the seed draws nothing
         name = f"{self.dataset}-{self.mechanism}-e{self.epsilon:g}{k}-{self.strategy}{plus}{seeded}"
         if self.keep != "non-entities":

@@ -9,12 +9,12 @@ budget (docs/PRIVACY.md, "What no epsilon covers").
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from uedp.errors import UedpError
+from uedp.services.run_ids import is_run_id
 from uedp.storage.catalog import Catalog, require_ingested
 from uedp.storage.home import DataHome
 
@@ -45,7 +45,7 @@ def resolve_model(home: DataHome, reference: str, device: Any) -> tuple[Any, Any
     from uedp.models.tokenization import load_tokenizer
     from uedp.services.packaged_bases import PACKAGED_BASES, base_folder
 
-    if re.fullmatch(r"[0-9a-f]{32}", reference):
+    if is_run_id(reference):
         from uedp.services.logged_run import load_logged_run
         from uedp.services.tracking import RunTracker
 

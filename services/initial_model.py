@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field, replace
@@ -42,9 +41,8 @@ from uedp.services.lineage import (
     vocabulary_record,
 )
 from uedp.services.packaged_bases import provenance, statement_item
+from uedp.services.run_ids import RUN_ID_SHAPE, is_run_id
 from uedp.storage.home import DataHome
-
-_RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
 @dataclass(frozen=True)
@@ -79,9 +77,9 @@ class Start:
 def init_folder(home: DataHome, run_id: str) -> Path:
     """The model run ``run_id`` logged, downloaded once into the data home (``init/<run_id>``), with its
     configuration and lineage beside it."""
-    if not _RUN_ID.match(run_id):
+    if not is_run_id(run_id):
         raise UedpError(f"--init-from {run_id}: neither a checkpoint folder (no config.json there) nor an MLflow "
-                        "run id (32 hexadecimal characters, as `uedp train` prints it)")
+                        f"run id ({RUN_ID_SHAPE})")
     folder = home.root / "init" / run_id
     if folder.is_dir():
         return folder

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -30,12 +29,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from uedp.detection.identity import IDENTITY_VERSION
 from uedp.errors import UedpError
-from uedp.models.sampling import SamplingSettings
 from uedp.privacy.statement import PrivacyStatement
 from uedp.progress import progress as progress_bar
 from uedp.services import privacy_budget
-from uedp.services.generation_batches import forget, sample_resumably
 from uedp.services.lineage import DATASET_ID_TAG, START_LINEAGE_TAG, TEXT_LINEAGE_TAG, protected_ids, text_lineage
+from uedp.services.run_ids import is_run_id, not_a_run_id
 from uedp.services.synthetic_source import SyntheticSource, synthetic_source
 from uedp.storage.catalog import require_ingested
 from uedp.storage.home import DataHome, validate_dataset_name
@@ -43,6 +41,9 @@ from uedp.storage.privacy_ledger import LedgerEntry
 from uedp.storage.schemas import ENTITIES, GENERATED_FROM, SENTENCES, USERS
 from uedp.storage.tables import TableWriter, hash_config, read_manifest, read_table
 from uedp.storage.text_identity import TEXT_KEY, text_key_of
+
+if TYPE_CHECKING:
+    from uedp.models.sampling import SamplingSettings
 
 WRITER_PREFIX = "synthetic-"
 # Raised when the same settings would sample other texts (how prompts are chosen, how a text is sampled), so
@@ -84,8 +85,8 @@ class GenerateConfig(BaseModel):
     @field_validator("run_id", mode="before")
     @classmethod
     def _a_run_id(cls, value: Any) -> Any:
-        if isinstance(value, str) and not re.fullmatch(r"[0-9a-f]{32}", value):
-            raise ValueError(f"{value!r} is not an MLflow run id (32 hexadecimal characters, as `uedp train` prints it)")
+        if isinstance(value, str) and not is_run_id(value):
+            raise ValueError(not_a_run_id(value))
         return value
 
     @model_validator(mode="after")
@@ -98,6 +99,8 @@ class GenerateConfig(BaseModel):
         return self.output or f"synthetic-{self.run_id[:12]}"
 
     def sampling(self) -> SamplingSettings:
+        from uedp.models.sampling import SamplingSettings  # torch: when text is drawn, not when settings are read
+
         return SamplingSettings(self.max_new_tokens, self.temperature, self.top_p)
 
     def identity(self) -> dict[str, Any]:
@@ -170,6 +173,8 @@ def generate_dataset(home: DataHome, config: GenerateConfig, progress: bool = Fa
             raise UedpError(_another_corpus(home, name, existing))
         result = _result(config, origin, existing, reused=True)
     else:
+        from uedp.services.generation_batches import forget, sample_resumably  # torch: only to draw new text
+
         started = time.monotonic()
         bar = progress_bar(config.count, f"generate {name} from run {config.run_id[:8]}", "texts", enabled=progress,
                            say=say)

@@ -67,6 +67,25 @@ def test_releases_compose_by_dp_accountings_optimal_composition_of_what_each_sta
     assert compose_guarantees([(2.0, 1e-5), (math.inf, 0.0)])[0] == math.inf
 
 
+def test_a_composed_total_is_remembered_by_the_stated_guarantees_and_equals_a_fresh_composition(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`uedp budget` of a ledger seen before reads its totals from the data home's accounting cache: the same
+    figure dp_accounting composes afresh, and another list of guarantees is never served it."""
+    from uedp.privacy.accounting import memo
+    from uedp.privacy.accounting.composition import _composed_epsilon
+
+    monkeypatch.setenv(memo.CACHE_ENV, str(tmp_path))
+    memo.forget()
+    stated = [(1.5, 1e-6), (0.7, 1e-6), (2.0, 0.0)]
+    first = compose_guarantees(stated)
+    assert first[0] == _composed_epsilon(tuple(stated), first[1])  # what dp_accounting gives, uncached
+    assert len(list(tmp_path.glob("composition-*.json"))) == 1
+    memo.forget()  # a new process: only the folder remembers
+    assert compose_guarantees(stated) == first
+    other = compose_guarantees([(1.5, 1e-6), (0.7, 1e-6), (2.5, 0.0)])
+    assert other[0] > first[0] and len(list(tmp_path.glob("composition-*.json"))) == 2
+
+
 # What a run reserves is what it states -----------------------------------------------------------------
 
 

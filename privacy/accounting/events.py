@@ -6,26 +6,16 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 import dp_accounting
 from dp_accounting import pld, rdp
 
+# The names live in .kinds (importable without dp_accounting); the accountants' callers find them here too.
+from uedp.privacy.accounting.kinds import ACCOUNTANTS as ACCOUNTANTS
+from uedp.privacy.accounting.kinds import AccountantKind as AccountantKind
+from uedp.privacy.accounting.kinds import Adjacency as Adjacency
 from uedp.privacy.accounting.memo import remembered
-
-AccountantKind = Literal["pld", "rdp"]
-
-
-ACCOUNTANTS: tuple[str, ...] = ("pld", "rdp")
-
-
-# Adjacency of the privacy unit: "add_remove" (a unit present or absent: users, sequences) or "replace"
-# (a unit's value changed, its place kept: Selective DP's F-neighbours, one sensitive token's value).
-# dp_accounting's REPLACE_ONE models records bounded by the sensitivity on either side, sampled by the
-# same coin, so a clipped contribution of norm <= beta needs no extra factor 2 here. Only PLD supports
-# it for Poisson sampling.
-Adjacency = Literal["add_remove", "replace"]
-
 
 T = TypeVar("T")
 

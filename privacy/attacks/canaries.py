@@ -14,10 +14,12 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from scipy.stats import skewnorm
+
+if TYPE_CHECKING:  # a configuration checks its canary formats without torch; scoring imports what it needs
+    import torch
 
 FIRST_NAMES = ("Amara", "Bruno", "Chiara", "Dmitri", "Elif", "Farid", "Greta", "Hiro", "Ines", "Jonas", "Kaveh",
                "Lena", "Mateo", "Nadia", "Oskar", "Priya", "Quentin", "Rosa", "Soren", "Tamar", "Ugo", "Vera",
@@ -156,6 +158,8 @@ def exposure(canary: Canary, log_perplexity: LogPerplexity, exact_limit: int = 2
     indices = rng.choice(fmt.size, size=min(samples, fmt.size), replace=False)
     values = np.concatenate([log_perplexity([template.format(secret=fmt.secret_at(int(i))) for i in chunk])
                              for chunk in np.array_split(indices, max(1, len(indices) // batch))])
+    from scipy.stats import skewnorm
+
     shape, loc, scale = skewnorm.fit(values)
     cdf = float(skewnorm.cdf(own, shape, loc, scale))
     exposure_value = -math.log2(max(cdf, 1e-300))

@@ -23,7 +23,7 @@ from uedp.models.device import autocast
 from uedp.models.parallel import Ranks
 from uedp.models.training import adam
 from uedp.privacy.accounting.calibration import check_delta, resolve_noise_multiplier
-from uedp.privacy.accounting.events import Adjacency, epsilon_after, poisson_gaussian_round
+from uedp.privacy.accounting.events import Adjacency, poisson_gaussian_round
 from uedp.privacy.accounting.rounds import RoundAccountant
 from uedp.privacy.layer_randomness import dropout_switched_off
 from uedp.privacy.mechanisms.base import (
@@ -37,13 +37,12 @@ from uedp.privacy.mechanisms.base import (
 )
 from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, planned_epsilon, private_statement
 from uedp.privacy.mechanisms.params import DpSgdParams
-from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, register
+from uedp.privacy.mechanisms.specs.dpsgd import DPSGD_UNIT
 from uedp.privacy.per_sample import PerSampleClipping, per_sample_clipping
 from uedp.privacy.population import Population
 from uedp.privacy.primitives import noise_ahead
 from uedp.privacy.randomness import Randomness, RandomSource, RoundRandomness
 from uedp.privacy.signal import NoiseToSignal
-from uedp.privacy.statement import PrivacyUnit
 
 __all__ = ["DpSgd", "DpSgdParams"]
 
@@ -52,7 +51,7 @@ class DpSgd:
     """DP-SGD's loop; subclasses change what an example is, its gradient and the per-step event."""
 
     name = "dpsgd"
-    unit = "one training sequence"
+    unit = DPSGD_UNIT
     loss_reduction: Literal["mean", "sum"] = "mean"  # how the loss combines examples (per-example scaling)
 
     adjacency: Adjacency = "add_remove"  # "replace" when the unit is a value inside a sequence (selective)
@@ -198,26 +197,3 @@ def _micro_batches(batch: list[Any], size: int | None) -> list[list[Any]]:
     """The batch in consecutive pieces of at most ``size`` examples (one piece without a size; none when empty)."""
     step = size or max(len(batch), 1)
     return [batch[start:start + step] for start in range(0, len(batch), step)]
-
-
-def _build(params: DpSgdParams, context: BuildContext) -> DpSgd:
-    return DpSgd(params, context.counted(), context.randomness)
-
-
-def _plan(params: DpSgdParams, population: Population) -> EpsilonPlan:
-    mechanism = DpSgd(params, population)
-    z, q = mechanism.noise_multiplier, mechanism.sample_rate
-    epsilon = epsilon_after(mechanism.round_event(z), params.steps, params.delta, params.accountant,
-                            initial=population.event())
-    return EpsilonPlan(epsilon, z, (f"dpsgd: epsilon = {epsilon:.4g} at delta = {params.delta:g} after {params.steps} "
-                                    f"steps, z = {z:.4g}, q = {q:.4g} ({params.accountant}; unit: one sequence)",),
-                       mechanism.noise_to_signal(population.value))
-
-
-register(MechanismSpec(
-    name="dpsgd", rank=10, summary="example-level DP-SGD (one sequence is the unit), per-example clipping by ghost norms (or Opacus)",
-    params=DpSgdParams, unit=DpSgd.unit, guarantee="central", build=_build, counts="sequences",
-    privacy_unit=PrivacyUnit("add/remove", "sequence", DpSgd.unit),
-    per_example_loss=True, audit=AuditDesign("sequence"), plan=_plan,
-    uses_categories=lambda p: False,  # no category changes what it trains: a sweep trains it once
-))

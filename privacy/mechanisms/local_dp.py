@@ -1,48 +1,15 @@
 """``custext`` and ``santext`` as trainable mechanisms: the train split is first released under local DP
 (:mod:`privacy.sanitization`), then trained noiselessly; the guarantee is the release's (post-processing),
-and the training itself adds nothing to it."""
+and the training itself adds nothing to it. The registry lists them from :mod:`.specs.local_dp`."""
 
 from __future__ import annotations
 
 from uedp.privacy.mechanisms.noiseless import Noiseless
 from uedp.privacy.mechanisms.params import LocalDpParams, NoiselessParams
-from uedp.privacy.mechanisms.registry import BuildContext, MechanismSpec, RunShape, register
-from uedp.privacy.sanitization.release import LOCAL_DP
-from uedp.privacy.statement import PrivacyUnit
 
 
-def _build(params: LocalDpParams, context: BuildContext) -> Noiseless:
-    trainer = Noiseless(NoiselessParams(steps=params.steps, batch_size=params.batch_size, lr=params.lr),
-                        context.shape.seed)
+def noiseless_after_release(params: LocalDpParams, seed: int) -> Noiseless:
+    """The training on a local-DP release: noiseless, named for the release's mechanism."""
+    trainer = Noiseless(NoiselessParams(steps=params.steps, batch_size=params.batch_size, lr=params.lr), seed)
     trainer.name = params.mechanism
     return trainer
-
-
-def _check(params: LocalDpParams, shape: RunShape) -> None:
-    if shape.canaries:
-        raise ValueError("canaries are planted in the training text after sanitization would have run; they are not "
-                         "supported with custext/santext yet")
-
-
-_SUMMARIES = {
-    "custext": "local DP: each train token replaced by the exponential mechanism over its K-token output set "
-               "(CusText), then noiseless",
-    "santext": "local DP: each train token replaced by the exponential mechanism over the vocabulary (SanText), "
-               "then noiseless",
-}
-
-# CusText's and SanText's per-token epsilons both bound replacing a sanitized token by another of its CusText
-# input set (SanText's, as local DP over the whole vocabulary, bounds any replacement): a token both sanitized
-# is exposed by both, so their releases compose into one total.
-LOCAL_TOKEN = PrivacyUnit("local", "token-value", "one sanitized token's value (local DP: replaced by another "
-                          "token, within its input set for CusText, any vocabulary token for SanText)")
-
-for _kind in LOCAL_DP.values():
-    register(MechanismSpec(
-        name=_kind.name, rank=50 + list(LOCAL_DP).index(_kind.name), summary=_SUMMARIES[_kind.name], params=LocalDpParams, unit=_kind.unit, guarantee="local",
-        build=_build, text="sanitized", check=_check, privacy_unit=LOCAL_TOKEN,
-        audit="canaries would have to be planted before the local-DP release, which is made once per dataset "
-              "and reused (not supported yet)",
-        # Categories matter only when the release sanitizes the detected entities alone.
-        uses_categories=lambda p: p.keep == "non-entities",
-    ))

@@ -21,16 +21,16 @@ from uedp.privacy.mechanisms.base import (
 )
 from uedp.privacy.mechanisms.loop import NoLedger, RoundLoop, RoundOutput
 from uedp.privacy.mechanisms.params import NoiselessParams
-from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, MechanismSpec, register
+from uedp.privacy.mechanisms.specs.noiseless import NOISELESS_UNIT
 from uedp.privacy.randomness import Randomness, RoundRandomness
-from uedp.privacy.statement import PrivacyStatement, PrivacyUnit
+from uedp.privacy.statement import PrivacyStatement
 
 __all__ = ["Noiseless", "NoiselessParams"]
 
 
 class Noiseless:
     name = "noiseless"
-    unit = "none"
+    unit = NOISELESS_UNIT
 
     def __init__(self, params: NoiselessParams, seed: int = 0):
         self.params = params
@@ -67,21 +67,3 @@ class Noiseless:
         model.train()
         outcome = loop.run(one_step, on_round, checkpoint)
         return Trained(PrivacyStatement(mechanism=self.name, unit=self.unit, rounds=outcome.rounds, notes=outcome.stopped))
-
-
-def _build(params: NoiselessParams, context: BuildContext) -> Noiseless:
-    return Noiseless(params, context.shape.seed)
-
-
-NO_UNIT = PrivacyUnit("none", "none", "none")  # no guarantee: in no total
-
-register(MechanismSpec(
-    name="noiseless", rank=0, summary="no privacy (epsilon = inf); the utility ceiling", params=NoiselessParams,
-    unit="none", guarantee="none", build=_build, audit=AuditDesign("sequence"), uses_categories=lambda p: False,
-    privacy_unit=NO_UNIT,
-))
-register(MechanismSpec(
-    name="deid", rank=1, summary="detected spans replaced by [CATEGORY] placeholders, then noiseless (epsilon = inf)",
-    params=NoiselessParams, unit="none", guarantee="none", build=_build, text="redacted", audit=AuditDesign("sequence"),
-    privacy_unit=NO_UNIT,
-))

@@ -11,10 +11,9 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from uedp.privacy.accounting.events import AccountantKind
+from uedp.privacy.accounting.kinds import AccountantKind
 from uedp.privacy.attribution import HolderChoice
-from uedp.privacy.sanitization.mapping import MappingMode, Metric
-from uedp.privacy.sanitization.mechanisms import check_strategy
+from uedp.privacy.sanitization.choices import MappingMode, Metric, check_strategy
 
 
 def names_of(params: type[BaseModel]) -> dict[str, list[str]]:

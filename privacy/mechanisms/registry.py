@@ -1,8 +1,10 @@
 """The mechanism registry: every mechanism module describes itself here (in the spirit of Opacus'
 accountant and grad-sampler registries), and every caller (the train task, data preparation, the sweep,
 the attacks, the CLI's help and choices, the Prefect forms, ``uedp epsilon``, the report's units) iterates
-over it instead of naming mechanisms. Adding a mechanism is one module that calls :func:`register`, its
-name in :data:`MODULES`, and its tests.
+over it instead of naming mechanisms. Adding a mechanism is its module (what it does when it trains), a module
+under :mod:`.specs` that calls :func:`register` (what it is, importing none of the machinery until it is built
+or planned: the CLI, the configuration models and the ledger list the mechanisms without torch or
+dp_accounting), its name in :data:`MODULES`, and its tests.
 
 What a mechanism must say is six fields of :class:`MechanismSpec` (name, summary, params, unit, guarantee,
 build); everything else has a default that fits a mechanism needing nothing more. What a built mechanism
@@ -14,17 +16,19 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 from pydantic import Field
 
-from uedp.privacy.attacks.audit_canaries import AuditAdjacency, AuditUnit
-from uedp.privacy.mechanisms.base import LossFn, Mechanism
 from uedp.privacy.mechanisms.params import MechanismParams
-from uedp.privacy.population import CountedUnits, Population
-from uedp.privacy.randomness import Randomness
 from uedp.privacy.signal import NoiseToSignal
 from uedp.privacy.statement import PrivacyUnit
+
+if TYPE_CHECKING:  # the mechanisms' machinery (torch, dp_accounting): what is registered needs none of it
+    from uedp.privacy.attacks.audit_canaries import AuditAdjacency, AuditUnit
+    from uedp.privacy.mechanisms.base import LossFn, Mechanism
+    from uedp.privacy.population import CountedUnits, Population
+    from uedp.privacy.randomness import Randomness
 
 Guarantee = Literal["none", "central", "local"]
 # What the training text is: the corpus, the corpus with detected spans redacted, or a local-DP release.
@@ -141,7 +145,7 @@ class MechanismSpec:
         return per_sequence_lm_loss if self.per_example_loss else causal_lm_loss
 
 
-# The modules that register mechanisms, imported on first use of the registry (listed, not discovered,
+# The modules of .specs that register mechanisms, imported on first use of the registry (listed, not discovered,
 # so what is registered is read here; a test checks that every module calling register() is listed).
 MODULES = ("noiseless", "dpsgd", "selective", "userdp", "uedp", "uedp_bounded", "local_dp")
 
@@ -168,7 +172,7 @@ def _discover() -> None:
     global _DISCOVERED
     if _DISCOVERED:
         return
-    package = __package__ or "uedp.privacy.mechanisms"
+    package = (__package__ or "uedp.privacy.mechanisms") + ".specs"
     for module in MODULES:
         importlib.import_module(f"{package}.{module}")
     _DISCOVERED = True

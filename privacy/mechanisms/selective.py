@@ -29,7 +29,6 @@ from uedp.privacy.mechanisms.base import (
     Checkpointer,
     HostUnits,
     LossFn,
-    Mechanism,
     OnRound,
     RoundReport,
     TrainData,
@@ -39,11 +38,11 @@ from uedp.privacy.mechanisms.dpsgd import DpSgd
 from uedp.privacy.mechanisms.loop import DIVERGED
 from uedp.privacy.mechanisms.noiseless import Noiseless
 from uedp.privacy.mechanisms.params import NoiselessParams, SelectiveParams
-from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, MechanismSpec, RunShape, register
+from uedp.privacy.mechanisms.specs.selective import SELECTIVE_UNIT
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
 from uedp.privacy.signal import NoiseToSignal
-from uedp.privacy.statement import PrivacyStatement, PrivacyUnit
+from uedp.privacy.statement import PrivacyStatement
 
 # What the selective epsilon does not cover (PRIVACY.md): shown next to it everywhere.
 MISSED_TOKENS_CAVEAT = ("only tokens the detector found are protected as tokens: a missed name reaches the noiseless "
@@ -59,7 +58,7 @@ class _ReplaceOneDpSgd(DpSgd):
 
 class SelectiveTwoPhase:
     name = "selective"
-    unit = "one sensitive token's value (Selective DP, replace-one; spans the detector missed are not covered)"
+    unit = SELECTIVE_UNIT
 
     def __init__(self, params: SelectiveParams, n_examples: int, public_loss: LossFn = causal_lm_loss,
                  randomness: Randomness | None = None, seed: int = 0):
@@ -110,50 +109,3 @@ class SelectiveTwoPhase:
         """Phase 2's steps among ``rounds`` (numbered after phase 1's) that sample ``units.sequences``."""
         offset = self.params.public_steps
         return self.dpsgd.rounds_with(units, range(max(1, rounds.start - offset), max(1, rounds.stop - offset)))
-
-
-def _recurrent(shape: RunShape) -> bool:
-    return shape.model == "lstm"
-
-
-def _build(params: SelectiveParams, context: BuildContext) -> Mechanism:
-    if _recurrent(context.shape):  # the LSTM form: Selective-DPSGD with noised states
-        from uedp.privacy.mechanisms.selective_recurrent import SelectiveRecurrent
-
-        return SelectiveRecurrent(params, context.n_examples, context.randomness, context.shape.byte_tokens)
-    return SelectiveTwoPhase(params, context.n_examples, context.public_loss or causal_lm_loss, context.randomness,
-                             context.shape.seed)
-
-
-def _schedule(params: SelectiveParams, shape: RunShape) -> tuple[tuple[str, int], ...]:
-    if _recurrent(shape):
-        return (("private", params.steps),)
-    return (("public", params.public_steps), ("private", params.steps))
-
-
-def _check(params: SelectiveParams, shape: RunShape) -> None:
-    if shape.processes > 1 and _recurrent(shape):
-        raise ValueError("recurrent selective (lstm) runs in one process: its per-token state noise is drawn inside "
-                         "the forward pass, which ranks cannot share")
-    if shape.audit_canaries and _recurrent(shape):
-        raise ValueError("audit canaries: recurrent selective (lstm) accounts one private token's value, and a "
-                         "canary's secret spans several tokens (use the two-phase GPT-2 form, whose phase 2 accounts "
-                         "a whole sequence)")
-
-
-# Both forms and every tokenizer: the two-phase form's unit (a token's value; phase 2 is replace-one DP-SGD) and
-# the recurrent one's (a byte's value with the byte tokenizer, a token's with another) each bound a change to
-# one byte of a detected span, so their releases compose into one total (PrivacyUnit).
-SENSITIVE_VALUE = PrivacyUnit("replace-one", "sensitive-token-value",
-                              "one value inside a detected sensitive span: a byte, or the token that holds it "
-                              "(Selective DP, replace-one; spans the detector missed are not covered)")
-
-
-register(MechanismSpec(
-    name="selective", rank=20, summary="Selective DP: noiseless on redacted text then DP-SGD (transformers), or "
-                              "Selective-DPSGD with noised states (LSTM); one sensitive token's value is the unit",
-    params=SelectiveParams, unit=SelectiveTwoPhase.unit, guarantee="central", build=_build, privacy_unit=SENSITIVE_VALUE,
-    needs=lambda shape: frozenset({"private_masks"} if _recurrent(shape) else {"redacted"}),
-    per_example_loss=True, schedule=_schedule, check=_check, missed_entities="",
-    audit=AuditDesign("secret", "replace"),
-))

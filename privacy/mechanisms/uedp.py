@@ -32,7 +32,6 @@ from __future__ import annotations
 import torch
 
 from uedp.privacy.accounting.calibration import check_delta
-from uedp.privacy.accounting.events import epsilon_after, poisson_gaussian_round
 from uedp.privacy.accounting.worst_case import UeDpAccounting
 from uedp.privacy.layer_randomness import dropout_switched_off
 from uedp.privacy.mechanisms.base import (
@@ -47,9 +46,8 @@ from uedp.privacy.mechanisms.base import (
 from uedp.privacy.mechanisms.fedavg import WEIGHT_CEILING
 from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, WorstCaseLedger, planned_epsilon, private_statement
 from uedp.privacy.mechanisms.params import UeDpParams
-from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, register
+from uedp.privacy.mechanisms.specs.uedp import UEDP_UNIT
 from uedp.privacy.mechanisms.userdp import (
-    check_vectorizable,
     make_local_trainer,
     server_notes,
     server_optimizer,
@@ -59,7 +57,6 @@ from uedp.privacy.population import Population, anchored_users
 from uedp.privacy.primitives import assign_flat_, flatten, noise_ahead
 from uedp.privacy.randomness import Randomness, RoundRandomness
 from uedp.privacy.signal import NoiseToSignal
-from uedp.privacy.statement import PrivacyUnit
 
 __all__ = ["ANCHORED_NOTE", "UeDp", "UeDpParams", "anchored", "usable_sequences"]
 
@@ -97,7 +94,7 @@ def usable_sequences(entity_sets: list[frozenset[str]], sampled_entities: set[st
 
 
 class UeDp:
-    unit = "one user and one sensitive entity (all sentences of the user, and all sentences with the entity)"
+    unit = UEDP_UNIT
 
     def __init__(self, params: UeDpParams, population: Population, randomness: Randomness | None = None):
         self.params = params
@@ -204,39 +201,3 @@ class UeDp:
         p = self.params
         users = self.randomness.sampled_in("sample-users", rounds, units.users, p.q_user)
         return int((users & self.randomness.sampled_in("sample-entities", rounds, units.entities, p.q_entity)).sum())
-
-
-def _build(params: UeDpParams, context: BuildContext) -> UeDp:
-    return UeDp(params, context.counted(), context.randomness)
-
-
-def _plan(params: UeDpParams, population: Population) -> EpsilonPlan:
-    mechanism = UeDp(params, population)
-    plan, z = mechanism.accounting, mechanism.noise_multiplier
-    cases = plan.epsilons(z)
-    same = epsilon_after(poisson_gaussian_round(params.q_user, z), params.rounds, params.delta, params.accountant,
-                         initial=population.event())
-    return EpsilonPlan(max(cases.values()), z, (
-        f"{params.mechanism}: epsilon = {max(cases.values()):.4g} at delta = {params.delta:g} after {params.rounds} "
-        f"rounds, z = {z:.4g} ({params.accountant}; unit: one user and one sensitive entity)",
-        "  cases: " + ", ".join(f"{c} {e:.4g}" for c, e in cases.items())
-        + f"; at most M = {plan.max_users} users per round (more are drawn with probability {plan.delta_trunc:.2g}, "
-        f"charged to delta times 1 + e^epsilon), "
-        f"sensitivity (2M+1) * clip = {plan.sensitivity_factor} * clip",
-        f"  for comparison, userdp with the same q_user and z: epsilon = {same:.4g} (protects users only)",
-    ), mechanism.noise_to_signal(population.value))
-
-
-for _name, _summary, _missed in (
-    ("uedp", "user- and entity-level DP (UeDP-Alg, estimator f_E+), with sound accounting",
-     " (uedp: only through the ordinary noise of their user's and sentences' contributions)"),
-    ("uedp-naive", "UeDP-Alg with the naive estimator f_E: sensitive sentences only",
-     " (uedp: only through the ordinary noise of their user's and sentences' contributions)"),
-):
-    register(MechanismSpec(
-        name=_name, rank=40 + int(_name.endswith("naive")), summary=_summary, params=UeDpParams, unit=UeDp.unit, guarantee="central", build=_build,
-        privacy_unit=PrivacyUnit("add/remove", "user+entity", UeDp.unit),
-        counts="anchored writers", needs=lambda shape: frozenset({"entities"}),
-        audit=AuditDesign("entity"),
-        missed_entities=_missed, plan=_plan, check=check_vectorizable, min_train_users=2,
-    ))

@@ -46,12 +46,12 @@ from uedp.privacy.attribution import AttributionGraph, HolderChoiceResult, choos
 from uedp.privacy.mechanisms.auto_holders import FIXED_NOISE_K, AutoHolders, choose_k, fixed_noise_choice
 from uedp.privacy.mechanisms.base import HostUnits, SamplesUnits, TrainData
 from uedp.privacy.mechanisms.params import UeDpBoundedParams
-from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, register
-from uedp.privacy.mechanisms.userdp import Selection, UserDp, check_vectorizable
+from uedp.privacy.mechanisms.registry import BuildContext, EpsilonPlan
+from uedp.privacy.mechanisms.specs.uedp_bounded import UEDP_BOUNDED_UNIT
+from uedp.privacy.mechanisms.userdp import Selection, UserDp
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
 from uedp.privacy.signal import NoiseToSignal
-from uedp.privacy.statement import PrivacyUnit
 
 __all__ = ["KeptHolders", "UeDpBounded", "UeDpBoundedParams", "bounded_training_data"]
 
@@ -111,8 +111,7 @@ class KeptHolders:
 
 class UeDpBounded(UserDp):
     name = "uedp-bounded"
-    unit = ("one user and one detected entity: the contents of every sentence of the user and of every sentence "
-            "with the entity (substitution adjacency; the attribution graph public)")
+    unit = UEDP_BOUNDED_UNIT
     adjacency = "replace"
 
     def __init__(self, params: UeDpBoundedParams, randomness: Randomness | None = None,
@@ -229,7 +228,9 @@ def planned_auto(params: UeDpBoundedParams, users: float, randomness: Randomness
     return mechanism
 
 
-def _build(params: UeDpBoundedParams, context: BuildContext) -> UeDpBounded:
+def build(params: UeDpBoundedParams, context: BuildContext) -> UeDpBounded:
+    """The mechanism a run trains: k from the training data's attribution graph (``auto``), from the count a plan
+    gives, or as configured."""
     if params.holders_per_entity == "auto":
         if context.entities is not None:
             return resolve_auto(params, context.entities, context.randomness)
@@ -239,7 +240,8 @@ def _build(params: UeDpBoundedParams, context: BuildContext) -> UeDpBounded:
     return UeDpBounded(params, context.randomness)
 
 
-def _plan(params: UeDpBoundedParams, population: Population) -> EpsilonPlan:
+def plan(params: UeDpBoundedParams, population: Population) -> EpsilonPlan:
+    """What ``uedp epsilon`` prints for a configuration, before any data is read."""
     auto = ""
     mechanism = planned_auto(params, population.value) if params.holders_per_entity == "auto" else UeDpBounded(params)
     if mechanism.chosen is not None and params.target_epsilon is not None:
@@ -264,19 +266,3 @@ def _plan(params: UeDpBoundedParams, population: Population) -> EpsilonPlan:
         *mechanism.adaptive_clip_lines(population),
         *([auto] if auto else []),
     ), mechanism.noise_to_signal(population.value))
-
-
-register(MechanismSpec(
-    name="uedp-bounded", rank=42,
-    summary="user- and entity-level DP at userdp's noise: at most k users per entity keep its sentences "
-            "(multi-attribution DP)",
-    params=UeDpBoundedParams, unit=UeDpBounded.unit, guarantee="central", build=_build, counts=None,
-    # the contents of a user's and an entity's sentences change, the attribution graph stays: not uedp's
-    # add/remove unit, so its releases compose apart from uedp's
-    privacy_unit=PrivacyUnit("substitution", "user+entity", UeDpBounded.unit),
-    needs=lambda shape: frozenset({"entities"}), audit=AuditDesign("entity", "replace"),
-    missed_entities=" (uedp-bounded: their sentences are kept in every user and protected only as part of their "
-                    "user's contribution)",
-    plan=_plan, check=check_vectorizable, min_train_users=2,
-    data_warnings=lambda mechanism, entities: tuple(w for w in (dropped_entities_warning(mechanism, entities),) if w),
-))

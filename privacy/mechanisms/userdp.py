@@ -62,14 +62,14 @@ from uedp.privacy.mechanisms.base import (
 from uedp.privacy.mechanisms.fedavg import COUNT_SENSITIVITY, WEIGHT_CEILING, AdaptiveClip, LocalTrainer, user_weights
 from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, planned_epsilon, private_statement
 from uedp.privacy.mechanisms.params import UserDpParams
-from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, RunShape, register
 from uedp.privacy.mechanisms.server_optimizer import ServerOptimizer
+from uedp.privacy.mechanisms.specs.userdp import USERDP_UNIT
+from uedp.privacy.mechanisms.specs.userdp import check_vectorizable as check_vectorizable
 from uedp.privacy.mechanisms.vectorized import VectorizedLocalTrainer
 from uedp.privacy.population import Population
 from uedp.privacy.primitives import assign_flat_, flatten, noise_ahead
 from uedp.privacy.randomness import Randomness, RoundRandomness
 from uedp.privacy.signal import NoiseToSignal
-from uedp.privacy.statement import PrivacyUnit
 
 __all__ = [
     "Selection",
@@ -99,7 +99,7 @@ class UserDp:
     adjacency (:meth:`round_event`)."""
 
     name = "userdp"
-    unit = "one user (all of their sentences)"
+    unit = USERDP_UNIT
     adjacency: Adjacency = "add_remove"
     noise_floor = MIN_NOISE_MULTIPLIER  # the least z a calibration searches (see calibrate_noise_multiplier)
 
@@ -279,30 +279,3 @@ def make_local_trainer(p: UserDpParams, model: torch.nn.Module, loss_fn: LossFn,
     """The local-update engine of userdp and uedp: sequential or vectorized over users (same results)."""
     cls = VectorizedLocalTrainer if p.vectorize_users else LocalTrainer
     return cls(model, loss_fn, device, pad_id, p.clip, p.local_steps, p.local_batch_size, p.local_lr)
-
-
-def _build(params: UserDpParams, context: BuildContext) -> UserDp:
-    return UserDp(params, context.counted(), context.randomness)
-
-
-def _plan(params: UserDpParams, population: Population) -> EpsilonPlan:
-    mechanism = UserDp(params, population)
-    z, epsilon = mechanism.noise_multiplier, mechanism.epsilon()
-    return EpsilonPlan(epsilon, z, (f"userdp: epsilon = {epsilon:.4g} at delta = {params.delta:g} after {params.rounds} "
-                                    f"rounds, z = {z:.4g} ({params.accountant}; unit: one user)",
-                                    *mechanism.adaptive_clip_lines(population)),
-                       mechanism.noise_to_signal(population.value))
-
-
-def check_vectorizable(params: UserDpParams, shape: RunShape) -> None:
-    if params.vectorize_users and shape.model != "gpt2":
-        raise ValueError("vectorize_users is implemented for GPT-2 language models only")
-
-
-register(MechanismSpec(
-    name="userdp", rank=30, summary="user-level DP by DP-FedAvg: per-user model deltas clipped and noised",
-    params=UserDpParams, unit=UserDp.unit, guarantee="central", build=_build, counts="users",
-    privacy_unit=PrivacyUnit("add/remove", "user", UserDp.unit),
-    audit=AuditDesign("user"), plan=_plan, check=check_vectorizable, min_train_users=2, early_calibration=True,
-    uses_categories=lambda p: False,  # no category changes what it trains: a sweep trains it once
-))

@@ -25,15 +25,13 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
 
+from uedp.privacy.sanitization.choices import MappingMode as MappingMode
+from uedp.privacy.sanitization.choices import Metric as Metric
 from uedp.privacy.sanitization.embeddings import Embeddings
-
-Metric = Literal["euclidean", "cosine"]
-MappingMode = Literal["aggressive", "balanced", "conservative"]
 
 
 def pairwise_distance(queries: torch.Tensor, keys: torch.Tensor, metric: Metric) -> torch.Tensor:

@@ -21,31 +21,17 @@ per-record) epsilon holds; ``dataset`` also needs one trusted draw for all users
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
 import numpy as np
 import torch
 
+from uedp.privacy.sanitization.choices import WITHDRAWN_STRATEGIES as WITHDRAWN_STRATEGIES
+from uedp.privacy.sanitization.choices import Strategy as Strategy
+from uedp.privacy.sanitization.choices import check_strategy as check_strategy
 from uedp.privacy.sanitization.embeddings import Embeddings
 from uedp.privacy.sanitization.mapping import Mapping, Metric, pairwise_distance
 
-Strategy = Literal["token"]
-WITHDRAWN_STRATEGIES = {
-    "record": "repeats of a token in a record share one draw, so 'x y x' and 'x' y x' give outputs whose "
-              "probability ratio is unbounded: no per-token epsilon holds",
-    "dataset": "repeats of a token anywhere share one draw: no per-token epsilon holds, and one trusted draw for "
-               "all users is not local DP",
-}
-
-
-def check_strategy(name: str) -> str:
-    """``token`` (one independent draw per occurrence), or an error saying why another was withdrawn."""
-    if name == "token":
-        return name
-    why = WITHDRAWN_STRATEGIES.get(name)
-    if why is None:
-        raise ValueError(f"unknown sanitization strategy {name!r}; valid: token")
-    raise ValueError(f"sanitization strategy {name!r} was withdrawn: {why}; use 'token' (docs/PRIVACY.md)")
 KEEP = -1  # a position that is not sanitized (a kept stopword or non-entity token)
 UNKNOWN = -2  # a sanitized position whose token has no embedding: always released as the unknown marker
 

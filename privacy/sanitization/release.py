@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from uedp.privacy.sanitization.choices import LOCAL_DP_FACTS, LocalDpFacts
 from uedp.privacy.sanitization.embeddings import Embeddings
 from uedp.privacy.sanitization.mapping import MappingMode, Metric, build_mapping
 from uedp.privacy.sanitization.mechanisms import KEEP, UNKNOWN, CusText, Sampler, SanText, releases_per_record
@@ -28,11 +29,24 @@ class LocalDpKind:
     """One local-DP sanitizer: how its sampler is built and what its epsilon protects."""
 
     name: str
-    unit: str
     build: Callable[[Embeddings, float, int, MappingMode, Metric, Path], tuple[Sampler, float]]
     caveats: tuple[str, ...] = ()
-    has_output_sets: bool = False  # custext: tokens whose input set has no other member have no guarantee
-    metric_dp: bool = False  # santext: the asked epsilon is metric DP; the headline is epsilon x diameter
+
+    @property
+    def facts(self) -> LocalDpFacts:
+        return LOCAL_DP_FACTS[self.name]
+
+    @property
+    def unit(self) -> str:
+        return self.facts.unit
+
+    @property
+    def has_output_sets(self) -> bool:
+        return self.facts.has_output_sets
+
+    @property
+    def metric_dp(self) -> bool:
+        return self.facts.metric_dp
 
     def headline(self, epsilon: float, per_token_epsilon: float) -> str:
         if self.metric_dp:
@@ -64,9 +78,8 @@ def _santext(embeddings: Embeddings, epsilon: float, k: int, mapping: MappingMod
 
 LOCAL_DP: dict[str, LocalDpKind] = {
     "custext": LocalDpKind(
-        "custext", "one sanitized token, replaced by another token of its input set (tokens sharing its output set)",
-        _custext, ("tokens whose input set has no other member (type 1-N) have no guarantee",), has_output_sets=True),
-    "santext": LocalDpKind("santext", "one sanitized token, replaced by any vocabulary token", _santext, metric_dp=True),
+        "custext", _custext, ("tokens whose input set has no other member (type 1-N) have no guarantee",)),
+    "santext": LocalDpKind("santext", _santext),
 }
 
 

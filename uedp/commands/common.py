@@ -1,5 +1,9 @@
 """What every command shares: the Typer app, the options several commands take, turning bad input into
-one line and exit code 2, and the data home and Prefect settings a command runs with."""
+one line and exit code 2, and the data home and Prefect settings a command runs with.
+
+Nothing here imports the configuration models or the mechanisms (torch, dp_accounting: seconds): a command
+that needs neither (``uedp datasets``, ``budget``, ``sql``, ``serve``) starts without them. The options
+derived from the configuration models are in :mod:`.config_options`."""
 
 from __future__ import annotations
 
@@ -15,10 +19,7 @@ from typing import Any, Optional, TypeVar
 import typer
 
 from uedp.errors import UedpError
-from uedp.options import CONFIG_HELP, SET_HELP, derived_parameters, list_fields
-from uedp.privacy.mechanisms import registry
-from uedp.services.config import MechanismSettings, RunSettings, SanitizeConfig, TrainConfig
-from uedp.services.pretrain import PretrainConfig
+from uedp.options import CONFIG_HELP, SET_HELP
 
 app = typer.Typer(
     name="uedp",
@@ -57,38 +58,6 @@ CONFIG_OPTION = typer.Option(None, "--config", help=CONFIG_HELP, show_default=Fa
 SET_OPTION = typer.Option(None, "--set", help=SET_HELP, show_default=False)
 
 
-MECHANISMS_HELP = ", ".join(registry.names())
-
-
-ALIASES = {"model_size": ["--model-config"], "strategy": ["--sanitize-strategy"]}
-
-
-# Every shared run setting and every mechanism parameter is a flag of train (and of sweep); its default
-# and help come from the configuration models, where each is defined once.
-TRAIN_OPTIONS = derived_parameters([RunSettings, TrainConfig, MechanismSettings], skip={"dataset", "params"},
-                                   aliases=ALIASES)
-
-
-SWEEP_OPTIONS = derived_parameters([RunSettings, MechanismSettings], aliases=ALIASES)
-
-
-DEMO_OPTIONS = derived_parameters([MechanismSettings], aliases=ALIASES)
-
-
-PLAN_OPTIONS = derived_parameters([MechanismSettings], skip={"embeddings", "k", "mapping", "metric", "strategy", "keep",
-                                                             "vocab_limit", "attack_model", "epsilon"})
-
-
-SANITIZE_OPTIONS = derived_parameters([SanitizeConfig], skip={"dataset", "randomness"}, aliases=ALIASES)
-
-
-PRETRAIN_OPTIONS = derived_parameters([PretrainConfig], skip={"home", "files", "eval_files"},
-                                      aliases={"dataset": ["--name"]})
-
-
-LISTED = list_fields(RunSettings, TrainConfig, MechanismSettings, SanitizeConfig)
-
-
 INTERRUPTED = ("interrupted (Ctrl-C). Run the same command again: finished work is reused, and a training resumes "
                "from its last checkpoint in the same MLflow run (--checkpoint-every sets how often one is saved)")
 
@@ -101,12 +70,19 @@ def _one_line(exc: BaseException) -> str:
         first = exc.errors()[0]
         # Settings may sit in nested blocks (params.<mechanism>, settings, run): name the setting itself.
         loc = [str(p) for p in first.get("loc", ())]
-        while len(loc) > 1 and loc[0] in ("params", "settings", "run", *registry.names()):
+        while len(loc) > 1 and loc[0] in ("params", "settings", "run", *_mechanism_names()):
             loc = loc[1:]
         field = ".".join(loc) or "input"
         message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
         return f"invalid {field}: {message}"
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _mechanism_names() -> tuple[str, ...]:
+    """The registered mechanisms (a validation error may sit in a block named for one), imported only then."""
+    from uedp.privacy.mechanisms import registry
+
+    return registry.names()
 
 
 def user_errors(command: F) -> F:

@@ -11,9 +11,7 @@ import typer
 from uedp.commands.common import (
     CONFIG_OPTION,
     HOME_OPTION,
-    LISTED,
     PRIVACY_DOC,
-    SANITIZE_OPTIONS,
     SET_OPTION,
     STORE_HELP,
     app,
@@ -22,6 +20,7 @@ from uedp.commands.common import (
     prepare_runtime,
     user_errors,
 )
+from uedp.commands.config_options import LISTED, SANITIZE_OPTIONS
 from uedp.detection.categories import DEFAULT_CATEGORIES
 from uedp.errors import UedpError
 from uedp.options import derived_parameters, list_fields, merged, with_options
@@ -136,7 +135,11 @@ def detect(
     (`uedp entities`, `uedp demo --categories`) is a query and never re-runs it.
     """
     data_home = prepare_runtime(home)
-    from uedp.detection.pipeline import DetectorConfig
+    if store is None:  # with a store, the table may be there alone: the flow pulls it, or says it is missing
+        from uedp.storage.catalog import require_ingested
+
+        require_ingested(data_home, dataset)
+    from uedp.detection.pipeline import DetectorConfig  # spaCy, Presidio and Prefect (seconds): after the input
     from uedp.flows.detect import ScaleOut, detect_flow
 
     if label:  # saved (atomically) before detecting, so every later command resolves the same names
@@ -201,11 +204,13 @@ def sanitize(
     valid and test stay original. Train it like any dataset (noiselessly: the text itself is private) and
     compare it in MLflow with the other mechanisms. Prints the per-token and per-record epsilon."""
     data_home = prepare_runtime(home)
-    from uedp.flows.sanitize import sanitize_flow
-    from uedp.privacy.sanitization.release import local_dp_kind
-
     values = merged(config_file, settings, set_, LISTED) | ({"randomness": "seeded"} if seeded else {})
     config = SanitizeConfig(**{**values, "dataset": dataset})
+    from uedp.storage.catalog import require_ingested
+
+    require_ingested(data_home, dataset)
+    from uedp.flows.sanitize import sanitize_flow  # torch and Prefect (seconds): after the input is checked
+    from uedp.privacy.sanitization.release import local_dp_kind
     with prefect_api(data_home):
         result = sanitize_flow(config, home=str(data_home.root), progress=True)
     verb = "reused (same source and settings: the same release)" if result.reused else "wrote"

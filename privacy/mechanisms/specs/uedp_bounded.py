@@ -1,0 +1,53 @@
+"""``uedp-bounded`` as the registry lists it: one user and one detected entity the unit, under the substitution
+adjacency with the attribution graph public (:mod:`uedp.privacy.mechanisms.uedp_bounded`, which also builds and
+plans it: both choose k from the graph or the signal, machinery of that module)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from uedp.privacy.mechanisms.params import UeDpBoundedParams
+from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, register
+from uedp.privacy.mechanisms.specs.userdp import check_vectorizable
+from uedp.privacy.statement import PrivacyUnit
+
+if TYPE_CHECKING:
+    from uedp.privacy.mechanisms.uedp_bounded import UeDpBounded
+    from uedp.privacy.population import Population
+
+UEDP_BOUNDED_UNIT = ("one user and one detected entity: the contents of every sentence of the user and of every "
+                     "sentence with the entity (substitution adjacency; the attribution graph public)")
+
+
+def _build(params: UeDpBoundedParams, context: BuildContext) -> UeDpBounded:
+    from uedp.privacy.mechanisms.uedp_bounded import build
+
+    return build(params, context)
+
+
+def _plan(params: UeDpBoundedParams, population: Population) -> EpsilonPlan:
+    from uedp.privacy.mechanisms.uedp_bounded import plan
+
+    return plan(params, population)
+
+
+def _data_warnings(mechanism: Any, entities: Mapping[str, Sequence[frozenset[str]]]) -> tuple[str, ...]:
+    from uedp.privacy.mechanisms.uedp_bounded import dropped_entities_warning
+
+    return tuple(w for w in (dropped_entities_warning(mechanism, entities),) if w)
+
+
+register(MechanismSpec(
+    name="uedp-bounded", rank=42,
+    summary="user- and entity-level DP at userdp's noise: at most k users per entity keep its sentences "
+            "(multi-attribution DP)",
+    params=UeDpBoundedParams, unit=UEDP_BOUNDED_UNIT, guarantee="central", build=_build, counts=None,
+    # the contents of a user's and an entity's sentences change, the attribution graph stays: not uedp's
+    # add/remove unit, so its releases compose apart from uedp's
+    privacy_unit=PrivacyUnit("substitution", "user+entity", UEDP_BOUNDED_UNIT),
+    needs=lambda shape: frozenset({"entities"}), audit=AuditDesign("entity", "replace"),
+    missed_entities=" (uedp-bounded: their sentences are kept in every user and protected only as part of their "
+                    "user's contribution)",
+    plan=_plan, check=check_vectorizable, min_train_users=2, data_warnings=_data_warnings,
+))

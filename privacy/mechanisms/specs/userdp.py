@@ -1,0 +1,48 @@
+"""``userdp`` as the registry lists it: user-level DP by DP-FedAvg, one user the unit
+(:mod:`uedp.privacy.mechanisms.userdp`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from uedp.privacy.mechanisms.params import UserDpParams
+from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, RunShape, register
+from uedp.privacy.statement import PrivacyUnit
+
+if TYPE_CHECKING:
+    from uedp.privacy.mechanisms.userdp import UserDp
+    from uedp.privacy.population import Population
+
+USERDP_UNIT = "one user (all of their sentences)"
+
+
+def _build(params: UserDpParams, context: BuildContext) -> UserDp:
+    from uedp.privacy.mechanisms.userdp import UserDp
+
+    return UserDp(params, context.counted(), context.randomness)
+
+
+def _plan(params: UserDpParams, population: Population) -> EpsilonPlan:
+    from uedp.privacy.mechanisms.userdp import UserDp
+
+    mechanism = UserDp(params, population)
+    z, epsilon = mechanism.noise_multiplier, mechanism.epsilon()
+    return EpsilonPlan(epsilon, z, (f"userdp: epsilon = {epsilon:.4g} at delta = {params.delta:g} after {params.rounds} "
+                                    f"rounds, z = {z:.4g} ({params.accountant}; unit: one user)",
+                                    *mechanism.adaptive_clip_lines(population)),
+                       mechanism.noise_to_signal(population.value))
+
+
+def check_vectorizable(params: UserDpParams, shape: RunShape) -> None:
+    """The user-level mechanisms' vectorized local updates exist for GPT-2 language models only."""
+    if params.vectorize_users and shape.model != "gpt2":
+        raise ValueError("vectorize_users is implemented for GPT-2 language models only")
+
+
+register(MechanismSpec(
+    name="userdp", rank=30, summary="user-level DP by DP-FedAvg: per-user model deltas clipped and noised",
+    params=UserDpParams, unit=USERDP_UNIT, guarantee="central", build=_build, counts="users",
+    privacy_unit=PrivacyUnit("add/remove", "user", USERDP_UNIT),
+    audit=AuditDesign("user"), plan=_plan, check=check_vectorizable, min_train_users=2, early_calibration=True,
+    uses_categories=lambda p: False,  # no category changes what it trains: a sweep trains it once
+))

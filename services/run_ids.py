@@ -1,0 +1,18 @@
+"""What an MLflow run id looks like (uuid4's 32 hexadecimal characters, as ``uedp train`` prints it), checked
+before anything is imported or asked of a tracking server: a mistyped id is refused in a fraction of a second."""
+
+from __future__ import annotations
+
+import re
+
+RUN_ID_SHAPE = "32 hexadecimal characters, as `uedp train` prints it"
+_RUN_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def is_run_id(text: str) -> bool:
+    return _RUN_ID.fullmatch(text) is not None
+
+
+def not_a_run_id(text: str) -> str:
+    """The error for a value that cannot be a run id."""
+    return f"{text!r} is not an MLflow run id ({RUN_ID_SHAPE})"
