@@ -20,7 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-# (label, arguments): each refused (exit 2) or answered without training; ``{home}`` is an empty data home.
+# (label, arguments): each refused (exit 2) or answered without training; ``{home}`` is an empty data home,
+# ``{empty}`` an empty file.
 INVOCATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("--version", ("--version",)),
     ("--help", ("--help",)),
@@ -39,8 +40,8 @@ INVOCATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("sanitize: unknown dataset", ("sanitize", "nope", "--mechanism", "custext", "--epsilon", "1", "--embeddings", "x.vec",
                                    "--home", "{home}")),
     ("report: --parent not a run id", ("report", "nope", "--parent", "nope", "--home", "{home}")),
-    ("ingest: missing file", ("ingest", "/nonexistent/train.txt", "--format", "conll", "--name", "x",
-                              "--home", "{home}")),
+    ("ingest: missing file", ("ingest", "conll2003", "/nonexistent/train.txt", "--name", "x", "--home", "{home}")),
+    ("ingest: empty file", ("ingest", "conll2003", "{empty}", "--name", "x", "--home", "{home}")),
     ("train --help", ("train", "--help")),
 )
 
@@ -61,13 +62,15 @@ def main() -> None:
     uedp = shutil.which("uedp", path=str(Path(sys.executable).parent)) or "uedp"
     scripts = [uedp] + ([args.compare] if args.compare else [])
     os.environ.setdefault("UEDP_HOME", tempfile.mkdtemp(prefix="uedp-startup-"))  # `uedp epsilon` creates no home
-    with tempfile.TemporaryDirectory(prefix="uedp-startup-") as home:
+    with tempfile.TemporaryDirectory(prefix="uedp-startup-") as folder:
+        home = str(Path(folder) / "home")
+        (Path(folder) / "empty.txt").touch()
         python = statistics.median(cpu_seconds([sys.executable, "-c", "pass"]) for _ in range(args.repeats))
         print(f"{'python -c pass':36s} {python:6.2f} s CPU  (the interpreter alone)")
         header = f"{'uedp ...':36s} {'this':>8s}" + (f" {'other':>8s} {'other/this':>10s}" if args.compare else "")
         print(header)
         for label, argv in INVOCATIONS:
-            command = [a.replace("{home}", home) for a in argv]
+            command = [a.replace("{home}", home).replace("{empty}", str(Path(folder) / "empty.txt")) for a in argv]
             samples: dict[str, list[float]] = {script: [] for script in scripts}
             for _ in range(args.repeats):
                 for script in scripts:  # interleaved: both see the same load

@@ -272,9 +272,8 @@ def ingest(home: DataHome, dataset: str, files: list[Path], options: IngestOptio
     files, folders = files_of(files, options.format)
     if not files:
         raise UedpError("no input files given")
-    for path in files:  # fail on a missing file before hashing, with the reader's message
-        if not path.is_file():
-            raise FormatError(path, None, "file not found" if not path.exists() else "not a regular file")
+    for path in files:  # fail on a missing or empty file before hashing, with the reader's message
+        check_input_file(path)
     key = hash_config({"inputs": hash_files(files), "roles": file_roles(files, options), "options": options.describe(),
                        "schema": SCHEMA_VERSION})
     sentences_dir, users_dir = home.table_dir(dataset, "sentences"), home.table_dir(dataset, "users")
@@ -292,6 +291,23 @@ def ingest(home: DataHome, dataset: str, files: list[Path], options: IngestOptio
         if new:  # a first ingest that failed leaves no dataset behind (`uedp datasets` would list it)
             remove_if_empty(dataset_dir)
         raise
+
+
+def check_input_file(path: Path) -> None:
+    """A corpus file must exist, be a regular file and hold something (a 0-byte file holds no sentence in any
+    format: a mistake, such as a failed download or a wrong name)."""
+    if not path.is_file():
+        raise FormatError(path, None, "file not found" if not path.exists() else "not a regular file")
+    if path.stat().st_size == 0:
+        raise FormatError(path, None, "empty file (0 bytes)")
+
+
+def check_local_inputs(paths: Sequence[str], file_format: str) -> None:
+    """What :func:`ingest` checks before reading, for the inputs given as local paths (a URL or a bundled corpus
+    is fetched by the flow first): ``uedp ingest`` refuses a missing or empty file before Prefect starts."""
+    local = [p for p in paths if "://" not in p and not p.startswith("bundled:")]
+    for path in files_of(local, file_format)[0]:
+        check_input_file(path)
 
 
 def files_of(paths: Sequence[str | Path], file_format: str) -> tuple[list[Path], dict[str, list[str]]]:

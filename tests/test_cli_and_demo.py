@@ -81,7 +81,7 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path: Path, extra: list[str],
     [
         (["entities", "demo", "--categories", "FOO"], "unknown entity categories FOO"),
         (["entities", "nosuch"], "dataset 'nosuch' has no sentences table"),
-        (["detect", "demo", "--detector", "spacy"], "need a spaCy pipeline"),
+        (["detect", "nosuch", "--detector", "spacy"], "dataset 'nosuch' has no sentences table"),
         (["ingest", "conll2003", "missing.conll", "--name", "x"], "missing.conll: file not found"),
         (["ingest", "ag_news", "x.csv", "--name", "x", "--users", "column"], "ag_news users"),
         (["ingest", "conll2003", "x.conll", "--name", "bad/name"], "invalid dataset name"),

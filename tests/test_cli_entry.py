@@ -82,6 +82,8 @@ def test_the_command_group_table_names_where_each_command_is_defined() -> None:
 
 def test_commands_refuse_bad_input_before_importing_the_training_machinery(tmp_path: Path) -> None:
     home = str(tmp_path / "home")
+    empty = tmp_path / "empty.txt"
+    empty.touch()
     refused = {
         ("budget", "nope", "--home", home): "no dataset 'nope'",
         ("train", "nope", "--mechanism", "userdp", "--target-epsilon", "0", "--home", home): "target_epsilon",
@@ -95,6 +97,9 @@ def test_commands_refuse_bad_input_before_importing_the_training_machinery(tmp_p
         ("attack", "nope", "--home", home): "not an MLflow run id",
         ("report", "demo", "--parent", "nope", "--home", home): "not an MLflow run id",
         ("epsilon", "--mechanism", "userdp", "--users", "946", "--target-epsilon", "0"): "target_epsilon",
+        ("ingest", "conll2003", str(empty), "--name", "e", "--home", home): "empty file (0 bytes)",
+        ("ingest", "conll2003", str(tmp_path / "absent.txt"), "--name", "e", "--home", home): "file not found",
+        ("ingest", "conll2003", str(empty), "--name", "e", "--set", "split=bogus", "--home", home): "invalid split",
     }
     for args, said in refused.items():
         done, imported = _imports_of(*args)

@@ -37,7 +37,6 @@ from uedp.privacy.mechanisms.base import (
 )
 from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, planned_epsilon, private_statement
 from uedp.privacy.mechanisms.params import DpSgdParams
-from uedp.privacy.mechanisms.specs.dpsgd import DPSGD_UNIT
 from uedp.privacy.per_sample import PerSampleClipping, per_sample_clipping
 from uedp.privacy.population import Population
 from uedp.privacy.primitives import noise_ahead
@@ -51,7 +50,7 @@ class DpSgd:
     """DP-SGD's loop; subclasses change what an example is, its gradient and the per-step event."""
 
     name = "dpsgd"
-    unit = DPSGD_UNIT
+    unit = DpSgdParams.unit_words
     loss_reduction: Literal["mean", "sum"] = "mean"  # how the loss combines examples (per-example scaling)
 
     adjacency: Adjacency = "add_remove"  # "replace" when the unit is a value inside a sequence (selective)

@@ -21,7 +21,6 @@ from uedp.privacy.mechanisms.base import (
 )
 from uedp.privacy.mechanisms.loop import NoLedger, RoundLoop, RoundOutput
 from uedp.privacy.mechanisms.params import NoiselessParams
-from uedp.privacy.mechanisms.specs.noiseless import NOISELESS_UNIT
 from uedp.privacy.randomness import Randomness, RoundRandomness
 from uedp.privacy.statement import PrivacyStatement
 
@@ -30,7 +29,7 @@ __all__ = ["Noiseless", "NoiselessParams"]
 
 class Noiseless:
     name = "noiseless"
-    unit = NOISELESS_UNIT
+    unit = NoiselessParams.unit_words
 
     def __init__(self, params: NoiselessParams, seed: int = 0):
         self.params = params

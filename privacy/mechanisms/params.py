@@ -40,6 +40,9 @@ class MechanismParams(BaseModel):
     mechanism: str
     # The parameters :meth:`label` shows (a sweep's grid names the others in the run's name).
     label_fields: ClassVar[tuple[str, ...]] = ()
+    # The privacy unit, in words, of the mechanisms these parameters configure: read by the registry's spec
+    # (privacy/mechanisms/specs/) and by the mechanism's statement, each without importing the other.
+    unit_words: ClassVar[str] = "none"
 
     @model_validator(mode="before")
     @classmethod
@@ -122,6 +125,7 @@ class PrivateParams(MechanismParams):
 
 class DpSgdParams(PrivateParams):
     mechanism: Literal["dpsgd"] = "dpsgd"
+    unit_words: ClassVar[str] = "one training sequence"
     steps: int = Field(300, ge=1, description="optimizer steps")
     batch_size: int = Field(32, ge=1, validation_alias=AliasChoices("batch_size", "expected_batch_size"),
                             description="batch size; dpsgd: expected Poisson batch size")
@@ -144,6 +148,9 @@ class SelectiveParams(DpSgdParams):
     """Selective DP: DP-SGD under replace-one adjacency (pld only), after a noiseless phase on redacted
     text (transformers) or with the state after each private token noised (LSTM)."""
 
+    unit_words: ClassVar[str] = ("one sensitive token's value (Selective DP, replace-one; spans the detector missed "
+                                 "are not covered)")
+
     mechanism: Literal["selective"] = "selective"  # type: ignore[assignment]
     public_steps: int = Field(300, ge=0, description="selective (transformers): noiseless steps on the redacted "
                                                      "corpus first")
@@ -163,6 +170,7 @@ class UserDpParams(PrivateParams):
     """DP-FedAvg (userdp) and the rounds of uedp."""
 
     mechanism: Literal["userdp"] = "userdp"
+    unit_words: ClassVar[str] = "one user (all of their sentences)"
     rounds: int = Field(30, ge=1, validation_alias=AliasChoices("rounds", "steps"),
                         description="DP-FedAvg rounds (userdp, uedp)")
     q_user: float = Field(0.5, gt=0, le=1, description="sampling probability of a user per round")
@@ -239,6 +247,8 @@ class UeDpParams(UserDpParams):
     """userdp's parameters plus the entity sampling rates; ``uedp-naive`` selects the f_E estimator."""
 
     mechanism: Literal["uedp", "uedp-naive"] = "uedp"  # type: ignore[assignment]
+    unit_words: ClassVar[str] = ("one user and one sensitive entity (all sentences of the user, and all sentences "
+                                 "with the entity)")
     q_entity: float = Field(0.5, gt=0, le=1, description="uedp: sampling probability of a detected entity per round")
     q_extended: float = Field(0.5, gt=0, le=1, description="uedp: sampling probability of a sentence with no entity")
     truncation_share: float = Field(0.1, gt=0, lt=1, description="uedp: share of delta charged to more than M users "
@@ -269,6 +279,9 @@ class UeDpBoundedParams(UserDpParams):
     """userdp's parameters plus the bound on holders per entity (multi-attribution DP)."""
 
     mechanism: Literal["uedp-bounded"] = "uedp-bounded"  # type: ignore[assignment]
+    unit_words: ClassVar[str] = ("one user and one detected entity: the contents of every sentence of the user and "
+                                 "of every sentence with the entity (substitution adjacency; the attribution graph "
+                                 "public)")
     holders_per_entity: Annotated[int, Field(ge=0)] | Literal["auto"] = Field(
         "auto", description="uedp-bounded: k, the most users per entity whose sentences with it are kept; noise grows "
                             "with 1 + k. auto (with a target epsilon): the largest k whose noise-to-signal stays where "

@@ -38,7 +38,6 @@ from uedp.privacy.mechanisms.dpsgd import DpSgd
 from uedp.privacy.mechanisms.loop import DIVERGED
 from uedp.privacy.mechanisms.noiseless import Noiseless
 from uedp.privacy.mechanisms.params import NoiselessParams, SelectiveParams
-from uedp.privacy.mechanisms.specs.selective import SELECTIVE_UNIT
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
 from uedp.privacy.signal import NoiseToSignal
@@ -58,7 +57,7 @@ class _ReplaceOneDpSgd(DpSgd):
 
 class SelectiveTwoPhase:
     name = "selective"
-    unit = SELECTIVE_UNIT
+    unit = SelectiveParams.unit_words
 
     def __init__(self, params: SelectiveParams, n_examples: int, public_loss: LossFn = causal_lm_loss,
                  randomness: Randomness | None = None, seed: int = 0):

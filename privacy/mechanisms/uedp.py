@@ -46,7 +46,6 @@ from uedp.privacy.mechanisms.base import (
 from uedp.privacy.mechanisms.fedavg import WEIGHT_CEILING
 from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, WorstCaseLedger, planned_epsilon, private_statement
 from uedp.privacy.mechanisms.params import UeDpParams
-from uedp.privacy.mechanisms.specs.uedp import UEDP_UNIT
 from uedp.privacy.mechanisms.userdp import (
     make_local_trainer,
     server_notes,
@@ -94,7 +93,7 @@ def usable_sequences(entity_sets: list[frozenset[str]], sampled_entities: set[st
 
 
 class UeDp:
-    unit = UEDP_UNIT
+    unit = UeDpParams.unit_words
 
     def __init__(self, params: UeDpParams, population: Population, randomness: Randomness | None = None):
         self.params = params

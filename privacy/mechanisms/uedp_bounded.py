@@ -47,7 +47,6 @@ from uedp.privacy.mechanisms.auto_holders import FIXED_NOISE_K, AutoHolders, cho
 from uedp.privacy.mechanisms.base import HostUnits, SamplesUnits, TrainData
 from uedp.privacy.mechanisms.params import UeDpBoundedParams
 from uedp.privacy.mechanisms.registry import BuildContext, EpsilonPlan
-from uedp.privacy.mechanisms.specs.uedp_bounded import UEDP_BOUNDED_UNIT
 from uedp.privacy.mechanisms.userdp import Selection, UserDp
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
@@ -111,7 +110,7 @@ class KeptHolders:
 
 class UeDpBounded(UserDp):
     name = "uedp-bounded"
-    unit = UEDP_BOUNDED_UNIT
+    unit = UeDpBoundedParams.unit_words
     adjacency = "replace"
 
     def __init__(self, params: UeDpBoundedParams, randomness: Randomness | None = None,

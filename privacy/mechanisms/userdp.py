@@ -63,8 +63,6 @@ from uedp.privacy.mechanisms.fedavg import COUNT_SENSITIVITY, WEIGHT_CEILING, Ad
 from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, planned_epsilon, private_statement
 from uedp.privacy.mechanisms.params import UserDpParams
 from uedp.privacy.mechanisms.server_optimizer import ServerOptimizer
-from uedp.privacy.mechanisms.specs.userdp import USERDP_UNIT
-from uedp.privacy.mechanisms.specs.userdp import check_vectorizable as check_vectorizable
 from uedp.privacy.mechanisms.vectorized import VectorizedLocalTrainer
 from uedp.privacy.population import Population
 from uedp.privacy.primitives import assign_flat_, flatten, noise_ahead
@@ -99,7 +97,7 @@ class UserDp:
     adjacency (:meth:`round_event`)."""
 
     name = "userdp"
-    unit = USERDP_UNIT
+    unit = UserDpParams.unit_words
     adjacency: Adjacency = "add_remove"
     noise_floor = MIN_NOISE_MULTIPLIER  # the least z a calibration searches (see calibrate_noise_multiplier)
 

@@ -71,10 +71,17 @@ def ingest(
     a key of --config, or --set key=value.
     """
     data_home = prepare_runtime(home)
-    from uedp.flows.ingest import IngestConfig, ingest_flow
+    from uedp.storage.home import validate_dataset_name
+    from uedp.storage.ingest import IngestOptions, check_local_inputs
 
     values = merged(config_file, {**settings, "split_of": split_of or None, "store": store, "public": public}, set_,
                     INGEST_LISTED)
+    # The settings and the local files are checked before Prefect and the flow are imported (seconds).
+    validate_dataset_name(name)
+    IngestOptions.model_validate({k: v for k, v in values.items() if k in IngestOptions.model_fields} | {"format": format})
+    check_local_inputs(list(paths), format)
+    from uedp.flows.ingest import IngestConfig, ingest_flow
+
     # The command line's FORMAT, files and --name win over a config file's.
     config = IngestConfig(**{**values, "format": format, "files": list(paths), "dataset": name,
                              "home": str(data_home.root)})  # validated here, before any work starts

@@ -13,7 +13,6 @@ if TYPE_CHECKING:
     from uedp.privacy.mechanisms.dpsgd import DpSgd
     from uedp.privacy.population import Population
 
-DPSGD_UNIT = "one training sequence"
 
 
 def _build(params: DpSgdParams, context: BuildContext) -> DpSgd:
@@ -37,8 +36,8 @@ def _plan(params: DpSgdParams, population: Population) -> EpsilonPlan:
 
 register(MechanismSpec(
     name="dpsgd", rank=10, summary="example-level DP-SGD (one sequence is the unit), per-example clipping by ghost norms (or Opacus)",
-    params=DpSgdParams, unit=DPSGD_UNIT, guarantee="central", build=_build, counts="sequences",
-    privacy_unit=PrivacyUnit("add/remove", "sequence", DPSGD_UNIT),
+    params=DpSgdParams, unit=DpSgdParams.unit_words, guarantee="central", build=_build, counts="sequences",
+    privacy_unit=PrivacyUnit("add/remove", "sequence", DpSgdParams.unit_words),
     per_example_loss=True, audit=AuditDesign("sequence"), plan=_plan,
     uses_categories=lambda p: False,  # no category changes what it trains: a sweep trains it once
 ))

@@ -12,7 +12,6 @@ from uedp.privacy.statement import PrivacyUnit
 if TYPE_CHECKING:
     from uedp.privacy.mechanisms.noiseless import Noiseless
 
-NOISELESS_UNIT = "none"
 NO_UNIT = PrivacyUnit("none", "none", "none")  # no guarantee: in no total
 
 
@@ -24,11 +23,11 @@ def _build(params: NoiselessParams, context: BuildContext) -> Noiseless:
 
 register(MechanismSpec(
     name="noiseless", rank=0, summary="no privacy (epsilon = inf); the utility ceiling", params=NoiselessParams,
-    unit=NOISELESS_UNIT, guarantee="none", build=_build, audit=AuditDesign("sequence"), uses_categories=lambda p: False,
+    unit=NoiselessParams.unit_words, guarantee="none", build=_build, audit=AuditDesign("sequence"), uses_categories=lambda p: False,
     privacy_unit=NO_UNIT,
 ))
 register(MechanismSpec(
     name="deid", rank=1, summary="detected spans replaced by [CATEGORY] placeholders, then noiseless (epsilon = inf)",
-    params=NoiselessParams, unit=NOISELESS_UNIT, guarantee="none", build=_build, text="redacted",
+    params=NoiselessParams, unit=NoiselessParams.unit_words, guarantee="none", build=_build, text="redacted",
     audit=AuditDesign("sequence"), privacy_unit=NO_UNIT,
 ))

@@ -13,7 +13,6 @@ from uedp.privacy.statement import PrivacyUnit
 if TYPE_CHECKING:
     from uedp.privacy.mechanisms.base import Mechanism
 
-SELECTIVE_UNIT = "one sensitive token's value (Selective DP, replace-one; spans the detector missed are not covered)"
 
 
 def recurrent(shape: RunShape) -> bool:
@@ -60,7 +59,7 @@ SENSITIVE_VALUE = PrivacyUnit("replace-one", "sensitive-token-value",
 register(MechanismSpec(
     name="selective", rank=20, summary="Selective DP: noiseless on redacted text then DP-SGD (transformers), or "
                               "Selective-DPSGD with noised states (LSTM); one sensitive token's value is the unit",
-    params=SelectiveParams, unit=SELECTIVE_UNIT, guarantee="central", build=_build, privacy_unit=SENSITIVE_VALUE,
+    params=SelectiveParams, unit=SelectiveParams.unit_words, guarantee="central", build=_build, privacy_unit=SENSITIVE_VALUE,
     needs=lambda shape: frozenset({"private_masks"} if recurrent(shape) else {"redacted"}),
     per_example_loss=True, schedule=_schedule, check=_check, missed_entities="",
     audit=AuditDesign("secret", "replace"),

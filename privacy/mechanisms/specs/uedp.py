@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from uedp.privacy.mechanisms.uedp import UeDp
     from uedp.privacy.population import Population
 
-UEDP_UNIT = "one user and one sensitive entity (all sentences of the user, and all sentences with the entity)"
 
 
 def _build(params: UeDpParams, context: BuildContext) -> UeDp:
@@ -50,8 +49,8 @@ for _name, _summary, _missed in (
      " (uedp: only through the ordinary noise of their user's and sentences' contributions)"),
 ):
     register(MechanismSpec(
-        name=_name, rank=40 + int(_name.endswith("naive")), summary=_summary, params=UeDpParams, unit=UEDP_UNIT,
-        guarantee="central", build=_build, privacy_unit=PrivacyUnit("add/remove", "user+entity", UEDP_UNIT),
+        name=_name, rank=40 + int(_name.endswith("naive")), summary=_summary, params=UeDpParams, unit=UeDpParams.unit_words,
+        guarantee="central", build=_build, privacy_unit=PrivacyUnit("add/remove", "user+entity", UeDpParams.unit_words),
         counts="anchored writers", needs=lambda shape: frozenset({"entities"}),
         audit=AuditDesign("entity"),
         missed_entities=_missed, plan=_plan, check=check_vectorizable, min_train_users=2,

@@ -16,8 +16,6 @@ if TYPE_CHECKING:
     from uedp.privacy.mechanisms.uedp_bounded import UeDpBounded
     from uedp.privacy.population import Population
 
-UEDP_BOUNDED_UNIT = ("one user and one detected entity: the contents of every sentence of the user and of every "
-                     "sentence with the entity (substitution adjacency; the attribution graph public)")
 
 
 def _build(params: UeDpBoundedParams, context: BuildContext) -> UeDpBounded:
@@ -42,10 +40,10 @@ register(MechanismSpec(
     name="uedp-bounded", rank=42,
     summary="user- and entity-level DP at userdp's noise: at most k users per entity keep its sentences "
             "(multi-attribution DP)",
-    params=UeDpBoundedParams, unit=UEDP_BOUNDED_UNIT, guarantee="central", build=_build, counts=None,
+    params=UeDpBoundedParams, unit=UeDpBoundedParams.unit_words, guarantee="central", build=_build, counts=None,
     # the contents of a user's and an entity's sentences change, the attribution graph stays: not uedp's
     # add/remove unit, so its releases compose apart from uedp's
-    privacy_unit=PrivacyUnit("substitution", "user+entity", UEDP_BOUNDED_UNIT),
+    privacy_unit=PrivacyUnit("substitution", "user+entity", UeDpBoundedParams.unit_words),
     needs=lambda shape: frozenset({"entities"}), audit=AuditDesign("entity", "replace"),
     missed_entities=" (uedp-bounded: their sentences are kept in every user and protected only as part of their "
                     "user's contribution)",

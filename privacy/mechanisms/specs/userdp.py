@@ -13,7 +13,6 @@ if TYPE_CHECKING:
     from uedp.privacy.mechanisms.userdp import UserDp
     from uedp.privacy.population import Population
 
-USERDP_UNIT = "one user (all of their sentences)"
 
 
 def _build(params: UserDpParams, context: BuildContext) -> UserDp:
@@ -41,8 +40,8 @@ def check_vectorizable(params: UserDpParams, shape: RunShape) -> None:
 
 register(MechanismSpec(
     name="userdp", rank=30, summary="user-level DP by DP-FedAvg: per-user model deltas clipped and noised",
-    params=UserDpParams, unit=USERDP_UNIT, guarantee="central", build=_build, counts="users",
-    privacy_unit=PrivacyUnit("add/remove", "user", USERDP_UNIT),
+    params=UserDpParams, unit=UserDpParams.unit_words, guarantee="central", build=_build, counts="users",
+    privacy_unit=PrivacyUnit("add/remove", "user", UserDpParams.unit_words),
     audit=AuditDesign("user"), plan=_plan, check=check_vectorizable, min_train_users=2, early_calibration=True,
     uses_categories=lambda p: False,  # no category changes what it trains: a sweep trains it once
 ))
