@@ -278,3 +278,13 @@ def test_a_fix_the_format_refuses_is_caught() -> None:
     (options,) = _suggested_ingests("more users (or chunked pseudo-users: --users chunk:N at ingest)", "sec")
     with pytest.raises(UedpError, match="format sec has fixed users"):
         IngestOptions(**{k: v for k, v in options.items() if v is not None})
+
+
+def test_ingest_checks_every_reading_option_before_the_flow_starts() -> None:
+    """``uedp ingest`` validates the settings that are not the flow's own as reading options before Prefect is
+    imported: the two lists must split the flow's form exactly."""
+    from uedp.commands.data import INGEST_FLOW_FIELDS
+    from uedp.flows.ingest import IngestConfig
+    from uedp.storage.ingest import IngestOptions
+
+    assert set(IngestConfig.model_fields) - set(IngestOptions.model_fields) == set(INGEST_FLOW_FIELDS)

@@ -42,6 +42,10 @@ def _ingest_settings() -> tuple[list[Any], set[str], str, str]:
 
 INGEST_OPTIONS, INGEST_LISTED, FORMATS_HELP, SPLIT_OF_HELP = _ingest_settings()
 
+# The ingest flow's settings that are not reading options (what to read, where the tables go): the rest is checked
+# as IngestOptions before Prefect is imported (tests/test_format_registry.py keeps this equal to the flow's own).
+INGEST_FLOW_FIELDS = ("home", "dataset", "files", "store", "public")
+
 
 @app.command()
 @user_errors
@@ -78,7 +82,8 @@ def ingest(
                     INGEST_LISTED)
     # The settings and the local files are checked before Prefect and the flow are imported (seconds).
     validate_dataset_name(name)
-    IngestOptions.model_validate({k: v for k, v in values.items() if k in IngestOptions.model_fields} | {"format": format})
+    # Every setting but the flow's own is a reading option; an unknown one is refused here as the flow's form would.
+    IngestOptions.model_validate({k: v for k, v in values.items() if k not in INGEST_FLOW_FIELDS} | {"format": format})
     check_local_inputs(list(paths), format)
     from uedp.flows.ingest import IngestConfig, ingest_flow
 
