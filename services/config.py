@@ -220,7 +220,7 @@ class TrainConfig(RunSettings):
         self.spec.check(self.params, self.shape)
         if (self.canaries or self.audit_canaries) and self.task != "lm":
             raise ValueError("canaries are planted in language-model training text (not for classifiers)")
-        if self.lora_rank and getattr(self.params, "vectorize_users", False):
+        if self.lora_rank and self.params.vectorizes_users:
             raise ValueError("vectorize_users trains every weight of a GPT-2; with LoRA leave it off")
         if self.audit_canaries:
             if isinstance(self.spec.audit, str):
@@ -291,7 +291,8 @@ class TrainConfig(RunSettings):
     @property
     def delta(self) -> float:
         """The run's delta; for a mechanism without one, the default delta (what an audit's bound is stated at)."""
-        return float(getattr(self.params, "delta", PrivateParams.model_fields["delta"].default))
+        stated = self.params.stated_delta
+        return float(stated if stated is not None else PrivateParams.model_fields["delta"].default)
 
     @property
     def total_steps(self) -> int:
@@ -318,11 +319,10 @@ class TrainConfig(RunSettings):
 
     def _length_part(self) -> list[str]:
         """``steps150`` / ``rounds50`` when the training's length is not its mechanism's default."""
-        fields = type(self.params).model_fields
-        name = "rounds" if "rounds" in fields else "steps" if "steps" in fields else None
-        if name is None or getattr(self.params, name) == fields[name].default:
+        length = self.params.length()
+        if length is None or length[1] == length[2]:
             return []
-        return [f"{name}{getattr(self.params, name)}"]
+        return [f"{length[0]}{length[1]}"]
 
     @property
     def starts_from_a_model(self) -> bool:

@@ -77,7 +77,7 @@ def plan_training(config: TrainConfig, facts: PublicFacts, randomness: Randomnes
     return TrainingPlan(
         config=config, mechanism=mechanism, unit=config.spec.unit if facts.on_release else mechanism.unit,
         epsilon=float(mechanism.planned_epsilon()) if private else math.inf,
-        delta=float(getattr(config.params, "delta", 0.0)) if private else 0.0, on_release=facts.on_release,
+        delta=float(config.params.stated_delta or 0.0) if private else 0.0, on_release=facts.on_release,
         noise_to_signal=signal, noise_warning=signal.warning(facts.more_users, pretrained=config.starts_from_a_model)
         if signal is not None else None,
         said=(f"sampling planned: {chosen.reason}",) if chosen else (),
@@ -116,7 +116,7 @@ def preflight_skipped(config: TrainConfig) -> str | None:
     from the count of users, and before the data is read only a declared count is known: a DP count is drawn
     by training, and uedp-bounded counts its training users (public under its adjacency) when it opens the
     data. Planning from a placeholder would refuse, or pass, a split the run never trains."""
-    if getattr(config.params, "sampling", "fixed") != "planned" or config.spec.plan is None:
+    if not config.params.plans_sampling or config.spec.plan is None:
         return None
     if config.spec.counts is None:
         count = "the number of training users (public under its adjacency), read when training opens the data"
@@ -155,12 +155,12 @@ def planned_sampling(config: TrainConfig, population: Population | None) -> tupl
     run's public or DP count of users (never the exact one of an add/remove unit), candidates ranked with the
     RDP accountant where the mechanism's accounting admits it (else with its own). A planned configuration
     without a count to plan from is refused: it would train the given split while saying "planned"."""
-    if getattr(config.params, "sampling", "fixed") != "planned" or config.spec.plan is None:
+    if not config.params.plans_sampling or config.spec.plan is None:
         return config, None
     if population is None:
         raise UedpError(f"{config.mechanism} sampling=planned: no count of users to plan from yet (the pre-flight "
                         "skips such a configuration; training plans it once it has its count)")
-    rank = getattr(config.params, "rank_accountant", "rdp")
+    rank = config.params.rank_accountant
     try:
         params, choice = choose_for(config.spec.plan, config.params, population, rank_accountant=rank)
     except ValueError:  # its words quote the DP count, drawn but not charged to a run that stops here

@@ -83,7 +83,7 @@ class RunRecorder(Observer):
         # set of a classifier is treated as public (the task defines it) and the statement says so.
         self.tracker.log_params(
             config.flat()
-            | {"beta": getattr(config.params, "clip", "none"), "classes": ",".join(s.data.classes or []),
+            | {"beta": config.params.clip_bound or "none", "classes": ",".join(s.data.classes or []),
                "privacy_unit": s.plan.unit,
                "model_parameters": sum(p.numel() for p in s.model.parameters()),
                "trainable_parameters": sum(p.numel() for p in s.model.parameters() if p.requires_grad)})

@@ -137,7 +137,7 @@ def apply_tuned(home: DataHome, config: TrainConfig) -> TrainConfig:
     """The configuration with the searched values in place of its own (the same configuration when it names
     no search, or already holds them)."""
     record = tuned_record(home, config)
-    if record is None or all(getattr(config.params, k) == v for k, v in record.chosen.items()):
+    if record is None or config.params.holds(record.chosen):
         return config
     return with_values(config, record.chosen)
 

@@ -315,3 +315,49 @@ def test_the_plan_and_setup_rules_catch_planted_violations(tmp_path: Path) -> No
     assert epsilon_outside_the_plan(mods) == [
         f"{mods['uedp.services.training']}:1 calls .planned_epsilon() (read the training plan)",
         f"{mods['uedp.services.report']}:1 looks up 'noise_to_signal' by name (the protocol declares it)"]
+
+
+# Outside the privacy core, a mechanism is known through its interface only: the registry (its spec), its
+# parameters' model and their declared facts (stated_delta, clip_bound, plans_sampling, length(), ...), the
+# Mechanism protocol (base) and the sampling planner. Its implementation module, or a parameter read by name
+# with getattr/hasattr, would tie a service to one mechanism's internals.
+MECHANISM_INTERFACE = ("registry", "params", "base", "auto_sampling", "specs")
+# Modules that reach inside a mechanism on purpose, and why.
+REACHES_INSIDE = {"uedp.experiments.one_run_audit": "breaks dpsgd's noise on purpose: the audit must catch it"}
+
+
+def mechanism_internals_outside_privacy(mods: dict[str, Path]) -> list[str]:
+    found = []
+    for module, path in mods.items():
+        if component(module) == "uedp.privacy" or module in REACHES_INSIDE:
+            continue
+        for name, line in imports(path, module):
+            parts = name.split(".")
+            if parts[:3] == ["uedp", "privacy", "mechanisms"] and len(parts) > 3 and parts[3] not in MECHANISM_INTERFACE:
+                found.append(f"{path}:{line} imports {'.'.join(parts[:4])} (a mechanism's implementation)")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+                    and node.args and _names_params(node.args[0])):
+                found.append(f"{path}:{node.lineno} {node.func.id} on a mechanism's parameters")
+    return sorted(set(found))
+
+
+def _names_params(expression: ast.expr) -> bool:
+    return ((isinstance(expression, ast.Attribute) and expression.attr == "params")
+            or (isinstance(expression, ast.Name) and expression.id == "params"))
+
+
+def test_services_know_a_mechanism_through_its_interface_only() -> None:
+    assert not mechanism_internals_outside_privacy(ALL)
+
+
+def test_the_interface_rule_catches_planted_violations(tmp_path: Path) -> None:
+    planted = tmp_path / "leaky.py"
+    planted.write_text("from uedp.privacy.mechanisms.userdp import UserDp\nfrom uedp.privacy.mechanisms import registry\n"
+                       "def f(config, params):\n    return getattr(config.params, 'q_user', 0), hasattr(params, 'k')\n",
+                       encoding="utf-8")
+    inside = tmp_path / "inside.py"
+    inside.write_text("from uedp.privacy.mechanisms.userdp import UserDp\nx = getattr(params, 'k')\n", encoding="utf-8")
+    found = mechanism_internals_outside_privacy({"uedp.services.leaky": planted, "uedp.privacy.inside": inside})
+    assert found == [f"{planted}:1 imports uedp.privacy.mechanisms.userdp (a mechanism's implementation)",
+                     f"{planted}:4 getattr on a mechanism's parameters", f"{planted}:4 hasattr on a mechanism's parameters"]

@@ -195,3 +195,24 @@ def test_runs_logged_before_the_nested_configuration_still_load() -> None:
                                      "local_dp": {"embeddings": "v.txt", "k": 10, "strategy": "token"}})
     assert local.params.epsilon == 2.0 and local.params.k == 10 and local.params.steps == 5
     assert TrainConfig.from_logged(config.model_dump()) == config
+
+
+@pytest.mark.parametrize("name", sorted(registry.names()))
+def test_every_mechanisms_parameters_answer_what_services_ask(name: str) -> None:
+    """The facts services read instead of a field by name (tests/test_architecture.py refuses getattr on
+    parameters outside privacy/): each agrees with the fields it stands for."""
+    spec = registry.get(name)
+    needs = {"embeddings": "vectors.txt", "target_epsilon": 2.0} if spec.guarantee == "local" else {}
+    params = spec.default_params(**needs)
+    fields = type(params).model_fields
+    assert params.stated_delta == (params.delta if spec.private and "delta" in fields else None)  # type: ignore[attr-defined]
+    assert params.clip_bound == (params.clip if "clip" in fields else None)  # type: ignore[attr-defined]
+    assert params.plans_sampling == (getattr(params, "sampling", "fixed") == "planned")
+    assert params.vectorizes_users == getattr(params, "vectorize_users", False)
+    length = params.length()
+    assert length is not None and length[0] in ("steps", "rounds") and length[1] == length[2] == fields[length[0]].default
+    longer = params.model_copy(update={length[0]: length[1] + 7})
+    assert longer.length() == (length[0], length[1] + 7, length[2])
+    assert params.holds({}) and params.holds({length[0]: length[1]}) and not params.holds({length[0]: length[1] + 1})
+    assert not params.holds({"no_such_parameter": 1})
+    assert spec.unit == (type(params).unit_words if spec.guarantee != "local" else spec.unit)

@@ -212,7 +212,7 @@ def test_uedp_epsilon_chooses_the_split_prints_its_candidates_and_plans_it() -> 
     assert q_user * 60 * rounds == pytest.approx(1200, rel=0.05)
     fixed = runner.invoke(app, ["epsilon", "--mechanism", "userdp", "--users", "300", "--noise-multiplier", "1",
                                 "--choose-sampling"])
-    assert fixed.exit_code == 2 and "for a --target-epsilon" in fixed.stderr
+    assert fixed.exit_code == 2 and "give --target-epsilon" in fixed.stderr
 
 
 def test_planned_sampling_trains_the_planners_split_of_the_runs_dp_count(home) -> None:  # type: ignore[no-untyped-def]

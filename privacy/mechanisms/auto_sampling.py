@@ -120,6 +120,11 @@ def choose_for(plan: Callable[[Any, Any], Any], params: Any, population: Any, bu
     mechanism's ``plan(params, population)``. ``rank_accountant`` ranks the candidates with another
     accountant (rdp: milliseconds where PLD takes seconds a candidate); the run then plans its chosen split
     with its own. ``population`` is the public or DP count a run uses, so the choice reads nothing else."""
+    if "q_user" not in type(params).model_fields:
+        raise ValueError(f"the planner chooses a user-level run's q_user and rounds (userdp, uedp-bounded, uedp); "
+                         f"{params.mechanism} samples no users")
+    if params.budget is None:
+        raise ValueError("the planner splits a target epsilon into q_user and rounds: give --target-epsilon")
     ranked = params.model_copy(update={"accountant": rank_accountant}) if rank_accountant else params
 
     def plan_at(q_user: float, rounds: int) -> tuple[float, NoiseToSignal]:

@@ -7,6 +7,7 @@ checks it)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -43,6 +44,11 @@ class MechanismParams(BaseModel):
     # The privacy unit, in words, of the mechanisms these parameters configure: read by the registry's spec
     # (privacy/mechanisms/specs/) and by the mechanism's statement, each without importing the other.
     unit_words: ClassVar[str] = "none"
+    # The field that sets the training's length (a run's name shows it when it is not the default).
+    length_field: ClassVar[str] = "steps"
+    # sampling=planned ranks the candidate splits with this accountant (milliseconds a candidate where PLD takes
+    # seconds); None: with the run's own. The chosen split is then planned with the run's own either way.
+    rank_accountant: ClassVar[AccountantKind | None] = "rdp"
 
     @model_validator(mode="before")
     @classmethod
@@ -67,6 +73,42 @@ class MechanismParams(BaseModel):
     def steps_run(self) -> int:
         """Optimizer steps or rounds this configuration asks for."""
         raise NotImplementedError
+
+    # What services ask of any mechanism's parameters, answered here so that none reads a field by name
+    # (tests/test_architecture.py refuses getattr on parameters outside privacy/).
+
+    @property
+    def stated_delta(self) -> float | None:
+        """The delta the run states; None for a mechanism without a central guarantee."""
+        return None
+
+    @property
+    def clip_bound(self) -> float | None:
+        """The L2 bound a unit's contribution is clipped to (the sensitivity's scale); None without clipping."""
+        return None
+
+    @property
+    def plans_sampling(self) -> bool:
+        """Whether the planner chooses the sampling rate and rounds (``sampling=planned``) before training."""
+        return False
+
+    @property
+    def vectorizes_users(self) -> bool:
+        """Whether a round's users train at once (torch.func.vmap over every weight)."""
+        return False
+
+    def length(self) -> tuple[str, int, int] | None:
+        """The training's length as its field names it, its value and the field's default (None: parameters
+        without that field, such as a plugin's that count their length otherwise)."""
+        field = type(self).model_fields.get(self.length_field)
+        if field is None:
+            return None
+        return self.length_field, int(getattr(self, self.length_field)), int(field.default)
+
+    def holds(self, values: Mapping[str, Any]) -> bool:
+        """Whether every one of ``values`` (parameter name -> value) is already this configuration's."""
+        current = self.model_dump()
+        return all(name in current and current[name] == value for name, value in values.items())
 
     @property
     def budget(self) -> float | None:
@@ -110,6 +152,14 @@ class PrivateParams(MechanismParams):
     @property
     def budget(self) -> float | None:
         return self.target_epsilon
+
+    @property
+    def stated_delta(self) -> float | None:
+        return self.delta
+
+    @property
+    def clip_bound(self) -> float | None:
+        return self.clip
 
     @model_validator(mode="before")
     @classmethod
@@ -171,6 +221,7 @@ class UserDpParams(PrivateParams):
 
     mechanism: Literal["userdp"] = "userdp"
     unit_words: ClassVar[str] = "one user (all of their sentences)"
+    length_field: ClassVar[str] = "rounds"
     rounds: int = Field(30, ge=1, validation_alias=AliasChoices("rounds", "steps"),
                         description="DP-FedAvg rounds (userdp, uedp)")
     q_user: float = Field(0.5, gt=0, le=1, description="sampling probability of a user per round")
@@ -194,9 +245,6 @@ class UserDpParams(PrivateParams):
                              "planned (the planner's split of the same budget, rounds x q_user x the DP or declared "
                              "count of users, with the least noise-to-signal: `uedp epsilon --choose-sampling`)")
     weight_cap: float = Field(1.0, gt=0, description="userdp: w_u = min(n_u / weight_cap, 1); uedp weighs every user 1")
-    # sampling=planned ranks the candidate splits with this accountant (milliseconds a candidate where PLD takes
-    # seconds); None: with the run's own. The chosen split is then planned with the run's own either way.
-    rank_accountant: ClassVar[AccountantKind | None] = "rdp"
     vectorize_users: bool = Field(False, description="train a round's users at once (torch.func.vmap; GPT-2 only)")
     adaptive_clip: bool = Field(False, description="userdp, uedp-bounded: clip to a DP estimate of the target_quantile "
                                 "of the users' update norms (Andrew et al. 2021); clip is the starting value")
@@ -211,6 +259,14 @@ class UserDpParams(PrivateParams):
     @property
     def steps_run(self) -> int:
         return self.rounds
+
+    @property
+    def plans_sampling(self) -> bool:
+        return self.sampling == "planned"
+
+    @property
+    def vectorizes_users(self) -> bool:
+        return self.vectorize_users
 
     @model_validator(mode="after")
     def _planned_for_a_target(self) -> UserDpParams:

@@ -113,9 +113,6 @@ def _chosen_sampling(spec: Any, params: Any, population: Any, user_updates: floa
     with it (``q_user`` and ``rounds``)."""
     from uedp.privacy.mechanisms.auto_sampling import choose_for
 
-    if not hasattr(params, "q_user") or getattr(params, "target_epsilon", None) is None:
-        raise ValueError("--choose-sampling chooses a user-level run's q_user and rounds (userdp, uedp-bounded, "
-                         "uedp) for a --target-epsilon")
     chosen, choice = choose_for(spec.plan, params, population, user_updates)
     typer.echo(choice.reason)
     for line in choice.table():
