@@ -16,13 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from uedp.detection.presidio_engine import (
-    DEFAULT_RECOGNIZERS,
-    HAS_DIGIT,
-    LANGUAGE,
-    build_analyzer,
-    without_digit_only_recognizers,
-)
 from uedp.errors import UedpError
 
 if TYPE_CHECKING:
@@ -137,6 +130,8 @@ register_detector(DetectorSpec(name="spacy", summary="a NER pipeline", needs_nlp
 
 
 def _presidio(settings: Settings, nlp: Language | None) -> Finder:
+    from uedp.detection.presidio_engine import HAS_DIGIT, LANGUAGE, build_analyzer, without_digit_only_recognizers
+
     assert nlp is not None, "the presidio detector needs the pipeline"
     analyzer, engine = build_analyzer(nlp, settings.recognizers, settings.default_recognizers)
     digit_free_analyzer = without_digit_only_recognizers(analyzer)
@@ -159,6 +154,8 @@ def _presidio(settings: Settings, nlp: Language | None) -> Finder:
 
 def _presidio_identity(settings: Settings) -> dict[str, Any]:
     import presidio_analyzer
+
+    from uedp.detection.presidio_engine import DEFAULT_RECOGNIZERS
 
     identity: dict[str, Any] = {
         "presidio_entities": sorted(settings.presidio_entities or []), "score_threshold": settings.score_threshold,

@@ -27,7 +27,6 @@ from uedp.detection.categories import Taxonomy
 from uedp.detection.categories import taxonomy as taxonomy_in_force
 from uedp.detection.detectors import DetectorSpec, Finder, Parsed
 from uedp.detection.identity import entity_key, normalize_surface
-from uedp.detection.spacy_pipeline import load_pipeline, pipeline_identity
 from uedp.errors import UedpError
 
 if TYPE_CHECKING:  # the registry builds it at import; to a type checker it is its base
@@ -94,6 +93,8 @@ class DetectorConfig(BaseModel):
         """The parts that change predictions (not batch size or workers), for the cache key."""
         identity: dict[str, Any] = {"detectors": sorted(self.detectors)}
         if self.needs_nlp:
+            from uedp.detection.spacy_pipeline import pipeline_identity  # spaCy: where a pipeline is named
+
             identity["spacy_model"] = pipeline_identity(self.spacy_model or "")
         for spec in self.chosen:
             identity |= spec.identity(self)
@@ -217,6 +218,8 @@ class _Detector:
 
     def __init__(self, config: DetectorConfig, taxonomy: Taxonomy):
         self.config, self.rows = config, _Rows(taxonomy)
+        from uedp.detection.spacy_pipeline import load_pipeline
+
         self.nlp = load_pipeline(config.spacy_model or "") if config.needs_nlp else None
         if self.nlp is not None and "spacy" in config.detectors:
             # every entity label the pipeline can emit, at once, before the pass (not one per run as it meets them)

@@ -4,7 +4,7 @@ other invocation reaches the commands unchanged."""
 
 from __future__ import annotations
 
-import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -56,12 +56,28 @@ def test_anything_else_reaches_the_commands() -> None:
 MACHINERY = ("torch", "dp_accounting", "prefect", "mlflow", "transformers", "spacy", "presidio_analyzer")
 
 
-def _imports_of(*args: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
-    code = ("import sys; sys.argv = ['uedp', *sys.argv[1:]]; import uedp.cli\n"
-            "try:\n    uedp.cli.main()\nexcept SystemExit as exit:\n    code = exit.code\n"
-            f"print('imported:', sorted(m for m in {MACHINERY!r} if m in sys.modules)); sys.exit(code)")
-    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
-    return done, ast.literal_eval(done.stdout.splitlines()[-1].removeprefix("imported: "))
+def _imports_of(*invocations: tuple[str, ...]) -> list[tuple[int, str, list[str]]]:
+    """Run each invocation of ``uedp`` in turn in one fresh process (what one imports stays imported for the
+    next, so a clean list after each says that none imported the machinery): exit code, stderr and the
+    machinery imported so far, for each."""
+    code = f"""
+import contextlib, io, json, sys
+import uedp.cli
+out = []
+for args in json.loads(sys.argv[1]):
+    sys.argv, err = ["uedp", *args], io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            uedp.cli.main()
+            code = 0
+        except SystemExit as exit:
+            code = exit.code
+    out.append([code, err.getvalue(), sorted(m for m in {MACHINERY!r} if m in sys.modules)])
+print(json.dumps(out))
+"""
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(invocations)], capture_output=True, text=True,
+                          timeout=300, check=True)
+    return [(code, err, imported) for code, err, imported in json.loads(done.stdout.splitlines()[-1])]
 
 
 def test_the_command_group_table_names_where_each_command_is_defined() -> None:
@@ -91,6 +107,7 @@ def test_commands_refuse_bad_input_before_importing_the_training_machinery(tmp_p
         ("sweep", "nope", "--home", home): "dataset 'nope' has no sentences table",
         ("tune", "nope", "--mechanism", "userdp", "--home", home): "dataset 'nope' has no sentences table",
         ("detect", "nope", "--home", home): "dataset 'nope' has no sentences table",
+        ("detect", "nope", "--detector", "spacy", "--home", home): "need a spaCy pipeline",
         ("sanitize", "nope", "--mechanism", "custext", "--epsilon", "1", "--embeddings", "x.vec", "--home", home):
             "no sentences table",
         ("generate", "nope", "--home", home): "not an MLflow run id",
@@ -101,12 +118,11 @@ def test_commands_refuse_bad_input_before_importing_the_training_machinery(tmp_p
         ("ingest", "conll2003", str(tmp_path / "absent.txt"), "--name", "e", "--home", home): "file not found",
         ("ingest", "conll2003", str(empty), "--name", "e", "--set", "split=bogus", "--home", home): "invalid split",
     }
-    for args, said in refused.items():
-        done, imported = _imports_of(*args)
-        assert done.returncode == 2 and said in done.stderr, (args, done.stderr)
+    answers = _imports_of(*refused, ("datasets", "--home", home))
+    for (args, said), (code, stderr, imported) in zip(refused.items(), answers):
+        assert code == 2 and said in stderr, (args, stderr)
         assert imported == [], f"uedp {' '.join(args)} imported {imported} before refusing"
-    listed, imported = _imports_of("datasets", "--home", home)
-    assert listed.returncode == 0 and "no datasets under" in listed.stdout and imported == []
+    assert answers[-1][0] == 0 and answers[-1][2] == []  # `uedp datasets` answered, importing none of it either
 
 
 def test_one_group_then_all_lists_the_commands_in_the_usual_order() -> None:

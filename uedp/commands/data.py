@@ -147,12 +147,7 @@ def detect(
     (`uedp entities`, `uedp demo --categories`) is a query and never re-runs it.
     """
     data_home = prepare_runtime(home)
-    if store is None:  # with a store, the table may be there alone: the flow pulls it, or says it is missing
-        from uedp.storage.catalog import require_ingested
-
-        require_ingested(data_home, dataset)
-    from uedp.detection.pipeline import DetectorConfig  # spaCy, Presidio and Prefect (seconds): after the input
-    from uedp.flows.detect import ScaleOut, detect_flow
+    from uedp.detection.pipeline import DetectorConfig
 
     if label:  # saved (atomically) before detecting, so every later command resolves the same names
         from uedp.detection.categories import parse_label_option, save_labels
@@ -166,6 +161,12 @@ def detect(
         batch_size=batch_size, default_recognizers=default_recognizers,
         ignore_entities=str(ignore_entities.resolve()) if ignore_entities else None,
     )
+    if store is None:  # with a store, the table may be there alone: the flow pulls it, or says it is missing
+        from uedp.storage.catalog import require_ingested
+
+        require_ingested(data_home, dataset)
+    from uedp.flows.detect import ScaleOut, detect_flow  # Prefect, spaCy, Presidio (seconds): after the input
+
     scale_out = ScaleOut(rows_per_shard=shard_rows, runner=runner, dask_address=dask_address,
                          dask_workers=dask_workers, store=store)
     with prefect_api(data_home):
