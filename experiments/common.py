@@ -240,7 +240,7 @@ def blank_pipeline(ctx: Context) -> Path:
     """A blank English spaCy pipeline saved once under the data home, for pages whose policy is Presidio
     recognizers: Presidio needs a pipeline to tokenize, the regexes need no NER model, and nothing is
     downloaded. Saved whole (its files are part of the detection's cache key)."""
-    folder = ctx.home.root / "reproduce" / "inputs" / "spacy-blank-en"
+    folder = ctx.home.reproduce_dir / "inputs" / "spacy-blank-en"
     if not (folder / "meta.json").is_file():
         import spacy
 
@@ -268,7 +268,7 @@ def conll_inputs(ctx: Context, first: dict[str, int] | None) -> tuple[list[Path]
     if not first:
         return list(paths.values()), "conll2003"
     tag = "-".join(str(first[split]) for split in CONLL_FILES.values())
-    folder = ctx.home.root / "reproduce" / "inputs" / f"conll2003-first-{tag}"
+    folder = ctx.home.reproduce_dir / "inputs" / f"conll2003-first-{tag}"
     folder.mkdir(parents=True, exist_ok=True)
     for name, path in paths.items():
         documents = conll_documents(path)[: first[CONLL_FILES[name]]]

@@ -80,7 +80,7 @@ def build_offline(ctx: Context, s: Settings) -> tuple[Path, Path, int]:
     from uedp.privacy.sanitization.embeddings import save_npz, word_vectors_from_text
 
     texts = public_sentences(ctx, s)
-    folder = ctx.home.root / "reproduce" / f"sanitize-conll-{ctx.scale}"
+    folder = ctx.home.reproduce_dir / f"sanitize-conll-{ctx.scale}"
     ctx.say(f"word vectors ({s.dim} dimensions) and the attacker's cloze model from {len(texts)} public sentences")
     vectors = save_npz(word_vectors_from_text(texts, dim=s.dim, source="CoNLL-2003 eng.testa (PPMI-SVD)"),
                        folder / "vectors.npz")

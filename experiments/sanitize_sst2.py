@@ -148,7 +148,7 @@ def inputs(ctx: Context, s: Settings) -> Inputs:
     if s.first and public_file.name == "test.tsv":
         public = public[: max(s.first["dev"] * 4, 200)]
     dataset = f"sst2-first-{len(train)}-{len(dev)}" if s.first else "sst2"
-    copies = ctx.home.root / "reproduce" / "inputs" / dataset
+    copies = ctx.home.reproduce_dir / "inputs" / dataset
     copies.mkdir(parents=True, exist_ok=True)
     files = []
     for name, rows in (("train.tsv", train), ("dev.tsv", dev)):
@@ -179,7 +179,7 @@ def build_offline(ctx: Context, s: Settings, data: Inputs) -> tuple[Path, Path, 
     the size of their vocabulary."""
     from uedp.privacy.sanitization.embeddings import save_npz, word_vectors_from_text
 
-    folder = ctx.home.root / "reproduce" / f"sanitize-sst2-{ctx.scale}"
+    folder = ctx.home.reproduce_dir / f"sanitize-sst2-{ctx.scale}"
     ctx.say(f"word vectors ({s.dim} dimensions) and a word tokenizer from {len(data.public)} public sentences "
             f"({data.public_source})")
     embeddings = word_vectors_from_text(data.public, dim=s.dim, source=f"SST-2 {data.public_source} (PPMI-SVD)")

@@ -202,7 +202,7 @@ def prepare_inputs(ctx: Context, split: Layout) -> tuple[list[Path], str]:
     """Copies of the layout's articles under the data home, in WikiText's format: the training articles
     with the canary's article after them, the validation and test articles. Returns the files (train.txt,
     valid.txt, test.txt) and the dataset name."""
-    folder = ctx.home.root / "reproduce" / "inputs" / f"wikitext2-{split.tag}"
+    folder = ctx.home.reproduce_dir / "inputs" / f"wikitext2-{split.tag}"
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for name, articles in (("train", split.train), ("valid", split.valid), ("test", split.test)):
@@ -238,7 +238,7 @@ def build_tokenizer(ctx: Context, s: Settings, split: Layout) -> tuple[Path, int
     texts = [line for article in split.vocabulary for line in article if not line.strip().startswith("= ")]
     words = most_frequent_words(texts, s.vocabulary)
     digest = hashlib.sha256("\n".join(words).encode()).hexdigest()[:12]
-    folder = ctx.home.root / "reproduce" / "tokenizers" / f"wikitext2-valid-{len(words)}-{digest}"
+    folder = ctx.home.reproduce_dir / "tokenizers" / f"wikitext2-valid-{len(words)}-{digest}"
     if not (folder / "tokenizer.json").is_file():
         save_word_level_tokenizer(words, folder, f"the {len(words)} most frequent words of {split.vocabulary_source}")
     ctx.say(f"word-level tokenizer: the {len(words)} most frequent words of {split.vocabulary_source}, digits 0-9, "

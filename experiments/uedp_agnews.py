@@ -188,7 +188,7 @@ def prepare_inputs(ctx: Context, s: Settings) -> tuple[list[Path], str, dict[str
     count; returns them, the dataset name and how many items each file held before the cap."""
     folder = corpus_folder(ctx, "ag", REQUIRED)
     tag = f"train{s.train_items or 'all'}-test{s.test_items or 'all'}"
-    out = ctx.home.root / "reproduce" / "inputs" / f"ag-news-{tag}"
+    out = ctx.home.reproduce_dir / "inputs" / f"ag-news-{tag}"
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     available: dict[str, Any] = {}
@@ -221,7 +221,7 @@ def train_entity_recognizer(ctx: Context, s: Settings) -> tuple[Path, dict[str, 
     ctx.say(f"ingest {dataset} (the NER's training text) from {paths[0].parent}")
     ingested = ingest_flow(IngestConfig(home=str(ctx.home.root), dataset=dataset, format="conll2003",
                                         files=[str(p) for p in paths]))
-    out = ctx.home.root / "reproduce" / "ner" / f"{dataset}-{ingested.key[:12]}-e{s.ner_epochs}"
+    out = ctx.home.reproduce_dir / "ner" / f"{dataset}-{ingested.key[:12]}-e{s.ner_epochs}"
     scores_file = out.with_name(out.name + ".scores.json")
     if (out / "meta.json").is_file() and scores_file.is_file():
         ctx.say(f"NER: reusing {out}")

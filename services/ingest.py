@@ -18,7 +18,7 @@ def ingest_files(home: DataHome, dataset: str, files: Sequence[str | Path], opti
     if store:
         store.pull(home, dataset, "sentences")
         store.pull(home, dataset, "users")
-    local = fetch_inputs([str(f) for f in files], home.root / "inputs" / dataset)
+    local = fetch_inputs([str(f) for f in files], home.inputs_dir(dataset))
     result = ingest(home, dataset, local, options, progress=progress)
     if store:
         for table in ("sentences", "users"):

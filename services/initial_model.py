@@ -80,7 +80,7 @@ def init_folder(home: DataHome, run_id: str) -> Path:
     if not is_run_id(run_id):
         raise UedpError(f"--init-from {run_id}: neither a checkpoint folder (no config.json there) nor an MLflow "
                         f"run id ({RUN_ID_SHAPE})")
-    folder = home.root / "init" / run_id
+    folder = home.init_dir(run_id)
     if folder.is_dir():
         return folder
     from uedp.services.tracking import RunTracker

@@ -60,7 +60,7 @@ def gold_sentences(home: DataHome, dataset: str, split: str) -> list[GoldSentenc
 
 
 def default_output(home: DataHome, dataset: str) -> Path:
-    return home.root / "models" / f"ner-{dataset}"
+    return home.ner_model_dir(dataset)
 
 
 def train_dataset_ner(home: DataHome, dataset: str, out: Path | None = None, *, epochs: int = 15,

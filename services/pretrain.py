@@ -40,8 +40,6 @@ from uedp.storage.home import DataHome
 from uedp.storage.schemas import SPLITS
 from uedp.storage.tables import hash_config
 
-BASES = "bases"
-TOKENIZERS = "tokenizers"
 BASE_TAG = "uedp.base"  # on the pretraining run: the base's key
 BASE_RECORD_VERSION = 1
 
@@ -150,7 +148,7 @@ def public_tokenizer(home: DataHome, dataset: str, vocab_size: int, say: Callabl
     from uedp.storage.text_identity import table_text_key
 
     text = table_text_key(home.table_dir(dataset, "sentences"))
-    folder = home.root / TOKENIZERS / f"bpe{vocab_size}-{dataset}-{text[:12]}"
+    folder = home.tokenizers_dir / f"bpe{vocab_size}-{dataset}-{text[:12]}"
     if vocabulary_source(folder) is not None:
         return folder
     texts = [row[2] for row in Catalog(home, dataset).sentences("train")]
@@ -196,7 +194,7 @@ def base_key(home: DataHome, config: PretrainConfig, tokenizer: Path) -> str:
 
 
 def _record_path(home: DataHome, key: str) -> Path:
-    return home.root / BASES / f"{key[:16]}.json"
+    return home.bases_dir / f"{key[:16]}.json"
 
 
 def recorded_base(home: DataHome, key: str) -> Base | None:
@@ -306,7 +304,7 @@ def _write_record(home: DataHome, key: str, base: Base) -> None:
 
 def bases(home: DataHome) -> list[Base]:
     """Every base recorded in the data home whose files are still there, newest first."""
-    folder = home.root / BASES
+    folder = home.bases_dir
     found = [recorded_base(home, json.loads(p.read_text(encoding="utf-8"))["key"])
              for p in sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)] if folder.is_dir() else []
     return [b for b in found if b is not None]

@@ -139,7 +139,7 @@ def view(home: DataHome, dataset: str, own: LedgerState | None = None) -> Ledger
     smallest one set on a dataset that holds this text."""
     text = text_of(home, dataset)
     states = {dataset: own if own is not None else ledger_of(home, dataset).read()}
-    root = home.root / "datasets"
+    root = home.datasets_dir
     for folder in sorted(root.iterdir()) if root.is_dir() and text else ():
         if folder.name != dataset and (folder / LEDGER_FILE).is_file():
             states[folder.name] = ledger_of(home, folder.name).read()

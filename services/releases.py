@@ -55,7 +55,7 @@ def sanitize_config(config: TrainConfig) -> SanitizeConfig:
 
 def _record_path(home: DataHome, config: SanitizeConfig) -> Path:
     """Where the draw step records a release for these settings and this attacker (one file each)."""
-    return home.root / "cache" / "releases" / f"{config.output_name}-{hash_config(config.model_dump())[:16]}.json"
+    return home.cache_dir("releases") / f"{config.output_name}-{hash_config(config.model_dump())[:16]}.json"
 
 
 def record_release(home: DataHome, config: SanitizeConfig, release_key: str, result: SanitizeResult) -> None:

@@ -290,7 +290,7 @@ def _write_empty_entities(folder: Path, sentences_key: str) -> None:
 
 def _sampler(home: DataHome, config: SanitizeConfig, embeddings: Embeddings) -> tuple[Sampler, float]:
     return local_dp_kind(config.mechanism).build(embeddings, config.epsilon, config.k, config.mapping, config.metric,
-                                                 home.root / "cache")
+                                                 home.cache_dir("mappings"))
 
 
 def _sensitive_spans(home: DataHome, config: SanitizeConfig) -> dict[int, list[tuple[int, int]]]:

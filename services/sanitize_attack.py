@@ -72,7 +72,7 @@ def attack_figures(home: DataHome, config: SanitizeConfig, release_key: str, man
     stored = (manifest or {}).get("sanitization") or {}
     if (manifest or {}).get("attack_spec") == spec and stored.get(ATTACK_FIGURES[0]) is not None:
         return _figures(stored)
-    cache = home.root / "cache" / "attacks" / f"{release_key[:16]}-{spec[:16]}.json"
+    cache = home.cache_dir("attacks") / f"{release_key[:16]}-{spec[:16]}.json"
     if cache.is_file():
         return _figures(json.loads(cache.read_text(encoding="utf-8")))
     if draws is None:

@@ -89,7 +89,7 @@ class Leases:
     The files stay in the data home (process ids are not released)."""
 
     def __init__(self, home: DataHome):
-        self.folder = home.root / "runs" / "active"
+        self.folder = home.active_runs_dir
 
     def take(self, run_id: str) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)

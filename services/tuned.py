@@ -26,7 +26,6 @@ from uedp.services.config import TrainConfig
 from uedp.services.lineage import meets_text
 from uedp.storage.home import DataHome
 
-TUNED = "tuned"  # the data home's folder of search records
 # What a search may choose: learning rates and the clip (the settings whose best value moves with the data;
 # the privacy settings, epsilon, sampling and rounds, stay the user's).
 TUNABLE = ("server_lr", "clip", "local_lr", "lr")
@@ -76,7 +75,7 @@ class TuneRecord:
 
 
 def record_path(home: DataHome, key: str) -> Path:
-    return home.root / TUNED / f"{key[:16]}.json"
+    return home.tuned_dir / f"{key[:16]}.json"
 
 
 def write_record(home: DataHome, record: TuneRecord) -> None:
@@ -101,7 +100,7 @@ def read_record(home: DataHome, key: str) -> TuneRecord | None:
 
 def records(home: DataHome) -> list[TuneRecord]:
     """Every search recorded in the data home, newest first."""
-    folder = home.root / TUNED
+    folder = home.tuned_dir
     paths = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True) if folder.is_dir() else []
     return [record for p in paths if (record := read_record(home, p.stem)) is not None]
 

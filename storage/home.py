@@ -45,11 +45,11 @@ class DataHome:
         return cls(root)
 
     def dataset_dir(self, dataset: str) -> Path:
-        return self.root / "datasets" / validate_dataset_name(dataset)
+        return self.datasets_dir / validate_dataset_name(dataset)
 
     def dataset_folders(self) -> list[str]:
         """The names of the folders under ``datasets/`` (complete datasets, and any a crash left behind)."""
-        root = self.root / "datasets"
+        root = self.datasets_dir
         return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []
 
     def table_dir(self, dataset: str, table: str) -> Path:
@@ -72,11 +72,65 @@ class DataHome:
         """Where a training configuration's resumable checkpoint lives until the run finishes."""
         return self.root / "checkpoints" / f"{validate_dataset_name(dataset)}-{fingerprint}"
 
+    # Named locations: every folder of the data home is named here, once (tests/test_architecture.py refuses
+    # paths built from the root outside storage).
+
+    @property
+    def datasets_dir(self) -> Path:
+        return self.root / "datasets"
+
+    def cache_dir(self, kind: str) -> Path:
+        """Remembered computations of one kind (``mappings``, ``attacks``, ``wheels``, ``releases``, ...): each
+        named by the content key of its inputs, so deleting the folder only costs the time to redo them."""
+        return self.root / "cache" / kind
+
+    @property
+    def bases_dir(self) -> Path:
+        """Public base models: pretrained (``uedp pretrain``) or installed from a package (``uedp base``)."""
+        return self.root / "bases"
+
+    @property
+    def tokenizers_dir(self) -> Path:
+        """BPE vocabularies trained on public text for a base."""
+        return self.root / "tokenizers"
+
+    @property
+    def tuned_dir(self) -> Path:
+        """The records of `uedp tune`'s searches on public text."""
+        return self.root / "tuned"
+
+    def ner_model_dir(self, dataset: str) -> Path:
+        """A spaCy NER trained by `uedp ner train` on a dataset's gold tags."""
+        return self.root / "models" / f"ner-{validate_dataset_name(dataset)}"
+
+    def inputs_dir(self, dataset: str) -> Path:
+        """Local copies of a dataset's inputs given as URLs (fetched before ingest reads them)."""
+        return self.root / "inputs" / validate_dataset_name(dataset)
+
+    def init_dir(self, run_id: str) -> Path:
+        """A run's logged model, downloaded once to start another run from (``--init-from RUN_ID``)."""
+        return self.root / "init" / run_id
+
+    @property
+    def active_runs_dir(self) -> Path:
+        """Markers of the MLflow runs this home's processes are training (a killed one is found by its marker)."""
+        return self.root / "runs" / "active"
+
+    @property
+    def stack_dir(self) -> Path:
+        """The logs and state of `uedp serve`'s local stack."""
+        return self.root / "stack"
+
+    @property
+    def reproduce_dir(self) -> Path:
+        """The results pages' work: their inputs, homes and pages (``uedp reproduce``)."""
+        return self.root / "reproduce"
+
     @property
     def measures_dir(self) -> Path:
         """Figures measured on public or held-out text, remembered by the content key of what they measured
         (a start's perplexity before fine-tuning: minutes for a 135M-parameter model on a test file)."""
-        return self.root / "cache" / "measures"
+        return self.cache_dir("measures")
 
     def generation_dir(self, key: str) -> Path:
         """The batches a synthetic corpus has sampled so far, until it is written whole (``uedp generate``)."""

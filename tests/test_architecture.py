@@ -361,3 +361,37 @@ def test_the_interface_rule_catches_planted_violations(tmp_path: Path) -> None:
     found = mechanism_internals_outside_privacy({"uedp.services.leaky": planted, "uedp.privacy.inside": inside})
     assert found == [f"{planted}:1 imports uedp.privacy.mechanisms.userdp (a mechanism's implementation)",
                      f"{planted}:4 getattr on a mechanism's parameters", f"{planted}:4 hasattr on a mechanism's parameters"]
+
+
+# Storage names every folder of the data home (DataHome's named locations); elsewhere a path is never built from
+# the home's root (``home.root / "cache"``), so moving a folder is one change and `uedp` agrees with itself.
+def paths_built_from_the_home_root(mods: dict[str, Path]) -> list[str]:
+    found = []
+    for module, path in mods.items():
+        if component(module) == "uedp.storage":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and _is_home_root(node.left):
+                found.append(f"{path}:{node.lineno} builds a path from the data home's root")
+    return found
+
+
+def _is_home_root(expression: ast.expr) -> bool:
+    if not (isinstance(expression, ast.Attribute) and expression.attr == "root"):
+        return False
+    owner = expression.value
+    return ((isinstance(owner, ast.Name) and owner.id in ("home", "data_home"))
+            or (isinstance(owner, ast.Attribute) and owner.attr in ("home", "data_home")))
+
+
+def test_only_storage_builds_paths_in_the_data_home() -> None:
+    assert not paths_built_from_the_home_root(ALL)
+
+
+def test_the_named_locations_rule_catches_a_planted_path(tmp_path: Path) -> None:
+    planted = tmp_path / "paths.py"
+    planted.write_text("def f(home, ctx, tree):\n    a = home.root / 'cache'\n    b = ctx.home.root / 'x'\n"
+                       "    return tree.root / 'fine', str(home.root)\n", encoding="utf-8")
+    assert paths_built_from_the_home_root({"uedp.services.paths": planted}) == [
+        f"{planted}:2 builds a path from the data home's root", f"{planted}:3 builds a path from the data home's root"]
+    assert not paths_built_from_the_home_root({"uedp.storage.paths": planted})

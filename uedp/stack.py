@@ -71,7 +71,7 @@ class LocalStack:
 
     @property
     def logs(self) -> Path:
-        return self.home.root / "stack"
+        return self.home.stack_dir
 
     @staticmethod
     def deployment_names() -> list[str]:

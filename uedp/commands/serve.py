@@ -34,7 +34,7 @@ def serve(
 
     # Before anything starts: a TERM during start-up stops what has started, too (never orphaned servers).
     signal.signal(signal.SIGTERM, terminate)
-    typer.echo(f"starting the uedp stack (logs: {data_home.root / 'stack'}) ...")
+    typer.echo(f"starting the uedp stack (logs: {data_home.stack_dir}) ...")
     with contextlib.suppress(KeyboardInterrupt), LocalStack(data_home, prefect_port, mlflow_port) as stack:
         typer.echo(f"Prefect UI  {stack.prefect_ui}   (deployments: {', '.join(stack.deployment_names())})")
         typer.echo(f"MLflow UI   {stack.mlflow_url}/{MODEL_TRAINING_VIEW}")
