@@ -17,7 +17,7 @@ from uedp.services.torchrun import train_with_torchrun
 from uedp.services.training import TrainResult, train_configuration
 from uedp.services.training_inputs import draw_inputs
 from uedp.services.training_plan import preflight_plan, preflight_skipped
-from uedp.storage.catalog import require_ingested
+from uedp.storage.catalog import require_tables
 from uedp.storage.home import DataHome
 from uedp.storage.remote import open_store
 
@@ -27,8 +27,7 @@ def preflight_sweep(home: DataHome, config: SweepConfig, say: Callable[[str], An
     server) and the flow (a run from the UI): the dataset is ingested (unless a table store supplies it),
     the grid plans, and every early-calibrated target epsilon and the device are reachable. ``say`` hears
     what the pre-flight could not plan yet (:func:`check_before_training`)."""
-    if not config.store:  # with a table store each training pulls the tables first
-        require_ingested(home, config.dataset)
+    require_tables(home, config.dataset, config.store)
     items = config.plan()
     for line in check_before_training([item.config for item in items], config.run.device):
         if say is not None:

@@ -54,6 +54,13 @@ def require_ingested(home: DataHome, dataset: str) -> None:
                         f"first ({'datasets here: ' + ', '.join(known) if known else 'this data home has no datasets'})")
 
 
+def require_tables(home: DataHome, dataset: str, store: str | None) -> None:
+    """:func:`require_ingested`, unless a table store supplies the tables (each training or detection pulls them
+    first, and says which is missing)."""
+    if not store:
+        require_ingested(home, dataset)
+
+
 def stale_entities_reason(home: DataHome, dataset: str) -> str | None:
     """Why the dataset's entities table does not describe its current sentences, or None when it does
     (or there is none). Detection records the content key of the sentences it read; a re-ingest from

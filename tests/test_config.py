@@ -215,4 +215,6 @@ def test_every_mechanisms_parameters_answer_what_services_ask(name: str) -> None
     assert longer.length() == (length[0], length[1] + 7, length[2])
     assert params.holds({}) and params.holds({length[0]: length[1]}) and not params.holds({length[0]: length[1] + 1})
     assert not params.holds({"no_such_parameter": 1})
-    assert spec.unit == (type(params).unit_words if spec.guarantee != "local" else spec.unit)
+    from uedp.privacy.sanitization.choices import LOCAL_DP_FACTS
+
+    assert spec.unit == (LOCAL_DP_FACTS[name].unit if spec.guarantee == "local" else type(params).unit_words)

@@ -161,10 +161,9 @@ def detect(
         batch_size=batch_size, default_recognizers=default_recognizers,
         ignore_entities=str(ignore_entities.resolve()) if ignore_entities else None,
     )
-    if store is None:  # with a store, the table may be there alone: the flow pulls it, or says it is missing
-        from uedp.storage.catalog import require_ingested
+    from uedp.storage.catalog import require_tables
 
-        require_ingested(data_home, dataset)
+    require_tables(data_home, dataset, store)
     from uedp.flows.detect import ScaleOut, detect_flow  # Prefect, spaCy, Presidio (seconds): after the input
 
     scale_out = ScaleOut(rows_per_shard=shard_rows, runner=runner, dask_address=dask_address,

@@ -41,12 +41,11 @@ def report(
     killed runs are left out (and counted).
     """
     data_home = prepare_runtime(home)
-    from uedp.services.run_ids import is_run_id, not_a_run_id
+    from uedp.services.run_ids import require_run_ids
 
     if parent and runs:
         raise UedpError("give --parent or --runs, not both")
-    if (wrong := next((r for r in [parent or "", *csv_list(runs)] if r and not is_run_id(r)), None)) is not None:
-        raise UedpError(not_a_run_id(wrong))
+    require_run_ids(parent, *csv_list(runs))
     from uedp.services.report import rebuild_report  # MLflow and matplotlib (seconds): after the input is checked
     files, used, skipped = rebuild_report(data_home, dataset, parent, csv_list(runs) or None, title)
     left_out = f" ({skipped} not finished training runs left out)" if skipped else ""
@@ -288,11 +287,9 @@ def attack(
     95% interval, TPR at 1% and 0.1% FPR, balanced accuracy) and entity extraction, next to the accounted
     epsilon."""
     data_home = prepare_runtime(home)
-    from uedp.services.run_ids import is_run_id, not_a_run_id
+    from uedp.services.run_ids import require_run_ids
 
-    for given in (run_id, reference_run):
-        if given is not None and not is_run_id(given):
-            raise UedpError(not_a_run_id(given))
+    require_run_ids(run_id, reference_run)
     from uedp.services.attack import ATTACKS, attack_run, summary_rows  # MLflow and torch: after the input is checked
     from uedp.services.tracking import run_link
 

@@ -31,7 +31,7 @@ from uedp.errors import UedpError
 from uedp.options import default_of, merged, with_options
 from uedp.privacy.mechanisms import registry
 from uedp.services.config import MechanismSettings, RunSettings, SweepConfig, TrainConfig
-from uedp.storage.catalog import require_ingested
+from uedp.storage.catalog import require_ingested, require_tables
 
 
 @app.command()
@@ -143,8 +143,7 @@ def train(
     data_home = prepare_runtime(home)
     values = merged(config_file, settings, set_, LISTED)
     config = _train_config(dataset, mechanism, seeded, values)
-    if store is None:  # with a store, the tables may be there alone: the launch pulls them, or says which is missing
-        require_ingested(data_home, config.dataset)
+    require_tables(data_home, config.dataset, store)
     from uedp.services.launch import run_training  # the training machinery (seconds): after the input is checked
     from uedp.services.tracking import run_link
     from uedp.services.training_setup import categories_warning
@@ -291,8 +290,7 @@ def sweep(
             "reuse_finished": True if reuse_finished else None}
     values = merged(config_file, settings, set_, LISTED) | {k: v for k, v in grid.items() if v is not None}
     config = SweepConfig(**{**values, "home": str(data_home.root), "dataset": dataset})
-    if store is None:
-        require_ingested(data_home, dataset)
+    require_tables(data_home, dataset, store)
     from uedp.flows.sweep import sweep_flow  # Prefect and the training machinery (seconds): after the input is checked
     from uedp.services.launch import preflight_sweep
     from uedp.services.sweep import SweepFailed

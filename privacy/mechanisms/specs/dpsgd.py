@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from uedp.privacy.population import Population
 
 
-
 def _build(params: DpSgdParams, context: BuildContext) -> DpSgd:
     from uedp.privacy.mechanisms.dpsgd import DpSgd
 

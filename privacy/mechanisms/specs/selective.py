@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from uedp.privacy.mechanisms.base import Mechanism
 
 
-
 def recurrent(shape: RunShape) -> bool:
     """Whether the run trains the recurrent form (an LSTM)."""
     return shape.model == "lstm"

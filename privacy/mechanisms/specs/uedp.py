@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from uedp.privacy.population import Population
 
 
-
 def _build(params: UeDpParams, context: BuildContext) -> UeDp:
     from uedp.privacy.mechanisms.uedp import UeDp
 

@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from uedp.privacy.population import Population
 
 
-
 def _build(params: UeDpBoundedParams, context: BuildContext) -> UeDpBounded:
     from uedp.privacy.mechanisms.uedp_bounded import build
 

@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from uedp.privacy.population import Population
 
 
-
 def _build(params: UserDpParams, context: BuildContext) -> UserDp:
     from uedp.privacy.mechanisms.userdp import UserDp
 
