@@ -59,17 +59,51 @@ STARTS = ("scratch", "public", "base")  # from scratch, the corpus' own public h
 
 @dataclass(frozen=True)
 class ReutersBase:
-    """The public base every corpus starts from a third time: its model and vocabulary folders, and its
-    perplexity on each corpus' test file before any fine-tuning."""
+    """The public start the pages fine-tune: its model and vocabulary folders, and its perplexity on each
+    corpus' test file before any fine-tuning. ``name`` "base" is the Reuters base (``uedp pretrain``, a
+    gpt2 small its runs start from with ``--init-from``); a packaged base (``uedp base smollm2``) is a
+    checkpoint folder its runs load with ``--model FOLDER`` and adapt with LoRA of ``lora_rank``."""
     model_folder: str
     tokenizer_folder: str
     max_len: int
     description: str
     before: dict[str, float]
+    name: str = "base"
+    lora_rank: int = 0
 
     def flags(self) -> list[str]:
+        if self.name != "base":
+            return ["--model", self.model_folder, "--max-len", str(self.max_len),
+                    *(["--lora-rank", str(self.lora_rank)] if self.lora_rank else [])]
         return ["--model", "gpt2", "--model-size", "small", "--init-from", self.model_folder,
                 "--tokenizer", self.tokenizer_folder, "--max-len", str(self.max_len)]
+
+
+def packaged_base(name: str, home: Path, test_files: Sequence[Path], max_len: int, lora_rank: int,
+                  threads: int) -> ReutersBase:
+    """A base ``uedp base NAME`` installs (fetched and converted once in ``home``), measured on each corpus'
+    test file before fine-tuning, as the page's start."""
+    home.mkdir(parents=True, exist_ok=True)
+    out = uedp("base", name, *[a for f in test_files for a in ("--eval-file", str(f))], "--max-len", str(max_len),
+               home=home, threads=threads, log=home / "commands.log")
+    start = base_from_output(name, out, max_len, lora_rank)
+    if start is None:
+        raise SystemExit(f"uedp base {name} printed no folder; see {home / 'commands.log'}")
+    return start
+
+
+def base_from_output(name: str, out: str, max_len: int, lora_rank: int) -> ReutersBase | None:
+    """The start ``uedp base NAME`` printed: its folder, size and perplexity on each --eval-file (None when
+    it printed no folder)."""
+    built = re.search(r"^(.+?): ([0-9.]+)M parameters, ([0-9,]+)-token vocabulary, (?:reused|converted) in (.+)$",
+                      out, re.M)
+    if built is None:
+        return None
+    before = {m.group(1): float(m.group(2)) for m in
+              re.finditer(r"^perplexity on (\S+) before fine-tuning: ([0-9.eE+]+) per token", out, re.M)}
+    description = (f"{built.group(1)} ({built.group(2)}M parameters, {built.group(3)}-token vocabulary, `uedp base "
+                   f"{name}`), LoRA adapters of rank {lora_rank}")
+    return ReutersBase(built.group(4), built.group(4), max_len, description, before, name=name, lora_rank=lora_rank)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,14 @@ where it stopped and ``--page-only`` writes what has finished.
     python experiments/user_level_learning.py --conll-dir ../shared/data/conll2003 \\
         --home /tmp/ull --base-home /tmp/ull/base
 
+From SmolLM2-135M instead (``--start smollm2``: ``uedp base smollm2`` in ``--base-home``, LoRA adapters of
+``--lora-rank``, each user's text as chunks of its consecutive sentences; the variant names both, e.g.
+``after-lora8-chunks``), each start's runs in their own data homes under ``--home``:
+
+    python experiments/user_level_learning.py --start smollm2 --user-text chunks --corpora conll \\
+        --epsilons 8,3 --seeds 0 --home /tmp/ull --base-home /tmp/smolhome \\
+        --out docs/results/user-level-smollm2
+
 It writes ``results.md``, ``results.png``, ``results.json`` (one row per run: corpus, mechanism, variant,
 start, target_epsilon, seed, perplexity_test, and the run's noise-to-signal) and ``command.txt`` under
 ``--out``. The page's discussion (``README.md``) is written by a person from these figures.
@@ -50,7 +58,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from uedp.experiments.common import finished_runs, write_command_file
-from uedp.experiments.learning_results import ReutersBase, reuters_base, uedp
+from uedp.experiments.learning_results import ReutersBase, packaged_base, reuters_base, uedp
 
 ROOT = Path(__file__).resolve().parents[1]
 CATEGORIES = "PERSON,LOC,ORG,MISC"
@@ -126,7 +134,24 @@ def sampling(corpus: Corpus, budget_epochs: float) -> tuple[float, int]:
     return min(1.0, budget_epochs / MIN_ROUNDS), max(MIN_ROUNDS, round(budget_epochs))
 
 
-def row_flags(row: Row, corpus: Corpus, budget_epochs: float, tuned_flags: Sequence[str]) -> list[str]:
+def variant_label(rule: str, base: ReutersBase | None = None, user_text: str = "sentences") -> str:
+    """The run's ``--variant``: its rule (before, after), then what else the page changed, so the shared rows
+    name it: the LoRA rank of a packaged start, and the contribution rule when a user's text is chunked."""
+    parts = [rule]
+    if base is not None and base.lora_rank:
+        parts.append(f"lora{base.lora_rank}")
+    if user_text != "sentences":
+        parts.append(user_text)
+    return "-".join(parts)
+
+
+def rule_of(variant: str) -> str:
+    """A logged variant's rule (``after-lora8-chunks`` -> ``after``)."""
+    return variant.split("-")[0]
+
+
+def row_flags(row: Row, corpus: Corpus, budget_epochs: float, tuned_flags: Sequence[str],
+              base: ReutersBase | None = None, user_text: str = "sentences") -> list[str]:
     flags = ["--mechanism", row.mechanism, "--seed", str(row.seed)]
     if row.target is not None:
         flags += ["--target-epsilon", f"{row.target:g}"]
@@ -134,7 +159,10 @@ def row_flags(row: Row, corpus: Corpus, budget_epochs: float, tuned_flags: Seque
         flags += ["--categories", CATEGORIES]
     if row.mechanism in (*USER_LEVEL, "uedp"):
         q_user, rounds = sampling(corpus, budget_epochs)
-        flags += ["--q-user", f"{q_user:g}", "--rounds", str(rounds), "--variant", row.variant]
+        flags += ["--q-user", f"{q_user:g}", "--rounds", str(rounds),
+                  "--variant", variant_label(row.variant, base, user_text)]
+        if user_text != "sentences":
+            flags += ["--user-text", user_text]
         if row.variant == "after":
             flags += ["--local-update", "gradient", *tuned_flags]
     return flags
@@ -157,21 +185,22 @@ def tuned_flags_for(home: Path, key: str | None, homes: Sequence[Path]) -> list[
 
 
 def run_corpus(corpus: Corpus, home: Path, rows: Sequence[Row], base: ReutersBase, budget_epochs: float,
-               tuned: Sequence[str], threads: int) -> None:
+               tuned: Sequence[str], threads: int, user_text: str = "sentences") -> None:
     """Ingest, detect and run every row not finished yet, in the corpus' own data home."""
     log = home / "commands.log"
     home.mkdir(parents=True, exist_ok=True)
     uedp("ingest", "conll2003", *map(str, corpus.files), "--name", corpus.name, home=home, threads=threads, log=log)
     uedp("detect", corpus.name, "--detector", "gold", home=home, threads=threads, log=log)
-    common = ["--threads", str(threads), "--checkpoint-every", "0", *base.flags()]
+    # A 135M-parameter start's run takes hours on a CPU: it saves resumable checkpoints; the Reuters base's none.
+    common = ["--threads", str(threads), "--checkpoint-every", "0" if base.name == "base" else "10", *base.flags()]
     for row in rows:
         if row in finished_rows(home, corpus.name):
             continue
-        uedp("train", corpus.name, *row_flags(row, corpus, budget_epochs, tuned), *common, home=home,
+        uedp("train", corpus.name, *row_flags(row, corpus, budget_epochs, tuned, base, user_text), *common, home=home,
              threads=threads, log=log)
 
 
-def runs_of(home: Path, dataset: str) -> list[dict[str, object]]:
+def runs_of(home: Path, dataset: str, start: str = "base") -> list[dict[str, object]]:
     """The finished runs of ``dataset`` in a corpus' data home, latest first, as the page's rows."""
     found, seen = [], set()
     for run in finished_runs(home, dataset):
@@ -179,13 +208,15 @@ def runs_of(home: Path, dataset: str) -> list[dict[str, object]]:
         if "perplexity_test" not in metrics:
             continue
         target = params.get("target_epsilon")
-        row = Row(params["mechanism"], params.get("variant", ""),
+        variant = params.get("variant", "")
+        row = Row(params["mechanism"], rule_of(variant),
                   float(target) if target not in (None, "None", "none") else None, int(params.get("seed", 0)))
         if row in seen:
             continue
         seen.add(row)
         ratio = float(params.get("noise_to_signal", "nan"))
-        found.append({"corpus": dataset, "mechanism": row.mechanism, "variant": row.variant, "start": "base",
+        found.append({"corpus": dataset, "mechanism": row.mechanism, "variant": variant, "rule": row.variant,
+                      "start": start,
                       "target_epsilon": row.target, "seed": row.seed,
                       "perplexity_test": metrics["perplexity_test"],
                       "epsilon": metrics.get("final_epsilon"), "noise_to_signal": None if math.isnan(ratio) else ratio,
@@ -197,14 +228,14 @@ def runs_of(home: Path, dataset: str) -> list[dict[str, object]]:
 
 
 def finished_rows(home: Path, dataset: str) -> set[Row]:
-    return {Row(str(r["mechanism"]), str(r["variant"]), r["target_epsilon"], int(r["seed"]))  # type: ignore[arg-type,call-overload]
+    return {Row(str(r["mechanism"]), str(r["rule"]), r["target_epsilon"], int(r["seed"]))  # type: ignore[arg-type,call-overload]
             for r in runs_of(home, dataset)}
 
 
 def _shown_rows(rows: list[dict[str, object]]) -> list[tuple[str, str]]:
     """The page's (mechanism, rule) pairs in ``SHOWN``'s order, then any other rule a run tried (e.g. a
     larger budget), so no finished run is left off the table."""
-    found = {(str(r["mechanism"]), str(r["variant"])) for r in rows if r["mechanism"] != "noiseless"}
+    found = {(str(r["mechanism"]), str(r["rule"])) for r in rows if r["mechanism"] != "noiseless"}
     return [p for p in SHOWN if p in found] + sorted(found - set(SHOWN))
 
 
@@ -221,9 +252,23 @@ def _cell(values: list[float]) -> str:
         (f" (n={len(values)})" if len(values) != 3 else "")
 
 
+def gain_kept(before: float, private: float, noiseless: float) -> float:
+    """The share of noiseless fine-tuning's gain a private run keeps, in log perplexity:
+    ``(log before - log private) / (log before - log noiseless)`` (1: all of it; 0: none; below 0: worse than the
+    start). NaN when noiseless did not improve on the start."""
+    gained = math.log(before) - math.log(noiseless)
+    return (math.log(before) - math.log(private)) / gained if gained > 0 else math.nan
+
+
 def results_page(homes: dict[str, Path], out: Path, base: ReutersBase, writers: dict[str, int]) -> None:
     """``results.json`` (every run) and ``results.md`` (mean over seeds, ratio to noiseless, the targets)."""
-    rows = [r for name, home in homes.items() for r in runs_of(home, name)]
+    rows = [r for name, home in homes.items() for r in runs_of(home, name, base.name)]
+    for corpus in homes:  # each row's share of the noiseless gain, against its corpus' mean noiseless run
+        mine = [r for r in rows if r["corpus"] == corpus]
+        noiseless = [float(r["perplexity_test"]) for r in mine if r["mechanism"] == "noiseless"]  # type: ignore[arg-type]
+        for r in mine:
+            r["gain_kept"] = (round(gain_kept(base.before[_test_file(corpus, homes)], float(r["perplexity_test"]),  # type: ignore[arg-type]
+                                              statistics.fmean(noiseless)), 4) if noiseless else None)
     (out / "results.json").write_text(json.dumps({"base": asdict(base), "rows": rows}, indent=1), encoding="utf-8")
     lines = [f"The start: {base.description}, treated as public. Perplexities count its BPE tokens. "
              "Mean over seeds (± standard deviation; n when not 3).", ""]
@@ -237,20 +282,21 @@ def results_page(homes: dict[str, Path], out: Path, base: ReutersBase, writers: 
         lines += [f"## {corpus} ({writers[corpus]:,} writers)", "",
                   f"The base scores **{before:.1f}** on this test file before fine-tuning; noiseless fine-tuning "
                   f"{_cell(noiseless)}.", "",
-                  "| mechanism | rule | target epsilon | test perplexity | to noiseless | better than the base "
-                  "| noise-to-signal | server lr |", "|---|---|---:|---:|---:|---|---:|---:|"]
+                  "| mechanism | rule | target epsilon | test perplexity | to noiseless | gain kept "
+                  "| better than the base | noise-to-signal | server lr |", "|---|---|---:|---:|---:|---:|---|---:|---:|"]
         for target in sorted({float(r["target_epsilon"]) for r in mine if r["target_epsilon"] is not None},  # type: ignore[arg-type]
                              reverse=True):
             for mechanism, variant in _shown_rows(mine):
-                picked = [r for r in mine if (r["mechanism"], r["variant"], r["target_epsilon"])
+                picked = [r for r in mine if (r["mechanism"], r["rule"], r["target_epsilon"])
                           == (mechanism, variant, target)]
                 if not picked:
                     continue
                 values = [float(r["perplexity_test"]) for r in picked]  # type: ignore[arg-type]
                 ratios = [float(r["noise_to_signal"]) for r in picked if r["noise_to_signal"] is not None]  # type: ignore[arg-type]
                 mean = statistics.fmean(values)
-                lines.append(f"| {mechanism} | {variant or '-'} | {target:g} | {_cell(values)} | "
-                             f"{_number(mean / reference)}x | {'yes' if mean < before else 'no'} | "
+                lines.append(f"| {mechanism} | {picked[0]['variant'] or '-'} | {target:g} | {_cell(values)} | "
+                             f"{_number(mean / reference)}x | {gain_kept(before, mean, reference):.0%} | "
+                             f"{'yes' if mean < before else 'no'} | "
                              f"{f'{statistics.fmean(ratios):.3g}' if ratios else '-'} | "
                              f"{picked[0]['server_lr'] or '-'} |")
         lines.append("")
@@ -287,7 +333,7 @@ def _plot(rows: list[dict[str, object]], out: Path, base: ReutersBase, homes: di
             heights = []
             for mechanism, variant in shown:
                 values = [float(r["perplexity_test"]) for r in mine  # type: ignore[arg-type]
-                          if (r["mechanism"], r["variant"], r["target_epsilon"]) == (mechanism, variant, target)]
+                          if (r["mechanism"], r["rule"], r["target_epsilon"]) == (mechanism, variant, target)]
                 heights.append(statistics.fmean(values) / reference if values else math.nan)
             ax.bar([x + (i - (len(targets) - 1) / 2) * width for x in range(len(shown))], heights, width,
                    label=f"epsilon {target:g}", color=EPSILON_COLOURS.get(target, f"C{i + 2}"))
@@ -329,13 +375,21 @@ def main() -> None:
                         help="user-level runs' compute budget: user updates per writer (rounds x q_user)")
     parser.add_argument("--tuned", help="a `uedp tune` search (its key) whose choice the after rows use: with --tuned "
                         "in the corpus whose data home holds it, as plain flags in the others")
+    parser.add_argument("--start", default="base", help="what every run fine-tunes: base (the Reuters base, "
+                        "`uedp pretrain`) or a packaged base (smollm2: `uedp base smollm2`, LoRA adapters)")
+    parser.add_argument("--lora-rank", type=int, default=8, help="a packaged start's LoRA rank")
+    parser.add_argument("--max-len", type=int, default=64, help="a packaged start's tokens per sequence")
+    parser.add_argument("--user-text", choices=("sentences", "chunks"), default="sentences",
+                        help="user-level rows: a sampled user's batches of sentences, or of chunks of its consecutive "
+                        "sentences up to --max-len tokens (the variant names it)")
     parser.add_argument("--page-only", action="store_true", help="rewrite the page from the runs in --home")
     args = parser.parse_args()
     started = time.perf_counter()
     names = args.corpora.split(",")
-    homes = {name: args.home / name for name in names}
+    # Each start's runs in their own data homes: a finished row of one start is never taken for another's.
+    homes = {name: args.home / (name if args.start == "base" else f"{name}-{args.start}") for name in names}
     args.out.mkdir(parents=True, exist_ok=True)
-    base_file = args.home / "reuters-base.json"
+    base_file = args.home / ("reuters-base.json" if args.start == "base" else f"{args.start}-start.json")
     writers_file = args.home / "writers.json"
     if not args.page_only:
         corpora = [conll(args.conll_dir) if n == "conll" else messages(args.home / "files", args.messages_users)
@@ -345,14 +399,21 @@ def main() -> None:
             (homes[corpus.name] / "corpus.json").write_text(json.dumps({"test_file": corpus.test_file}))
         known = json.loads(writers_file.read_text(encoding="utf-8")) if writers_file.is_file() else {}
         writers_file.write_text(json.dumps(known | {c.name: c.writers for c in corpora}), encoding="utf-8")
-        base = reuters_base(args.public_dir, args.base_home or args.home / "base", [c.files[2] for c in corpora],
-                            threads=2)
+        test_files = [c.files[2] for c in corpora]
+        if args.start == "base":
+            base = reuters_base(args.public_dir, args.base_home or args.home / "base", test_files, threads=2)
+        elif base_file.is_file():  # measured before (minutes for a 135M model): the folder and figures are kept
+            base = ReutersBase(**json.loads(base_file.read_text(encoding="utf-8")))
+        else:
+            base = packaged_base(args.start, args.base_home or args.home / "base", test_files, args.max_len,
+                                 args.lora_rank, threads=2)
         base_file.write_text(json.dumps(asdict(base), indent=1), encoding="utf-8")
         rows = plan_rows([float(e) for e in args.epsilons.split(",")], [int(s) for s in args.seeds.split(",")],
                          args.variants.split(","), args.mechanisms.split(","))
         with ThreadPoolExecutor(len(corpora)) as pool:
             for done in [pool.submit(run_corpus, c, homes[c.name], rows, base, args.budget_epochs,
-                                     tuned_flags_for(homes[c.name], args.tuned, list(homes.values())), 1)
+                                     tuned_flags_for(homes[c.name], args.tuned, list(homes.values())), 1,
+                                     args.user_text)
                          for c in corpora]:
                 done.result()
     base = ReutersBase(**json.loads(base_file.read_text(encoding="utf-8")))

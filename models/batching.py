@@ -41,6 +41,33 @@ def encode_with_private_mask(tokenizer: PreTrainedTokenizerBase, texts: Sequence
     return ids_out, masks
 
 
+def pack_consecutive(sequences: Sequence[Example], max_tokens: int) -> list[torch.Tensor]:
+    """One writer's sentences (each its ids and EOS, in the writer's order) packed into chunks of at most
+    ``max_tokens`` tokens: consecutive sentences share a chunk while they fit, and none is split (each was
+    truncated to the model's length when encoded; a longer one is cut here). A language model then reads a
+    writer's text as it was written, with its EOS between sentences, and a batch of chunks holds far
+    fewer padding tokens than a batch of short sentences.
+
+    Only language-model examples pack: a classifier's (ids, class) pairs keep one class per sequence."""
+    if max_tokens < 1:
+        raise ValueError(f"chunks need at least one token (max_tokens {max_tokens})")
+    chunks: list[torch.Tensor] = []
+    current: list[torch.Tensor] = []
+    length = 0
+    for example in sequences:
+        if isinstance(example, tuple):
+            raise ValueError("only language-model sentences pack into chunks (a classifier's example has one class)")
+        ids = example[:max_tokens]
+        if current and length + len(ids) > max_tokens:
+            chunks.append(torch.cat(current))
+            current, length = [], 0
+        current.append(ids)
+        length += len(ids)
+    if current:
+        chunks.append(torch.cat(current))
+    return chunks
+
+
 def collate(examples: Sequence[Example], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-padded ``input_ids``, ``attention_mask`` and ``labels`` (per token, or one class per row)."""
     classes = [e[1] for e in examples] if isinstance(examples[0], tuple) else None

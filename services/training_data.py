@@ -139,7 +139,7 @@ def prepare_data(catalog: Catalog, config: TrainConfig, tokenizer: PreTrainedTok
         by_user = {u: examples(t, labels_of(u)) for u, t in training.texts.items()}
     entities = training.entities if "entities" in needs else None
     train = TrainData(by_user, tokenizer.pad_token_id, entities=entities, redacted=redacted,
-                      private_masks=masks)
+                      private_masks=masks, max_len=config.max_len)
     return PreparedData(train, _split(catalog, config, "valid", examples, index),
                         _split(catalog, config, "test", examples, index), classes, training.canaries)
 

@@ -126,6 +126,13 @@ def test_the_command_converts_once_and_reports_perplexity_and_bits_per_byte(tiny
     scored = next(line for line in lines if line.startswith(f"perplexity on {DEMO_CORPUS.name} before fine-tuning"))
     assert "bits per byte (40 records)" in scored
     assert lines[-1] == f"start a run from it: uedp train DATASET --model {tmp_path / 'h' / 'bases' / 'tiny'} ..."
+    # the user-level page reads its start from this output (experiments/learning_results.py)
+    from uedp.experiments.learning_results import base_from_output
+
+    start = base_from_output("tiny", first.stdout, 48, 8)
+    assert start is not None and start.model_folder == str(tmp_path / "h" / "bases" / "tiny")
+    assert list(start.before) == [DEMO_CORPUS.name] and start.before[DEMO_CORPUS.name] > 1
+    assert start.flags()[-2:] == ["--lora-rank", "8"] and "TinyLlama" in start.description
     second = runner.invoke(app, args[:6])  # no --eval-file: nothing scored
     assert second.exit_code == 0 and "reused in" in second.stdout and "already built" in second.stderr
     missing = runner.invoke(app, ["base", "tiny", "--wheel", str(tmp_path / "absent.whl"), "--home", str(tmp_path / "g")])

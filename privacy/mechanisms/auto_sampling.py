@@ -67,6 +67,32 @@ def budget_of(rounds: int, q_user: float, users: float) -> float:
     return rounds * q_user * users
 
 
+@dataclass(frozen=True)
+class ComputeBudget:
+    """A budget of machine time, in user updates: ``hours`` of training at ``tokens_per_second`` (what
+    ``benchmarks/train_throughput.py`` measures for the model on this machine), each user update reading at
+    most ``tokens_per_update`` tokens (its contribution cap: local_steps x local_batch_size sequences of at
+    most max_len tokens). Public: settings and a benchmark of public text, never the data."""
+
+    hours: float
+    tokens_per_second: float
+    tokens_per_update: int
+
+    def __post_init__(self) -> None:
+        if not (self.hours > 0 and self.tokens_per_second > 0 and self.tokens_per_update > 0):
+            raise ValueError("a compute budget needs positive hours, tokens a second and tokens an update")
+
+    @property
+    def user_updates(self) -> float:
+        """The most user updates the time affords (every sequence at its full length: an upper bound on the
+        tokens, so the run fits the time)."""
+        return self.hours * 3600 * self.tokens_per_second / self.tokens_per_update
+
+    def line(self) -> str:
+        return (f"compute budget: {self.hours:g} h at {self.tokens_per_second:g} tokens/s, at most "
+                f"{self.tokens_per_update:,} tokens a user update: {self.user_updates:,.0f} user updates")
+
+
 def choose_sampling(plan: Callable[[float, int], tuple[float, NoiseToSignal]], users: float, budget: float,
                     min_rounds: int = MIN_ROUNDS) -> SamplingChoice:
     """The split of ``budget`` user updates among ``users`` (a public or DP count) with the least

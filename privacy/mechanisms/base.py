@@ -33,6 +33,9 @@ class TrainData:
     redacted: dict[str, list[Example]] | None = None
     # For recurrent selective: per sequence, a bool per token, True inside a sensitive span.
     private_masks: dict[str, list[torch.Tensor]] | None = None
+    # The longest sequence the model takes (the configuration's max_len; 0: not known): user-level mechanisms
+    # that pack a user's sentences into chunks (user_text=chunks) pack up to it.
+    max_len: int = 0
 
     @property
     def sequences(self) -> list[Example]:

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from uedp.models.batching import Example, batches
+from uedp.models.batching import Example, batches, pack_consecutive
 from uedp.models.parallel import Ranks
 from uedp.models.training import LossFn, optimizer_step
 from uedp.privacy.mechanisms.base import TrainData
@@ -96,12 +96,13 @@ class LocalTrainer:
     """Runs users' local updates on one reused worker copy of the model and sums their clipped deltas."""
 
     def __init__(self, model: torch.nn.Module, loss_fn: LossFn, device: torch.device, pad_id: int, clip: float,
-                 local_steps: int, local_batch_size: int, local_lr: float):
+                 local_steps: int, local_batch_size: int, local_lr: float, chunk_tokens: int = 0):
         self.worker = copy.deepcopy(model).to(device)
         self.worker.train()
         self.params = [p for p in self.worker.parameters() if p.requires_grad]
         self.loss_fn, self.device, self.pad_id, self.clip = loss_fn, device, pad_id, clip
         self.local_steps, self.local_batch_size, self.local_lr = local_steps, local_batch_size, local_lr
+        self.chunk_tokens = chunk_tokens  # > 0: a user's sentences are packed into chunks of at most this many tokens
         self.ranks = Ranks.current()
 
     def clipped_sum(self, theta: torch.Tensor, users: Sequence[Sequence[Example]], weights: Sequence[float],
@@ -155,5 +156,10 @@ class LocalTrainer:
         return flatten(self.params).sub_(theta)
 
     def _cycle(self, sequences: Sequence[Example], stream: RandomSource) -> Iterator[dict[str, torch.Tensor]]:
+        """The user's local batches, endlessly, in the order its own stream draws: of its sentences, or of
+        chunks packed from them (a function of this user's sentences only, so the delta's sensitivity is
+        unchanged: one user's clipped delta either way)."""
+        if self.chunk_tokens:
+            sequences = pack_consecutive(sequences, self.chunk_tokens)
         while True:
             yield from batches(sequences, self.local_batch_size, self.pad_id, stream)

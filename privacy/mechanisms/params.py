@@ -97,6 +97,11 @@ class MechanismParams(BaseModel):
         """Whether a round's users train at once (torch.func.vmap over every weight)."""
         return False
 
+    def tokens_per_update(self, max_len: int) -> int | None:
+        """The most tokens one sampled user's update reads (its contribution cap), for the planner's compute
+        budget; None for a mechanism that samples no users."""
+        return None
+
     def length(self) -> tuple[str, int, int] | None:
         """The training's length as its field names it, its value and the field's default (None: parameters
         without that field, such as a plugin's that count their length otherwise)."""
@@ -228,6 +233,12 @@ class UserDpParams(PrivateParams):
     local_steps: int = Field(5, ge=1, description="local SGD steps per sampled user")
     local_batch_size: int = Field(8, ge=1, description="batch size of the local steps")
     local_lr: float = Field(0.5, ge=0, description="learning rate of the local steps")
+    user_text: Literal["sentences", "chunks"] = Field(
+        "sentences", description="userdp, uedp-bounded, uedp: what a sampled user's local batches hold: sentences "
+                                 "(each its own sequence) or chunks (the user's consecutive sentences packed into "
+                                 "sequences of at most max_len tokens, drawn at random: Chua et al. 2024). Either way "
+                                 "an update reads at most local_steps x local_batch_size of them and is clipped as one "
+                                 "user's delta")
     local_update: Literal["steps", "gradient"] = Field(
         "steps", description="userdp, uedp: what a sampled user returns: steps (DP-FedAvg: local_steps SGD steps) or "
                              "gradient (user-level DP-SGD: the gradient of one batch of local_batch_size of its own "
@@ -263,6 +274,11 @@ class UserDpParams(PrivateParams):
     @property
     def plans_sampling(self) -> bool:
         return self.sampling == "planned"
+
+    def tokens_per_update(self, max_len: int) -> int | None:
+        """The most tokens one user's update reads: its contribution cap, local_steps x local_batch_size
+        sequences (sentences, or chunks of them) of at most ``max_len`` tokens each."""
+        return self.local_steps * self.local_batch_size * max_len
 
     @property
     def vectorizes_users(self) -> bool:

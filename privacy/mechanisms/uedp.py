@@ -70,7 +70,8 @@ def anchored(data: TrainData) -> TrainData:
     if data.entities is None:
         raise ValueError("uedp needs the sentences' entity sets (TrainData.entities)")
     users = anchored_users(data.entities)
-    return TrainData({u: data.by_user[u] for u in users}, data.pad_id, {u: data.entities[u] for u in users})
+    return TrainData({u: data.by_user[u] for u in users}, data.pad_id, {u: data.entities[u] for u in users},
+                     max_len=data.max_len)
 
 
 def usable_sequences(entity_sets: list[frozenset[str]], sampled_entities: set[str], sampled_extended: set[int],
@@ -171,7 +172,7 @@ class UeDp:
             return RoundOutput(update_norm=update_norm)
 
         with dropout_switched_off(model) as dropout:  # layers' own draws would be shared by all users
-            trainer = make_local_trainer(p, model, loss_fn, device, data.pad_id)
+            trainer = make_local_trainer(p, model, loss_fn, device, data.pad_id, data.max_len)
             server = server_optimizer(p)
             loop = RoundLoop(self.name, p.rounds, ledger, self.randomness, p.delta, p.max_epsilon,
                              state={"model": model, **server_state(server)})
@@ -184,7 +185,7 @@ class UeDp:
                    "users_bound_for_M": self.accounting.n_users_bound, "denominator": self.denominator,
                    "delta_truncation": self.accounting.delta_trunc, "delta_count_bound": self.accounting.delta_bound,
                    **{f"epsilon_case_{case}": a.epsilon for case, a in ledger.cases.items() if outcome.rounds}},
-            dropout_switched_off=dropout, notes=(ANCHORED_NOTE, *server_notes(server, p))), sampling=self)
+            dropout_switched_off=dropout, notes=(ANCHORED_NOTE, *server_notes(server, p, data.max_len))), sampling=self)
 
     def noise_to_signal(self, units: float) -> NoiseToSignal:
         """Noise ``z (2M + 1) clip`` beside at most ``q_user N`` sampled users' clipped deltas: the

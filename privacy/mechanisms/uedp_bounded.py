@@ -67,7 +67,7 @@ def bounded_training_data(data: TrainData, graph: AttributionGraph, choice: Hold
     by_user = {user: [seq for seq, keep in zip(seqs, kept[user]) if keep] for user, seqs in data.by_user.items()}
     entities = None if data.entities is None else {
         user: [e for e, keep in zip(sets, kept[user]) if keep] for user, sets in data.entities.items()}
-    return TrainData(by_user, data.pad_id, entities)
+    return TrainData(by_user, data.pad_id, entities, max_len=data.max_len)
 
 
 @dataclass(frozen=True)

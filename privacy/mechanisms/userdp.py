@@ -185,7 +185,7 @@ class UserDp:
         user_ids = list(data.by_user)
         user_sequences = list(data.by_user.values())
         with dropout_switched_off(model) as dropout:  # layers' own draws would be shared by all users
-            trainer = self.local_trainer(model, loss_fn, device, data.pad_id)
+            trainer = self.local_trainer(model, loss_fn, device, data.pad_id, data.max_len)
 
             def one_round(_: int, rng: RoundRandomness) -> RoundOutput:
                 clip = p.clip if adaptive is None else adaptive.value  # C_t: public (earlier rounds' releases)
@@ -218,7 +218,7 @@ class UserDp:
             self.name, self.unit, accountant, outcome, delta=p.delta, accountant=p.accountant, noise_multiplier=z,
             sampling_probability=p.q_user, randomness=self.randomness, population=population,
             extra={**clip_extra, "denominator": denominator, **selection.extra}, dropout_switched_off=dropout,
-            notes=(*clip_notes, *server_notes(server, p)))
+            notes=(*clip_notes, *server_notes(server, p, data.max_len)))
         return Trained(replace(statement, public=(*statement.public, *selection.public)), sampling=selection.sampling)
 
     def _clip_statement(self, z_delta: float, adaptive: AdaptiveClip | None) -> tuple[dict[str, float], tuple[str, ...]]:
@@ -249,8 +249,9 @@ class UserDp:
         """Rounds of ``rounds`` that sample one of ``units.users`` (audit canaries)."""
         return int(self.randomness.sampled_in("sample-users", rounds, units.users, self.params.q_user).sum())
 
-    def local_trainer(self, model: torch.nn.Module, loss_fn: LossFn, device: torch.device, pad_id: int) -> LocalTrainer:
-        return make_local_trainer(self.params, model, loss_fn, device, pad_id)
+    def local_trainer(self, model: torch.nn.Module, loss_fn: LossFn, device: torch.device, pad_id: int,
+                      max_len: int = 0) -> LocalTrainer:
+        return make_local_trainer(self.params, model, loss_fn, device, pad_id, max_len)
 
 
 def server_optimizer(p: UserDpParams) -> ServerOptimizer:
@@ -263,17 +264,27 @@ def server_state(server: ServerOptimizer) -> dict[str, ServerOptimizer]:
     return {} if server.kind == "sgd" else {"server": server}
 
 
-def server_notes(server: ServerOptimizer, p: UserDpParams) -> tuple[str, ...]:
+def server_notes(server: ServerOptimizer, p: UserDpParams, max_len: int = 0) -> tuple[str, ...]:
     """What the statement says about the update rule: user-level DP-SGD where each user returns a gradient,
+    what one update read when a user's sentences were packed into chunks (at most ``max_len`` tokens each),
     and the server optimizer (sgd, the paper's rule, goes without saying)."""
+    pieces = (f"chunks (at most {max_len} tokens) of its consecutive sentences" if p.user_text == "chunks"
+              else "its own sentences")
     gradient = (f"user-level DP-SGD: each sampled user returned the gradient of one batch of at most "
-                f"{p.local_batch_size} of its own sentences, clipped to the user clip as a DP-FedAvg delta is",)
+                f"{p.local_batch_size} {pieces}, clipped to the user clip as a DP-FedAvg delta is",)
+    chunks = (f"each sampled user's sentences were packed, in its own order, into chunks of at most {max_len} tokens; "
+              f"its update read at most {p.local_steps * p.local_batch_size} of them, drawn by its own stream",)
     return (*(gradient if p.local_update == "gradient" else ()),
+            *(chunks if p.user_text == "chunks" and p.local_update != "gradient" else ()),
             *(() if server.kind == "sgd" else (server.describe(),)))
 
 
 def make_local_trainer(p: UserDpParams, model: torch.nn.Module, loss_fn: LossFn, device: torch.device,
-                       pad_id: int) -> LocalTrainer:
-    """The local-update engine of userdp and uedp: sequential or vectorized over users (same results)."""
+                       pad_id: int, max_len: int = 0) -> LocalTrainer:
+    """The local-update engine of userdp and uedp: sequential or vectorized over users (same results);
+    with ``user_text=chunks`` it packs each user's sentences into chunks of at most ``max_len`` tokens."""
+    if p.user_text == "chunks" and max_len < 1:
+        raise ValueError("user_text=chunks packs a user's sentences up to the model's max_len: the data gives none")
     cls = VectorizedLocalTrainer if p.vectorize_users else LocalTrainer
-    return cls(model, loss_fn, device, pad_id, p.clip, p.local_steps, p.local_batch_size, p.local_lr)
+    return cls(model, loss_fn, device, pad_id, p.clip, p.local_steps, p.local_batch_size, p.local_lr,
+               chunk_tokens=max_len if p.user_text == "chunks" else 0)

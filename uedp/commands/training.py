@@ -54,6 +54,14 @@ def epsilon(
     user_updates: Optional[float] = typer.Option(None, "--user-updates", min=1, help="--choose-sampling: the compute "
                                                  "budget, rounds x expected users a round \\[default: the "
                                                  "configuration's, rounds x q_user x users]", show_default=False),
+    cpu_hours: Optional[float] = typer.Option(None, "--cpu-hours", min=0, help="--choose-sampling: the compute "
+                                              "budget as training time, with --tokens-per-second (instead of "
+                                              "--user-updates)", show_default=False),
+    tokens_per_second: Optional[float] = typer.Option(None, "--tokens-per-second", min=0, help="--cpu-hours: the "
+                                                      "model's training throughput on this machine "
+                                                      "(benchmarks/train_throughput.py)", show_default=False),
+    max_len: int = typer.Option(RunSettings.model_fields["max_len"].default, "--max-len", min=8, help="--cpu-hours: "
+                                "the longest sequence (sentence or chunk) a user update reads, in tokens"),
     config_file: Optional[Path] = CONFIG_OPTION,
     set_: Optional[list[str]] = SET_OPTION,
     **settings: Any,
@@ -61,10 +69,21 @@ def epsilon(
     """Plan a privacy budget without training: epsilon for a noise multiplier, or z for a target epsilon.
 
     Reads the same defaults as training (every mechanism parameter is a flag or --set key=value). With
-    --choose-sampling the planner chooses a user-level run's sampling rate and rounds for its budget.
+    --choose-sampling the planner chooses a user-level run's sampling rate and rounds for its budget: user
+    updates, or hours of this machine at a measured throughput (--cpu-hours, --tokens-per-second).
 
     Example: uedp epsilon --mechanism uedp --users 946 --q-user 0.05 --q-entity 0.05 --rounds 500 --noise-multiplier 2
+
+    Example: uedp epsilon --mechanism userdp --users 946 --target-epsilon 8 --choose-sampling --cpu-hours 3
+    --tokens-per-second 110 --max-len 64 --local-update gradient --local-batch-size 8
     """
+    if (cpu_hours is None) != (tokens_per_second is None):
+        raise UedpError("--cpu-hours and --tokens-per-second go together: the time, and the throughput that turns it "
+                        "into user updates")
+    if cpu_hours is not None and user_updates is not None:
+        raise UedpError("give the compute budget once: --user-updates, or --cpu-hours with --tokens-per-second")
+    if cpu_hours is not None and not choose_sampling:
+        raise UedpError("--cpu-hours is the budget --choose-sampling splits: add --choose-sampling")
     spec = registry.get(mechanism) if mechanism in registry.names() else None
     if spec is None or spec.plan is None:
         raise UedpError(f"unknown mechanism {mechanism!r} for planning; valid: "
@@ -87,6 +106,8 @@ def epsilon(
         # Training's count of units: declared public, or a DP count (planned at its expected value).
         population = Population.declared(users) if count_public else Population(float(users), "dp-count", noise)
         if choose_sampling:
+            if cpu_hours is not None and tokens_per_second is not None:
+                user_updates = _time_budget(config.params, cpu_hours, tokens_per_second, max_len)
             config = config.model_copy(update={"params": _chosen_sampling(spec, config.params, population,
                                                                           user_updates)})
         # The plan training builds, from the count given here: the figure printed is the plan's epsilon.
@@ -106,6 +127,18 @@ def epsilon(
             typer.echo(f"warning: {plan.noise_warning}", err=True)
     if warning:
         typer.echo(f"warning: {warning}", err=True)
+
+
+def _time_budget(params: Any, hours: float, tokens_per_second: float, max_len: int) -> float:
+    """``--cpu-hours`` in user updates, said as a line: the time at the throughput over one update's token cap."""
+    from uedp.privacy.mechanisms.auto_sampling import ComputeBudget
+
+    cap = params.tokens_per_update(max_len)
+    if cap is None:
+        raise ValueError(f"the planner chooses a user-level run's q_user and rounds; {params.mechanism} samples no users")
+    budget = ComputeBudget(hours, tokens_per_second, cap)
+    typer.echo(budget.line())
+    return budget.user_updates
 
 
 def _chosen_sampling(spec: Any, params: Any, population: Any, user_updates: float | None) -> Any:

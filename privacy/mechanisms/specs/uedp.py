@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from uedp.privacy.mechanisms.params import UeDpParams
 from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, register
-from uedp.privacy.mechanisms.specs.userdp import check_vectorizable
+from uedp.privacy.mechanisms.specs.userdp import check_user_level
 from uedp.privacy.statement import PrivacyUnit
 
 if TYPE_CHECKING:
@@ -52,5 +52,5 @@ for _name, _summary, _missed in (
         guarantee="central", build=_build, privacy_unit=PrivacyUnit("add/remove", "user+entity", UeDpParams.unit_words),
         counts="anchored writers", needs=lambda shape: frozenset({"entities"}),
         audit=AuditDesign("entity"),
-        missed_entities=_missed, plan=_plan, check=check_vectorizable, min_train_users=2,
+        missed_entities=_missed, plan=_plan, check=check_user_level, min_train_users=2,
     ))

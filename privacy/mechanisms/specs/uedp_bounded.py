@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from uedp.privacy.mechanisms.params import UeDpBoundedParams
 from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, register
-from uedp.privacy.mechanisms.specs.userdp import check_vectorizable
+from uedp.privacy.mechanisms.specs.userdp import check_user_level
 from uedp.privacy.statement import PrivacyUnit
 
 if TYPE_CHECKING:
@@ -46,5 +46,5 @@ register(MechanismSpec(
     needs=lambda shape: frozenset({"entities"}), audit=AuditDesign("entity", "replace"),
     missed_entities=" (uedp-bounded: their sentences are kept in every user and protected only as part of their "
                     "user's contribution)",
-    plan=_plan, check=check_vectorizable, min_train_users=2, data_warnings=_data_warnings,
+    plan=_plan, check=check_user_level, min_train_users=2, data_warnings=_data_warnings,
 ))

@@ -31,16 +31,20 @@ def _plan(params: UserDpParams, population: Population) -> EpsilonPlan:
                        mechanism.noise_to_signal(population.value))
 
 
-def check_vectorizable(params: UserDpParams, shape: RunShape) -> None:
-    """The user-level mechanisms' vectorized local updates exist for GPT-2 language models only."""
+def check_user_level(params: UserDpParams, shape: RunShape) -> None:
+    """What the user-level mechanisms' local updates support: vectorized users for GPT-2 language models only,
+    and chunks of a user's sentences for language models only (a classifier's example has one class)."""
     if params.vectorize_users and shape.model != "gpt2":
         raise ValueError("vectorize_users is implemented for GPT-2 language models only")
+    if params.user_text == "chunks" and shape.classification:
+        raise ValueError("user_text=chunks packs a writer's sentences for a language model; a classifier's examples "
+                         "each keep their own class (use user_text=sentences)")
 
 
 register(MechanismSpec(
     name="userdp", rank=30, summary="user-level DP by DP-FedAvg: per-user model deltas clipped and noised",
     params=UserDpParams, unit=UserDpParams.unit_words, guarantee="central", build=_build, counts="users",
     privacy_unit=PrivacyUnit("add/remove", "user", UserDpParams.unit_words),
-    audit=AuditDesign("user"), plan=_plan, check=check_vectorizable, min_train_users=2, early_calibration=True,
+    audit=AuditDesign("user"), plan=_plan, check=check_user_level, min_train_users=2, early_calibration=True,
     uses_categories=lambda p: False,  # no category changes what it trains: a sweep trains it once
 ))
