@@ -26,14 +26,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from train_throughput import build, parse  # noqa: E402  (the model specs of the throughput benchmark)
+from train_throughput import build, parse
 
-from uedp.models.batching import encode  # noqa: E402
-from uedp.models.metrics import causal_lm_loss  # noqa: E402
-from uedp.models.threads import use_threads  # noqa: E402
-from uedp.privacy.mechanisms.fedavg import LocalTrainer  # noqa: E402
-from uedp.privacy.primitives import flatten  # noqa: E402
-from uedp.storage.formats.conll import conll_records  # noqa: E402
+from uedp.models.batching import encode
+from uedp.models.metrics import causal_lm_loss
+from uedp.models.threads import use_threads
+from uedp.privacy.mechanisms.fedavg import LocalTrainer
+from uedp.privacy.primitives import flatten
+from uedp.storage.formats.conll import conll_records
 
 MODES = ("sentences", "chunks")
 

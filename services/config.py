@@ -354,9 +354,22 @@ class TrainConfig(RunSettings):
         return {**self.model_dump(exclude={"params"}), **self.params.model_dump()}
 
     def fingerprint(self) -> str:
-        """Content hash of everything that shapes training (not the device): names its checkpoint."""
+        """Content hash of everything that shapes training (not the device): names its checkpoint, and finds
+        a finished run again. A setting added later is left out at the value that trains as before it existed,
+        so a configuration's fingerprint does not move when uedp gains a setting it does not use."""
         fields = self.model_dump(exclude={"device", "threads", "log_model", "checkpoint_every", "variant"})
+        fields = {k: v for k, v in fields.items() if not _as_before(k, v)}
+        fields["params"] = {k: v for k, v in fields["params"].items() if not _as_before(k, v)}
         return hashlib.sha256(repr(sorted(fields.items())).encode()).hexdigest()[:16]
+
+
+# Settings added after runs were fingerprinted, with the value at which a configuration trains exactly as it did
+# before the setting existed (TrainConfig.fingerprint leaves them out at that value).
+AS_BEFORE_ADDED: dict[str, Any] = {"user_text": "sentences"}
+
+
+def _as_before(name: str, value: Any) -> bool:
+    return name in AS_BEFORE_ADDED and AS_BEFORE_ADDED[name] == value
 
 
 # What does not make a different configuration (TrainConfig.settings).

@@ -218,3 +218,20 @@ def test_every_mechanisms_parameters_answer_what_services_ask(name: str) -> None
     from uedp.privacy.sanitization.choices import LOCAL_DP_FACTS
 
     assert spec.unit == (LOCAL_DP_FACTS[name].unit if spec.guarantee == "local" else type(params).unit_words)
+
+
+@pytest.mark.parametrize(("mechanism", "extra", "recorded"), [
+    ("userdp", {}, "c401f34637bfcd8a"),
+    ("uedp", {"categories": ["PERSON"]}, "7b1482885b36492a"),
+    ("uedp-bounded", {"categories": ["PERSON"]}, "a690177820db298f"),
+    ("userdp", {"local_update": "gradient", "q_user": 0.1, "rounds": 20}, "14e62e077b1c231c"),
+])
+def test_a_setting_added_later_leaves_earlier_configurations_fingerprints_as_they_were(
+        mechanism: str, extra: dict, recorded: str) -> None:
+    """The fingerprints uedp gave these configurations before ``user_text`` existed (at 4c52a98): a finished run
+    is found again and a checkpoint resumes by it, so a new setting at its as-before value must not move it;
+    any other value makes another configuration."""
+    config = TrainConfig(dataset="conll", mechanism=mechanism, noise_multiplier=1.0, **extra)
+    assert config.fingerprint() == recorded
+    chunked = TrainConfig(dataset="conll", mechanism=mechanism, noise_multiplier=1.0, user_text="chunks", **extra)
+    assert chunked.fingerprint() != recorded
