@@ -101,6 +101,9 @@ class RunSettings(BaseModel):
     gradient_checkpointing: bool = Field(False, description="recompute activations in the backward pass: less "
                                          "memory for large models, about a third more compute")
     max_len: int = Field(96, ge=8, le=4096, description="tokens per sentence at most")
+    control_codes: bool = Field(False, description="language models on a labelled corpus: read each sentence after "
+                                "its class' control code ([label] text), so `uedp generate --labels` can ask the model "
+                                "for text of a class; sentences without a class are left out")
     randomness: RandomnessMode = Field("secure", description=RANDOMNESS_HELP)
     public_count: int | None = Field(None, ge=1, description="dpsgd/userdp/uedp: declare the number of privacy units "
                                      "(sequences; users) public; default: a DP count composed into epsilon")
@@ -163,6 +166,9 @@ class RunSettings(BaseModel):
             raise ValueError("lora_alpha and lora_targets need lora_rank > 0")
         if self.gradient_checkpointing and self.model in ("lstm", "lstm-classifier"):
             raise ValueError("gradient checkpointing is for Hugging Face transformers models, not the lstm")
+        if self.control_codes and task_of(self.model) != "lm":
+            raise ValueError("control_codes write the class into a language model's text; a classifier reads it as "
+                             "its label already")
         return self
 
     @property
@@ -365,7 +371,7 @@ class TrainConfig(RunSettings):
 
 # Settings added after runs were fingerprinted, with the value at which a configuration trains exactly as it did
 # before the setting existed (TrainConfig.fingerprint leaves them out at that value).
-AS_BEFORE_ADDED: dict[str, Any] = {"user_text": "sentences"}
+AS_BEFORE_ADDED: dict[str, Any] = {"user_text": "sentences", "control_codes": False}
 
 
 def _as_before(name: str, value: Any) -> bool:

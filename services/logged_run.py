@@ -73,14 +73,17 @@ def logged_canaries(tracker: RunTracker) -> list[Canary]:
         return _canaries_in(tracker, Path(tmp))
 
 
-def load_logged_run(tracker: RunTracker, device: torch.device, purpose: str) -> LoggedRun:
-    """A language model's run, from its MLflow artifacts (``purpose``: what it is loaded for, in errors)."""
+def load_logged_run(tracker: RunTracker, device: torch.device, purpose: str, task: str = "lm") -> LoggedRun:
+    """A run's model of ``task`` (a language model, or a classifier), from its MLflow artifacts (``purpose``: what
+    it is loaded for, in errors)."""
     tracker.require_run()
     with tempfile.TemporaryDirectory() as tmp:
         logged = _logged_json(tracker, Path(tmp))
         config = TrainConfig.from_logged(logged["config"])
-        if config.task != "lm":
-            raise UedpError(f"{purpose} needs a language model; run {tracker.run_id} trained a classifier")
+        if config.task != task:
+            wanted, trained = (("a language model", "a classifier") if task == "lm" else
+                               ("a classifier", "a language model"))
+            raise UedpError(f"{purpose} needs {wanted}; run {tracker.run_id} trained {trained}")
         model_dir = tracker.download("model", Path(tmp))
         if model_dir is None:
             raise UedpError(f"run {tracker.run_id} has no stored model; train with --log-model (or --canaries)")

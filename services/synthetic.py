@@ -32,6 +32,7 @@ from uedp.errors import UedpError
 from uedp.privacy.statement import PrivacyStatement
 from uedp.progress import progress as progress_bar
 from uedp.services import privacy_budget
+from uedp.services.control_codes import control_code, without_code
 from uedp.services.lineage import DATASET_ID_TAG, START_LINEAGE_TAG, TEXT_LINEAGE_TAG, protected_ids, text_lineage
 from uedp.services.run_ids import is_run_id, not_a_run_id
 from uedp.services.synthetic_source import SyntheticSource, synthetic_source
@@ -79,6 +80,11 @@ class GenerateConfig(BaseModel):
                             "and test splits (half each)")
     seed: int = Field(0, description="seed of every draw (tokens, prompts, splits): generation is post-processing, "
                       "so a known seed costs no privacy")
+    labels: list[str] = Field(default_factory=list, description="a labelled corpus: the classes to generate, each text "
+                              "sampled after its class' control code from a run trained with control_codes; the "
+                              "classes and their shares are yours (public by your word: read from no data)")
+    label_shares: list[float] = Field(default_factory=list, description="with labels: each class' share of the texts, "
+                                      "in the order of labels (default: equal shares)")
     batch_size: int = Field(32, ge=1, description="texts sampled at once")
     device: str = Field("auto", description="auto (a GPU when there is one), cpu, cuda or cuda:N")
 
@@ -94,6 +100,32 @@ class GenerateConfig(BaseModel):
         validate_dataset_name(self.output_name)
         return self
 
+    @model_validator(mode="after")
+    def _shares_of_the_labels(self) -> GenerateConfig:
+        if self.label_shares and len(self.label_shares) != len(self.labels):
+            raise ValueError(f"label_shares: {len(self.label_shares)} shares for {len(self.labels)} labels (one share "
+                             "per label, in the same order)")
+        if any(share <= 0 for share in self.label_shares):
+            raise ValueError("label_shares: every share must be positive (leave a class out of labels instead)")
+        if len(set(self.labels)) != len(self.labels):
+            raise ValueError("labels: a class is named twice")
+        return self
+
+    def text_labels(self) -> list[str | None]:
+        """The class of each text, in order (None for every text of an unlabelled corpus): each class' share of
+        ``count`` by the largest remainder, then the classes interleaved by a draw of the seed, so a batch
+        holds several classes and the order is no signal. Reads the settings only."""
+        if not self.labels:
+            return [None] * self.count
+        shares = self.label_shares or [1.0] * len(self.labels)
+        exact = [self.count * share / sum(shares) for share in shares]
+        counts = [int(math.floor(value)) for value in exact]
+        for index in sorted(range(len(exact)), key=lambda i: counts[i] - exact[i])[: self.count - sum(counts)]:
+            counts[index] += 1
+        labels = [label for label, n in zip(self.labels, counts) for _ in range(n)]
+        order = np.random.default_rng([self.seed, 2]).permutation(len(labels))
+        return [labels[int(i)] for i in order]
+
     @property
     def output_name(self) -> str:
         return self.output or f"synthetic-{self.run_id[:12]}"
@@ -104,8 +136,11 @@ class GenerateConfig(BaseModel):
         return SamplingSettings(self.max_new_tokens, self.temperature, self.top_p)
 
     def identity(self) -> dict[str, Any]:
-        """Everything that decides the texts (the device only changes rounding, the name nothing)."""
-        return self.model_dump(exclude={"output", "device"})
+        """Everything that decides the texts (the device only changes rounding, the name nothing). The label
+        settings came later: an unlabelled corpus keeps the key it had before they existed (reused, not sampled
+        again)."""
+        data = self.model_dump(exclude={"output", "device"})
+        return {k: v for k, v in data.items() if v or k not in ("labels", "label_shares")}
 
 
 @dataclass(frozen=True)
@@ -157,6 +192,15 @@ def generate_dataset(home: DataHome, config: GenerateConfig, progress: bool = Fa
     if config.prompts:  # the prompts are text of the corpus the run never protected: public by the user's word
         statement = replace(statement, public=(*statement.public, f"the prompts: the first {config.prompt_words} "
                                                f"word(s) of sentences of dataset {config.prompts!r}"))
+    text_labels = config.text_labels()
+    if config.labels:
+        if not run.config.control_codes:
+            raise UedpError(f"--labels: run {config.run_id} was not trained with control codes (train it with "
+                            "--control-codes on a labelled corpus), so its model does not know the classes' codes")
+        statement = replace(statement, public=(*statement.public, "the classes generated and their shares: "
+                                               + ", ".join(f"{label} {share:.3g}" for label, share in
+                                                           zip(config.labels, _shares(config)))
+                                               + " (given by the user, read from no data)"))
     # A model trained on a synthetic corpus states that corpus' guarantee, for the people of the dataset the
     # corpus came from: so does what it generates, and that dataset's ledger lists it.
     upstream = synthetic_source(home, source)
@@ -165,6 +209,9 @@ def generate_dataset(home: DataHome, config: GenerateConfig, progress: bool = Fa
                              tuple(i for i in tags.get(START_LINEAGE_TAG, "").split(",") if i), config.prompts or "")
     prompt_texts, prompts_key = (public_prompts(home, config, protected, lineage) if config.prompts
                                  else ([""] * config.count, ""))
+    if config.labels:  # each text starts with its class' code, then its public prompt words if any
+        prompt_texts = [" ".join(p for p in (control_code(str(label)), prompt) if p)
+                        for label, prompt in zip(text_labels, prompt_texts)]
     key = hash_config({"run_id": config.run_id, "settings": config.identity(), "prompts": prompts_key,
                        "version": GENERATION_VERSION})
     existing = read_manifest(home.table_dir(name, "sentences"))
@@ -184,7 +231,8 @@ def generate_dataset(home: DataHome, config: GenerateConfig, progress: bool = Fa
                                      config.batch_size, on_batch=bar.update)
         finally:
             bar.close()
-        manifest = _write(home, config, origin, key, texts)
+        texts = [without_code(label, text) if label is not None else text for label, text in zip(text_labels, texts)]
+        manifest = _write(home, config, origin, key, texts, text_labels)
         forget(kept)
         result = _result(config, origin, manifest, reused=False, seconds=time.monotonic() - started)
     _enter_in_ledger(home, config, origin, key, covered)
@@ -290,15 +338,22 @@ def writers_and_splits(count: int, per_writer: int, held_out: float, seed: int) 
     return ([names[i // per_writer] for i in range(count)], [split_of[i // per_writer] for i in range(count)])
 
 
-def _write(home: DataHome, config: GenerateConfig, origin: SyntheticSource, key: str, texts: list[str]) -> dict[str, Any]:
-    """The three tables, swapped in together (a failure in any leaves none)."""
+def _shares(config: GenerateConfig) -> list[float]:
+    shares = config.label_shares or [1.0] * len(config.labels)
+    return [share / sum(shares) for share in shares]
+
+
+def _write(home: DataHome, config: GenerateConfig, origin: SyntheticSource, key: str, texts: list[str],
+           labels: list[str | None]) -> dict[str, Any]:
+    """The three tables, swapped in together (a failure in any leaves none); a labelled corpus keeps each text's
+    class in the sentences' label column, as an ingested classification corpus does."""
     users, splits = writers_and_splits(len(texts), config.per_writer, config.held_out, config.seed)
     positions: dict[str, int] = {}
     rows = []
-    for i, (text, user, split) in enumerate(zip(texts, users, splits)):
+    for i, (text, user, split, label) in enumerate(zip(texts, users, splits, labels, strict=True)):
         positions[user] = positions.get(user, -1) + 1
         rows.append({"sentence_id": i, "user_id": user, "doc_id": user, "split": split, "position": positions[user],
-                     "text": text, "label": None, "source_file": f"generated:{config.run_id}", "source_line": i + 1,
+                     "text": text, "label": label, "source_file": f"generated:{config.run_id}", "source_line": i + 1,
                      "gold_spans": []})
     per_user: dict[str, dict[str, int]] = {}
     for user, split in zip(users, splits):

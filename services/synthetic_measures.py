@@ -117,7 +117,7 @@ def measure_fidelity(home: DataHome, dataset: str, encoder: Path, device: str = 
     RunTracker.attach(home, source.run_id).log_metrics({
         f"synthetic.{dataset}.frechet_real_test": figures.frechet_real_test,
         f"synthetic.{dataset}.frechet_real_valid": figures.frechet_real_valid})
-    _keep(home, source, dataset, {"fidelity": asdict(figures)})
+    keep_measures(home, source, dataset, {"fidelity": asdict(figures)})
     return figures
 
 
@@ -225,7 +225,7 @@ def measure_leakage(home: DataHome, dataset: str, reference: str | None = None, 
         copied_sentences=copies(corpus, sentences), copied_sentences_reference=copies(sample, sentences),
         entity_surfaces=surfaces_found(corpus, surfaces), entity_surfaces_reference=surfaces_found(sample, surfaces),
         categories=tuple(categories), canaries=canaries, canaries_verbatim=verbatim, canary_exposure_mean=exposure_mean)
-    _keep(home, source, dataset, {"leakage": asdict(figures)})
+    keep_measures(home, source, dataset, {"leakage": asdict(figures)})
     return figures
 
 
@@ -272,7 +272,7 @@ def measure_utility(home: DataHome, dataset: str, steps: int = 200, batch_size: 
     generating.set_tags({f"uedp.synthetic.{dataset}.utility_run": trained.run_id})
     figures = UtilityFigures(dataset, trained.run_id, real, float(own), steps,
                              float(logged.get("perplexity_test_unigram_baseline", math.nan)))
-    _keep(home, source, dataset, {"utility": asdict(figures)})
+    keep_measures(home, source, dataset, {"utility": asdict(figures)})
     return figures
 
 
@@ -320,7 +320,7 @@ def _canaries(home: DataHome, source: SyntheticSource, corpus: list[str], utilit
     return len(canaries), verbatim, float(np.mean([exposure(c, score).exposure for c in canaries]))
 
 
-def _keep(home: DataHome, source: SyntheticSource, dataset: str, figures: dict[str, Any]) -> Path:
+def keep_measures(home: DataHome, source: SyntheticSource, dataset: str, figures: dict[str, Any]) -> Path:
     """Merge ``figures`` into the corpus' measures file in the data home (the curator's; never released)."""
     folder = home.reports_dir(source.dataset)
     folder.mkdir(parents=True, exist_ok=True)

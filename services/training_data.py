@@ -16,6 +16,7 @@ from uedp.privacy.deid import redact
 from uedp.privacy.mechanisms.base import TrainData
 from uedp.services.audit_plan import CANARY_CATEGORY, canary_key
 from uedp.services.config import TrainConfig
+from uedp.services.control_codes import code_length, with_code
 from uedp.storage.catalog import Catalog
 
 
@@ -34,11 +35,13 @@ class TrainingTexts:
 
 def load_training_texts(catalog: Catalog, config: TrainConfig, audit: AuditPlan | None = None) -> TrainingTexts:
     """Train-split texts by user; ``deid`` trains on the redacted ones in place of the originals; with
-    the one-run audit's canaries when ``audit`` is given."""
+    the one-run audit's canaries when ``audit`` is given; with control codes, each sentence after its class'
+    code (its sensitive spans moved by the code's length)."""
     # A mechanism the categories do not change (noiseless) needs no entities table.
     needless = "entities" not in catalog.tables and not config.spec.uses_categories(config.params)
     spans = {} if needless else catalog.entity_spans(config.categories, "train")
     classes = catalog.labels("train") if config.task == "classification" else None
+    codes = coded_labels(catalog, config, "train")
     texts: dict[str, list[str]] = {}
     entities: dict[str, list[frozenset[str]]] = {}
     redacted: dict[str, list[str]] = {}
@@ -51,6 +54,12 @@ def load_training_texts(catalog: Catalog, config: TrainConfig, audit: AuditPlan 
             labels.setdefault(user_id, []).append(classes[sentence_id])
         found = spans.get(sentence_id, [])
         clean = redact(text, [(s, e, c) for s, e, c, _ in found]) if found else text
+        if codes is not None:
+            if sentence_id not in codes:
+                continue  # no class, no code: the model would learn text of no class
+            shift = code_length(codes[sentence_id])
+            text, clean = with_code(codes[sentence_id], text), with_code(codes[sentence_id], clean)
+            found = [(s + shift, e + shift, c, k) for s, e, c, k in found]
         texts.setdefault(user_id, []).append(clean if config.spec.text == "redacted" else text)
         redacted.setdefault(user_id, []).append(clean)
         entities.setdefault(user_id, []).append(frozenset(key for _, _, _, key in found))
@@ -58,6 +67,18 @@ def load_training_texts(catalog: Catalog, config: TrainConfig, audit: AuditPlan 
     training = TrainingTexts(texts, entities, redacted, labels if classes is not None else None, spans=spans_of)
     training = with_canaries(training, config) if config.canaries else training
     return with_audit_canaries(training, config, audit) if audit is not None else training
+
+
+def coded_labels(catalog: Catalog, config: TrainConfig, split: str) -> dict[int, str] | None:
+    """``sentence_id -> class`` of a split, when the configuration reads sentences after their control codes
+    (None when it does not); a corpus without classes is refused, naming the setting."""
+    if not config.control_codes:
+        return None
+    labels = catalog.labels(split)
+    if not labels and split == "train":
+        raise UedpError(f"dataset {config.dataset!r} has no class labels in its train split: control_codes write each "
+                        "sentence's class before it (ingest a labelled corpus, e.g. ag_news)")
+    return labels
 
 
 def with_audit_canaries(training: TrainingTexts, config: TrainConfig, plan: AuditPlan) -> TrainingTexts:
@@ -147,6 +168,9 @@ def prepare_data(catalog: Catalog, config: TrainConfig, tokenizer: PreTrainedTok
 def _split(catalog: Catalog, config: TrainConfig, split: str,
            examples: Callable[[list[str], list[str] | None], list[Example]], index: dict[str, int]) -> list[Example]:
     rows = catalog.sentences(split)
+    codes = coded_labels(catalog, config, split)
+    if codes is not None:  # held-out text is read as training read its text: after its class' code
+        return examples([with_code(codes[sid], text) for sid, _, text in rows if sid in codes], None)
     if config.task == "lm":
         return examples([text for _, _, text in rows], None)
     classes = catalog.labels(split)

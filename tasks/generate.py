@@ -8,6 +8,7 @@ from pathlib import Path
 from prefect import get_run_logger
 
 from uedp.services.synthetic import GenerateConfig, GenerateResult, generate_dataset
+from uedp.services.synthetic_accuracy import AccuracyFigures, measure_accuracy
 from uedp.services.synthetic_measures import (
     FidelityFigures,
     UtilityFigures,
@@ -35,6 +36,15 @@ def utility_task(home: DataHome, dataset: str, steps: int, device: str = "auto",
                  progress: bool = False) -> UtilityFigures:
     logger = get_run_logger()
     figures = measure_utility(home, dataset, steps=steps, device=device, progress=progress, report_to=logger.info)
+    logger.info("%s", figures.line())
+    return figures
+
+
+@retried_task("synthetic-accuracy", task_run_name="accuracy-{dataset}")
+def accuracy_task(home: DataHome, dataset: str, steps: int, device: str = "auto",
+                  progress: bool = False) -> AccuracyFigures:
+    logger = get_run_logger()
+    figures = measure_accuracy(home, dataset, steps=steps, device=device, progress=progress, report_to=logger.info)
     logger.info("%s", figures.line())
     return figures
 

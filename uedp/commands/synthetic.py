@@ -55,6 +55,11 @@ def generate(
     that run's figures, in no total. Prompts (--prompts) come from a dataset of public text only.
 
     Example: uedp generate 3f2a...e9 --count 2000 --prompts reuters --measure
+
+    A labelled corpus (--labels, from a run trained with --control-codes on a labelled corpus) samples each text
+    after its class' code and keeps the class as its label; --measure then also trains a classifier on it.
+
+    Example: uedp generate 3f2a...e9 --count 2000 --labels 1,2,3,4 --measure
     """
     data_home = prepare_runtime(home)
     if encoder is not None and not (encoder / "config.json").is_file():
@@ -85,6 +90,8 @@ def generate(
     typer.echo(f"  what this means: {PRIVACY_DOC} (\"Synthetic text\")")
     if outcome.utility is not None:
         typer.echo(outcome.utility.line())
+    if outcome.accuracy is not None:
+        typer.echo(outcome.accuracy.line())
     if outcome.fidelity is not None:
         typer.echo(outcome.fidelity.line())
     elif outcome.fidelity_skipped:
