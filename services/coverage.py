@@ -19,7 +19,7 @@ from uedp.detection.categories import taxonomy
 from uedp.services.lineage import protected_ids
 from uedp.storage.catalog import Catalog
 from uedp.storage.home import DataHome
-from uedp.storage.tables import read_manifest
+from uedp.storage.manifests import EntitiesManifest, entities_manifest, entities_manifest_in
 
 COVERAGE_FILE = "coverage.json"
 HELD_OUT = ("valid", "test")
@@ -52,14 +52,14 @@ def compute_coverage(catalog: Catalog) -> dict[str, dict[str, list[dict[str, Any
 def store_coverage(home: DataHome, dataset: str) -> None:
     """Write ``coverage.json`` beside a freshly written entities table (atomically)."""
     folder = home.table_dir(dataset, "entities")
-    manifest = read_manifest(folder)
+    manifest = entities_manifest_in(folder)
     if manifest is None:
         return
     with Catalog(home, dataset) as catalog:
         figures = compute_coverage(catalog)
     partial = folder / f".{COVERAGE_FILE}.{uuid.uuid4().hex[:8]}.tmp"  # concurrent writers never share one
     try:
-        partial.write_text(json.dumps({"entities_key": manifest["key"], "coverage": figures}), encoding="utf-8")
+        partial.write_text(json.dumps({"entities_key": manifest.key, "coverage": figures}), encoding="utf-8")
         os.replace(partial, folder / COVERAGE_FILE)
     except OSError:  # a read-only data home: the figures are recomputed when asked for
         partial.unlink(missing_ok=True)
@@ -68,12 +68,12 @@ def store_coverage(home: DataHome, dataset: str) -> None:
 def stored_coverage(home: DataHome, dataset: str) -> dict[str, dict[str, list[dict[str, Any]]]]:
     """The stored figures of the current entities table (computed and stored when missing or stale)."""
     folder = home.table_dir(dataset, "entities")
-    manifest = read_manifest(folder)
+    manifest = entities_manifest_in(folder)
     path = folder / COVERAGE_FILE
     if manifest is not None and path.is_file():
         raw = json.loads(path.read_text(encoding="utf-8"))
         complete = not raw["coverage"] or all(scope in raw["coverage"] for scope, _ in SCOPES)  # older: no splits
-        if raw.get("entities_key") == manifest["key"] and complete:
+        if raw.get("entities_key") == manifest.key and complete:
             return dict(raw["coverage"])
     store_coverage(home, dataset)
     return dict(json.loads(path.read_text(encoding="utf-8"))["coverage"]) if path.is_file() else {}
@@ -107,13 +107,13 @@ class SplitCoverage:
         return f"{self.split} (held-out)" if self.split in (*HELD_OUT, "+".join(HELD_OUT)) else self.split
 
 
-def ner_trained_on(manifest: dict[str, Any], ids: frozenset[str] = frozenset()) -> str | None:
+def ner_trained_on(manifest: EntitiesManifest | None, ids: frozenset[str] = frozenset()) -> str | None:
     """The split of this dataset (its lineage ids, ``services.lineage.protected_ids``: a copy of its text under
     another name or split counts) that the entities table's spaCy pipeline was trained on, when `uedp ner train`
     made it (its meta.json says so), else None. A pipeline trained on another dataset's text has no split here.
     One from an older uedp, which did not record its dataset, marks the train split of any dataset: erring on
     the side of not calling its figures held-out."""
-    model = str((manifest.get("detector") or {}).get("spacy_model") or "")
+    model = manifest.spacy_model if manifest is not None else ""
     meta_file = Path(model) / "meta.json" if model else None
     if meta_file is None or not meta_file.is_file():
         return None
@@ -132,7 +132,7 @@ def ner_trained_on(manifest: dict[str, Any], ids: frozenset[str] = frozenset()) 
 
 def _own_split(home: DataHome, dataset: str) -> str | None:
     """The split of ``dataset`` the entities table's own `uedp ner train` NER learnt from, if any."""
-    return ner_trained_on(read_manifest(home.table_dir(dataset, "entities")) or {}, protected_ids(home, dataset))
+    return ner_trained_on(entities_manifest(home, dataset), protected_ids(home, dataset))
 
 
 def coverage_by_split(home: DataHome, dataset: str) -> list[SplitCoverage]:
@@ -182,7 +182,8 @@ def detector_recall(catalog: Catalog, categories: list[str]) -> DetectorRecall:
     detectors = catalog.detectors() if "entities" in catalog.tables else []
     automatic = [d for d in detectors if d != "gold"]
     # A count of the curator's list (never its surfaces, which are private text): released in the caveats.
-    ignored = int(catalog.entities_manifest().get("ignored_surfaces") or 0)
+    detected = catalog.entities_manifest()
+    ignored = detected.ignored_surfaces if detected is not None else 0
     if "gold" in detectors and not automatic:
         return DetectorRecall(None, "gold only", ignored_surfaces=ignored)
     if "gold" not in detectors:

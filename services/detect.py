@@ -31,9 +31,10 @@ from uedp.services.ner import refuse_ner_fitted_to_training_text
 from uedp.storage.catalog import Catalog, CommonEntity
 from uedp.storage.formats.registry import formats
 from uedp.storage.home import DataHome
+from uedp.storage.manifests import entities_manifest_in, sentences_manifest_in
 from uedp.storage.remote import TableStore, open_store
 from uedp.storage.schemas import ENTITIES
-from uedp.storage.tables import DATA_FILE, TableWriter, hash_config, is_current, read_manifest
+from uedp.storage.tables import DATA_FILE, TableWriter, hash_config, is_current
 
 COLUMNS = ["sentence_id", "user_id", "text", "gold_spans"]
 STAGING_PREFIX = ".entities.shards-"
@@ -64,9 +65,10 @@ class DetectionPlan:
         """The existing entities table's result, when it was built from exactly this key."""
         if not is_current(self.entities_dir, self.key):
             return None
-        if (read_manifest(self.entities_dir) or {}).get("sentences_key") != self.details["sentences_key"]:
+        written = entities_manifest_in(self.entities_dir)
+        if written is None or written.sentences_key != self.details["sentences_key"]:
             return None  # written by an older uedp, which did not record its sentences: rebuild it
-        return DetectResult(self.dataset, self.detector, True, int(read_manifest(self.entities_dir)["rows"]))  # type: ignore[index]
+        return DetectResult(self.dataset, self.detector, True, written.rows)
 
 
 @dataclass(frozen=True)
@@ -84,10 +86,10 @@ class Shard:
 
 def plan_detection(home: DataHome, dataset: str, config: DetectorConfig) -> DetectionPlan:
     sentences_dir = home.table_dir(dataset, "sentences")
-    sentences = read_manifest(sentences_dir)
+    sentences = sentences_manifest_in(sentences_dir)
     if sentences is None:
         raise UedpError(f"dataset {dataset!r} has no sentences table under {home.dataset_dir(dataset)}; ingest it first")
-    source_format = str((sentences.get("source") or {}).get("options", {}).get("format", ""))
+    source_format = sentences.source_format
     gold_formats = sorted(name for name, f in formats().items() if f.gold)  # read now: formats may register late
     if "gold" in config.detectors and source_format and source_format not in gold_formats:
         raise UedpError(f"dataset {dataset!r} was ingested from {source_format} files, which carry no gold entity tags "
@@ -96,14 +98,14 @@ def plan_detection(home: DataHome, dataset: str, config: DetectorConfig) -> Dete
     tax = taxonomy(home.labels_file)
     if "gold" in config.detectors:  # every unknown tag of the corpus at once, before any row is written
         tax.refuse_unknown(gold_labels(sentences_dir / DATA_FILE), f"the gold tags of dataset {dataset!r}", dataset)
-    key = hash_config({"sentences": sentences["key"], "detector": config.identity(), "entity_identity": IDENTITY_VERSION,
+    key = hash_config({"sentences": sentences.key, "detector": config.identity(), "entity_identity": IDENTITY_VERSION,
                        "taxonomy": tax.digest})
     details = {"detector": config.model_dump(exclude={"batch_size", "workers"}), "taxonomy": tax.source,
-               "taxonomy_digest": tax.digest, "entity_identity": IDENTITY_VERSION, "sentences_key": sentences["key"]}
+               "taxonomy_digest": tax.digest, "entity_identity": IDENTITY_VERSION, "sentences_key": sentences.key}
     if config.ignore_entities:  # how many surfaces the curator listed: said in every entity-level run's caveats
         details["ignored_surfaces"] = read_ignore_list(config.ignore_entities).surfaces
     return DetectionPlan(dataset, key, "+".join(config.detectors), sentences_dir / DATA_FILE,
-                         home.table_dir(dataset, "entities"), details, int(sentences["rows"]))
+                         home.table_dir(dataset, "entities"), details, sentences.rows)
 
 
 def gold_labels(sentences_file: Path) -> set[str]:

@@ -37,9 +37,8 @@ from uedp.errors import UedpError
 from uedp.models.checkpoints import INIT_RUN_FILE, vocabulary_file_hashes
 from uedp.services.text_overlap import shares_train_text
 from uedp.storage.home import DataHome
-from uedp.storage.schemas import GENERATED_FROM
-from uedp.storage.tables import read_manifest
-from uedp.storage.text_identity import TEXT_KEY, table_text_key
+from uedp.storage.manifests import sentences_manifest, sentences_manifest_in, table_manifest
+from uedp.storage.text_identity import table_text_key
 
 # MLflow tags of a run: the texts its own dataset is (and was drawn from), and what its start had seen.
 TEXT_LINEAGE_TAG = "uedp.text_lineage"
@@ -54,7 +53,8 @@ START_ID_TAG = "uedp.start_id"
 def keyed_table_id(home: DataHome, dataset: str, table: str) -> str:
     """A table's content key, keyed with the data home's secret: released as-is, a content key hashes the
     corpus itself and would let anyone who can guess D or D' tell them apart."""
-    return home.keyed_id(str((read_manifest(home.table_dir(dataset, table)) or {}).get("key", "")))
+    manifest = table_manifest(home.table_dir(dataset, table))
+    return home.keyed_id(manifest.key if manifest is not None else "")
 
 
 def start_id(home: DataHome, content_hash: str) -> str:
@@ -75,16 +75,14 @@ def text_lineage(home: DataHome, dataset: str) -> tuple[str, ...]:
         seen.add(name)
         sentences = home.table_dir(name, "sentences")
         keys.append(table_text_key(sentences))
-        manifest = read_manifest(sentences) or {}
-        source = manifest.get("source")
-        generated = manifest.get(GENERATED_FROM)
-        if isinstance(generated, dict):  # sampled from a model: it carries the texts that model's run protects
+        manifest = sentences_manifest_in(sentences)
+        generated = manifest.generated_from if manifest is not None else None
+        if generated is not None:  # sampled from a model: it carries the texts that model's run protects
             sampled_from += [str(i) for i in generated.get("lineage", ()) if i]
-        name = None
-        if isinstance(source, dict) and source.get("dataset"):
+        name = manifest.derived_from if manifest is not None else None
+        if name is not None and manifest is not None:
             # recorded when the release was drawn; an older release's: its source as it is now
-            keys.append(str(source.get(TEXT_KEY) or ""))
-            name = str(source["dataset"])
+            keys.append(manifest.source_text_key)
     keyed = home.keyed_ids([f"text:{k}" if k else "" for k in keys])
     return tuple(dict.fromkeys(i for i in (*keyed, *sampled_from) if i))
 
@@ -128,8 +126,9 @@ class RunMarker:
 def run_lineage(home: DataHome, dataset: str, start_lineage: tuple[str, ...]) -> tuple[str, ...]:
     """The texts a run's weights will have seen: its dataset's and its start's, and for a synthetic dataset
     also those its generating model had started from (they shaped every sampled text)."""
-    generated = (read_manifest(home.table_dir(dataset, "sentences")) or {}).get(GENERATED_FROM)
-    sampled_start = [str(i) for i in generated.get("start_lineage", ()) if i] if isinstance(generated, dict) else []
+    manifest = sentences_manifest(home, dataset)
+    generated = manifest.generated_from if manifest is not None else None
+    sampled_start = [str(i) for i in generated.get("start_lineage", ()) if i] if generated is not None else []
     return tuple(dict.fromkeys((*text_lineage(home, dataset), *sampled_start, *start_lineage)))
 
 

@@ -30,16 +30,17 @@ from uedp.services.text_overlap import distinctive, sentence_ids, shares_sentenc
 from uedp.storage.catalog import Catalog
 from uedp.storage.formats.registry import formats
 from uedp.storage.home import DataHome
-from uedp.storage.tables import DATA_FILE, read_manifest
+from uedp.storage.manifests import sentences_manifest, sentences_manifest_in
+from uedp.storage.tables import DATA_FILE
 
 
 def gold_sentences(home: DataHome, dataset: str, split: str) -> list[GoldSentence]:
     """The split's sentences with their gold spans, labels in the taxonomy's canonical names (PER is PERSON)."""
     folder = home.table_dir(dataset, "sentences")
-    manifest = read_manifest(folder)
+    manifest = sentences_manifest_in(folder)
     if manifest is None:
         raise UedpError(f"dataset {dataset!r} has no sentences table under {home.dataset_dir(dataset)}; ingest it first")
-    source_format = str(manifest.get("source", {}).get("options", {}).get("format", ""))
+    source_format = manifest.source_format
     gold_formats = sorted(name for name, f in formats().items() if f.gold)  # read now: formats may register late
     if source_format and source_format not in gold_formats:
         raise UedpError(f"dataset {dataset!r} was ingested from {source_format} files, which carry no gold entity "
@@ -79,7 +80,8 @@ def train_dataset_ner(home: DataHome, dataset: str, out: Path | None = None, *, 
     if not held_out:
         raise UedpError(f"dataset {dataset!r} has no {eval_split} sentences to score the NER on")
     dev = gold_sentences(home, dataset, dev_split) if dev_split else []
-    sentences_key = str((read_manifest(home.table_dir(dataset, "sentences")) or {}).get("key", ""))
+    ingested = sentences_manifest(home, dataset)
+    sentences_key = ingested.key if ingested is not None else ""
     trained_on = {"dataset_id": home.keyed_id(sentences_key), "split": train_split,
                   "text_lineage": list(text_lineage(home, dataset))}
     records = _records(home, dataset, train_split)

@@ -48,8 +48,8 @@ from uedp.privacy.mechanisms import registry
 from uedp.services.lineage import text_lineage
 from uedp.services.text_overlap import shares_train_text
 from uedp.storage.home import DataHome
+from uedp.storage.manifests import sentences_manifest
 from uedp.storage.privacy_ledger import FINISHED, LEDGER_FILE, RESERVED, LedgerEntry, LedgerState, PrivacyLedger
-from uedp.storage.tables import read_manifest
 
 NO_UNIT = "none"  # the unit of runs without a guarantee, as their statements give it
 SEEDED = "seeded"
@@ -120,9 +120,8 @@ def ledger_of(home: DataHome, dataset: str) -> PrivacyLedger:
 def derived_from(home: DataHome, dataset: str) -> str | None:
     """The dataset a local-DP release was drawn from, when ``dataset`` is one (its train split is that
     release: training on it is post-processing, charged to nobody)."""
-    manifest = read_manifest(home.table_dir(dataset, "sentences")) or {}
-    source = manifest.get("source")
-    return str(source.get("dataset")) if isinstance(source, dict) and source.get("dataset") else None
+    manifest = sentences_manifest(home, dataset)
+    return manifest.derived_from if manifest is not None else None
 
 
 def text_of(home: DataHome, dataset: str) -> str:

@@ -20,7 +20,8 @@ from uedp.errors import UedpError
 from uedp.privacy.sanitization.release import ReleaseFigures
 from uedp.services.config import SanitizeConfig, TrainConfig
 from uedp.storage.home import DataHome
-from uedp.storage.tables import hash_config, read_manifest
+from uedp.storage.manifests import sentences_manifest
+from uedp.storage.tables import hash_config
 
 # The mask-inference attack's figures (thesis Table 3.7), when an attack model was given.
 ATTACK_FIGURES = ("mask_inference_success", "mask_inference_success_sanitized", "mask_inference_success_original")
@@ -71,9 +72,9 @@ def open_release(home: DataHome, config: SanitizeConfig) -> SanitizeResult:
     """The release ``config`` names, as its draw step recorded it (``reused``: a training draws nothing).
     Refused when it was never drawn here, or when the dataset's folder now holds another release."""
     path = _record_path(home, config)
-    manifest = read_manifest(home.table_dir(config.output_name, "sentences"))
+    manifest = sentences_manifest(home, config.output_name)
     record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    if manifest is None or record.get("key") != manifest.get("key"):
+    if manifest is None or record.get("key") != manifest.key:
         raise UedpError(f"the local-DP release {config.output_name!r} this training reads is not drawn in this data "
                         f"home{' (its folder now holds another draw)' if manifest is not None and record else ''}: "
                         f"draw it first (`uedp train` and the train flow do, before training; or `uedp sanitize "

@@ -37,9 +37,16 @@ from uedp.services.releases import ATTACK_FIGURES, SanitizeResult, record_releas
 from uedp.services.sanitize_attack import attack_figures, attack_spec
 from uedp.storage.catalog import Catalog
 from uedp.storage.home import DataHome
+from uedp.storage.manifests import (
+    SentencesManifest,
+    entities_manifest,
+    entities_manifest_in,
+    sentences_manifest,
+    sentences_manifest_in,
+)
 from uedp.storage.public_declaration import public_declaration
 from uedp.storage.schemas import ENTITIES, SENTENCES, USERS
-from uedp.storage.tables import TableWriter, hash_config, is_current, read_manifest, read_table
+from uedp.storage.tables import TableWriter, hash_config, is_current, read_table
 from uedp.storage.text_identity import TEXT_KEY, table_text_key, text_key_of
 
 __all__ = ["SanitizeConfig", "SanitizeResult", "sanitize_dataset"]
@@ -105,28 +112,28 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
     release is filed in the source dataset's privacy ledger; what it had already spent goes to ``say``
     (default: stderr). Either way the release is recorded for the trainings that open it by name
     (:func:`services.releases.open_release`)."""
-    source = read_manifest(home.table_dir(config.dataset, "sentences"))
+    source = sentences_manifest(home, config.dataset)
     if source is None:
         raise UedpError(f"dataset {config.dataset!r} has no sentences table under {home.dataset_dir(config.dataset)}; "
                         "ingest it first")
     entities_key = ""
     if config.keep == "non-entities":
-        entities = read_manifest(home.table_dir(config.dataset, "entities"))
+        entities = entities_manifest(home, config.dataset)
         if entities is None:
             raise UedpError(f"--keep non-entities needs detected entities: run `uedp detect {config.dataset}` first")
-        entities_key = str(entities["key"])
+        entities_key = entities.key
     embeddings, tokenizer = load_embeddings(config)
     if config.keep == "stopwords":
         embeddings = without_stopwords(embeddings)
-    identity = {"sentences": source["key"], "entities": entities_key, "embeddings": embeddings.key(),
+    identity = {"sentences": source.key, "entities": entities_key, "embeddings": embeddings.key(),
                 "config": config.release_settings()}
     key = hash_config(identity)
     # A release is drawn once and then reused, never redrawn: a second draw released next to the first
     # would compose (twice the epsilon), so one name holds one release, and another release (other
     # settings, other source text) under a name that holds one is refused rather than drawn over it.
     out_sentences = home.table_dir(config.output_name, "sentences")
-    existing = read_manifest(out_sentences)
-    if existing is not None and existing.get("key") != key:
+    existing = sentences_manifest_in(out_sentences)
+    if existing is not None and existing.key != key:
         raise UedpError(_another_release(config, existing, identity, out_sentences.parent))
     sampler, unprotected = _sampler(home, config, embeddings)
     segmenter = Segmenter(embeddings, tokenizer)
@@ -161,7 +168,7 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
     return drawn
 
 
-def _draw(home: DataHome, config: SanitizeConfig, key: str, identity: dict[str, Any], source: dict[str, Any],
+def _draw(home: DataHome, config: SanitizeConfig, key: str, identity: dict[str, Any], source: SentencesManifest,
           sampler: Sampler, unprotected: float, segmenter: Segmenter, table: pa.Table, texts: list[str],
           progress: bool) -> SanitizeResult:
     """Draw the release and write the sanitized dataset (sentences, users, empty entities) atomically."""
@@ -197,14 +204,14 @@ def _draw(home: DataHome, config: SanitizeConfig, key: str, identity: dict[str, 
     sanitized = sanitized.set_column(sanitized.schema.get_field_index("gold_spans"), "gold_spans", spans_column)
     # The release's own text, and the text it was drawn from (lineage: a model trained on the release
     # carries that text too, services.lineage).
-    details = {"source": {"dataset": config.dataset, "sentences_key": source["key"],
+    details = {"source": {"dataset": config.dataset, "sentences_key": source.key,
                           TEXT_KEY: table_text_key(home.table_dir(config.dataset, "sentences"))},
                TEXT_KEY: text_key_of(new_texts),
                "identity": {name: identity[name] for name in ("entities", "embeddings")},
                "sanitization": {k: v for k, v in asdict(result).items() if k not in ("dataset", "reused")},
                "figures_version": FIGURES_VERSION, "config": config.model_dump(),
                **({"attack_spec": attack_spec(config)} if config.attack_model else {}),
-               "per_split": source.get("per_split", {})}
+               "per_split": source.per_split}
     with TableWriter(out_sentences, SENTENCES, key, details) as writer:
         writer.write_batch(sanitized)
         draws.save(writer.side_file(DRAWS_FILE))  # private, like the raw text: stays in this home
@@ -222,7 +229,7 @@ def _draw(home: DataHome, config: SanitizeConfig, key: str, identity: dict[str, 
 FIGURES_VERSION = 2
 
 
-def _reused(home: DataHome, config: SanitizeConfig, key: str, manifest: dict[str, Any], sampler: Sampler,
+def _reused(home: DataHome, config: SanitizeConfig, key: str, manifest: SentencesManifest, sampler: Sampler,
             unprotected: float, table: pa.Table, texts: list[str], segmenter: Segmenter) -> SanitizeResult:
     """An existing release's figures: recomputed from its draws where this home holds them, otherwise
     those stored with it (an older uedp's migrated to the current definitions); the attack's, for the
@@ -230,11 +237,12 @@ def _reused(home: DataHome, config: SanitizeConfig, key: str, manifest: dict[str
     folder = home.table_dir(config.output_name, "sentences")
     out_users, out_entities = home.table_dir(config.output_name, "users"), home.table_dir(config.output_name, "entities")
     if not is_current(out_users, key):  # a copy of the source's users table: no draw in it
-        details = {k: v for k, v in manifest.items() if k not in ("rows", "created", "table", "schema_version", "key")}
+        details = {k: v for k, v in manifest.record.items()
+                   if k not in ("rows", "created", "table", "schema_version", "key")}
         with TableWriter(out_users, USERS, key, details) as users:
             users.write_batch(read_table(home.table_dir(config.dataset, "users")))
-    entities = read_manifest(out_entities) or {}
-    if entities.get("note") == EMPTY_ENTITIES_NOTE and entities.get("sentences_key") != key:  # an older uedp's
+    entities = entities_manifest_in(out_entities)
+    if entities is not None and entities.note == EMPTY_ENTITIES_NOTE and entities.sentences_key != key:  # older uedp
         _write_empty_entities(out_entities, key)
     try:
         draws = Draws.load(folder / DRAWS_FILE)
@@ -243,10 +251,10 @@ def _reused(home: DataHome, config: SanitizeConfig, key: str, manifest: dict[str
     if draws is not None:
         result = _summary(config, sampler, unprotected, table, draws.rows, draws.records, draws.released)
     else:
-        stored = _current_figures(dict(manifest["sanitization"]), manifest.get("figures_version"))
+        stored = _current_figures(dict(manifest.detail("sanitization")), manifest.detail("figures_version"))
         result = SanitizeResult(**{k: v for k, v in stored.items() if k not in ATTACK_FIGURES},
                                 dataset=config.output_name, reused=True)
-    attack = attack_figures(home, config, key, manifest, draws, texts, segmenter.text_of)
+    attack = attack_figures(home, config, key, manifest.record, draws, texts, segmenter.text_of)
     return replace(result, reused=True, **attack)
 
 
@@ -259,18 +267,18 @@ def _current_figures(stored: dict[str, Any], version: int | None) -> dict[str, A
     return stored
 
 
-def _another_release(config: SanitizeConfig, existing: dict[str, Any], identity: dict[str, Any], folder: Path) -> str:
+def _another_release(config: SanitizeConfig, existing: SentencesManifest, identity: dict[str, Any], folder: Path) -> str:
     """Why a release cannot be drawn under ``config.output_name``: what differs from the one it holds."""
     differs = []
-    if (existing.get("source") or {}).get("sentences_key") != identity["sentences"]:
+    if existing.source_sentences_key != identity["sentences"]:
         differs.append(f"the text of {config.dataset!r} (ingested again since)")
-    stored_identity = existing.get("identity") or {}
+    stored_identity = existing.detail("identity") or {}
     differs += [what for name, what in (("entities", "the detected entities"), ("embeddings", "the vectors"))
                 if name in stored_identity and stored_identity[name] != identity[name]]
     try:
-        before = SanitizeConfig.model_validate(existing.get("config") or {}).release_settings()
+        before = SanitizeConfig.model_validate(existing.detail("config") or {}).release_settings()
     except (ValueError, TypeError):
-        before = dict(existing.get("config") or {})
+        before = dict(existing.detail("config") or {})
     differs += [f"{name} ({before.get(name)!r}, now {value!r})" for name, value in identity["config"].items()
                 if before.get(name) != value]
     what = "; ".join(differs) or "how it was keyed (an older uedp drew it, or its vectors changed)"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -62,7 +62,7 @@ def attack_spec(config: SanitizeConfig) -> str:
     return digest.hexdigest()
 
 
-def attack_figures(home: DataHome, config: SanitizeConfig, release_key: str, manifest: dict[str, Any] | None,
+def attack_figures(home: DataHome, config: SanitizeConfig, release_key: str, manifest: Mapping[str, Any] | None,
                    draws: Draws | None, texts: list[str], text_of: Callable[[int], str]) -> AttackFigures:
     """The attack's figures for this release and the attacker ``config`` names (all None without one):
     those stored with the release or cached for it, else measured on its draws (and cached)."""

@@ -38,9 +38,10 @@ from uedp.services.run_ids import is_run_id, not_a_run_id
 from uedp.services.synthetic_source import SyntheticSource, synthetic_source
 from uedp.storage.catalog import require_ingested
 from uedp.storage.home import DataHome, validate_dataset_name
+from uedp.storage.manifests import SentencesManifest, sentences_manifest, sentences_manifest_in
 from uedp.storage.privacy_ledger import LedgerEntry
 from uedp.storage.schemas import ENTITIES, GENERATED_FROM, SENTENCES, USERS
-from uedp.storage.tables import TableWriter, hash_config, read_manifest, read_table
+from uedp.storage.tables import TableWriter, hash_config, read_table
 from uedp.storage.text_identity import TEXT_KEY, text_key_of
 
 if TYPE_CHECKING:
@@ -214,9 +215,9 @@ def generate_dataset(home: DataHome, config: GenerateConfig, progress: bool = Fa
                         for label, prompt in zip(text_labels, prompt_texts)]
     key = hash_config({"run_id": config.run_id, "settings": config.identity(), "prompts": prompts_key,
                        "version": GENERATION_VERSION})
-    existing = read_manifest(home.table_dir(name, "sentences"))
+    existing = sentences_manifest(home, name)
     if existing is not None:
-        if existing.get("key") != key:
+        if existing.key != key:
             raise UedpError(_another_corpus(home, name, existing))
         result = _result(config, origin, existing, reused=True)
     else:
@@ -282,7 +283,8 @@ def public_prompts(home: DataHome, config: GenerateConfig, source: str,
                              f"{report}, in the data home)", str(report))
     rng = np.random.default_rng([config.seed, 1])
     chosen = rng.choice(usable, size=config.count, replace=config.count > len(usable))
-    key = str((read_manifest(home.table_dir(prompts, "sentences")) or {}).get("key", ""))
+    ingested = sentences_manifest(home, prompts)
+    key = ingested.key if ingested is not None else ""
     return [" ".join(texts[int(i)].split()[: config.prompt_words]) for i in chosen], key
 
 
@@ -344,7 +346,7 @@ def _shares(config: GenerateConfig) -> list[float]:
 
 
 def _write(home: DataHome, config: GenerateConfig, origin: SyntheticSource, key: str, texts: list[str],
-           labels: list[str | None]) -> dict[str, Any]:
+           labels: list[str | None]) -> SentencesManifest:
     """The three tables, swapped in together (a failure in any leaves none); a labelled corpus keeps each text's
     class in the sentences' label column, as an ingested classification corpus does."""
     users, splits = writers_and_splits(len(texts), config.per_writer, config.held_out, config.seed)
@@ -370,14 +372,14 @@ def _write(home: DataHome, config: GenerateConfig, origin: SyntheticSource, key:
             with TableWriter(out["entities"], ENTITIES, key, {"note": EMPTY_ENTITIES_NOTE, "sentences_key": key,
                                                               "entity_identity": IDENTITY_VERSION}):
                 pass
-    manifest = read_manifest(out["sentences"])
+    manifest = sentences_manifest_in(out["sentences"])
     assert manifest is not None
     return manifest
 
 
-def _result(config: GenerateConfig, origin: SyntheticSource, manifest: dict[str, Any], reused: bool,
+def _result(config: GenerateConfig, origin: SyntheticSource, manifest: SentencesManifest, reused: bool,
             seconds: float = 0.0) -> GenerateResult:
-    texts = int(manifest.get("rows", 0))
+    texts = manifest.rows
     return GenerateResult(dataset=config.output_name, run_id=config.run_id, source_dataset=origin.dataset,
                           mechanism=origin.mechanism, texts=texts, writers=math.ceil(texts / config.per_writer),
                           statement=origin.statement, has_guarantee=origin.has_guarantee,
@@ -394,9 +396,9 @@ def _enter_in_ledger(home: DataHome, config: GenerateConfig, origin: SyntheticSo
         text=privacy_budget.text_of(home, origin.dataset), covered_by=f"run:{covered}"))
 
 
-def _another_corpus(home: DataHome, name: str, manifest: dict[str, Any]) -> str:
-    made = manifest.get(GENERATED_FROM)
-    what = (f"a corpus generated from run {made.get('run_id')} with other settings" if isinstance(made, dict)
+def _another_corpus(home: DataHome, name: str, manifest: SentencesManifest) -> str:
+    made = manifest.generated_from
+    what = (f"a corpus generated from run {made.get('run_id')} with other settings" if made is not None
             else "a dataset that is not a synthetic corpus")
     return (f"dataset {name!r} already holds {what}; remove {home.dataset_dir(name)} to replace it, or give this one "
             f"another name (--output)")

@@ -277,9 +277,9 @@ def measure_utility(home: DataHome, dataset: str, steps: int = 200, batch_size: 
 
 
 def _has_entities(home: DataHome, dataset: str) -> bool:
-    from uedp.storage.tables import read_manifest
+    from uedp.storage.manifests import entities_manifest
 
-    return read_manifest(home.table_dir(dataset, "entities")) is not None
+    return entities_manifest(home, dataset) is not None
 
 
 def _same_size(texts: list[str], size: int) -> list[str]:

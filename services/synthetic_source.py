@@ -17,8 +17,7 @@ from typing import Any
 
 from uedp.privacy.statement import PrivacyStatement
 from uedp.storage.home import DataHome
-from uedp.storage.schemas import GENERATED_FROM
-from uedp.storage.tables import read_manifest
+from uedp.storage.manifests import sentences_manifest
 
 NO_UNIT = "none"
 
@@ -73,9 +72,9 @@ class SyntheticSource:
 
 def synthetic_source(home: DataHome, dataset: str) -> SyntheticSource | None:
     """The run ``dataset`` was generated from, or None when it is not a synthetic dataset."""
-    manifest = read_manifest(home.table_dir(dataset, "sentences")) or {}
-    found = manifest.get(GENERATED_FROM)
-    return SyntheticSource.from_json(found) if isinstance(found, dict) else None
+    manifest = sentences_manifest(home, dataset)
+    found = manifest.generated_from if manifest is not None else None
+    return SyntheticSource.from_json(dict(found)) if found is not None else None
 
 
 def trained_on_synthetic(statement: PrivacyStatement, source: SyntheticSource) -> PrivacyStatement:

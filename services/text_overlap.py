@@ -32,7 +32,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from uedp.storage.home import DataHome
-from uedp.storage.tables import DATA_FILE, read_manifest
+from uedp.storage.manifests import table_manifest
+from uedp.storage.tables import DATA_FILE
 from uedp.storage.text_identity import table_text_key
 
 MIN_WORDS = 5  # a sentence shorter than this ("Reuter", "Thank you .", a dateline) says little of who wrote it
@@ -62,10 +63,10 @@ def own_text_id(home: DataHome, dataset: str) -> str:
 
 def _read_index(home: DataHome, dataset: str, split: str | None) -> frozenset[str]:
     folder = home.table_dir(dataset, "sentences")
-    manifest = read_manifest(folder)
+    manifest = table_manifest(folder)
     if manifest is None:
         return frozenset()
-    identity = (str(folder), str(manifest.get("key", "")), str(manifest.get("created", "")), split or "*")
+    identity = (str(folder), manifest.key, manifest.created, split or "*")
     if identity not in _INDEXES:
         filters = [("split", "=", split)] if split else None
         texts = pq.read_table(folder / DATA_FILE, columns=["text"], filters=filters).column("text").to_pylist()

@@ -40,7 +40,7 @@ from uedp.services.tuned import tuned_public
 from uedp.storage.catalog import Catalog
 from uedp.storage.formats.registry import user_fix
 from uedp.storage.home import DataHome
-from uedp.storage.tables import read_manifest
+from uedp.storage.manifests import entities_manifest, sentences_manifest
 
 
 def loss_function(config: TrainConfig) -> LossFn:
@@ -176,8 +176,8 @@ def check_trainable(home: DataHome, config: TrainConfig, data: PreparedData) -> 
 
 def dataset_format(home: DataHome, dataset: str) -> str:
     """The corpus format a dataset was ingested from ("" when its manifest does not say: a derived table)."""
-    source = (read_manifest(home.table_dir(dataset, "sentences")) or {}).get("source") or {}
-    return str(source.get("options", {}).get("format", ""))
+    manifest = sentences_manifest(home, dataset)
+    return manifest.source_format if manifest is not None else ""
 
 
 EVALUATION_CAVEAT = ("validation and test metrics are computed without noise on held-out users' text, which the "
@@ -191,7 +191,7 @@ def categories_warning(home: DataHome, config: TrainConfig) -> str | None:
     For the curator's terminal only (`uedp train`): it counts the raw data, so it never goes to a task's
     log, MLflow or any other release (docs/PRIVACY.md)."""
     if (not config.spec.uses_categories(config.params) or config.spec.text == "sanitized"
-            or read_manifest(home.table_dir(config.dataset, "sentences")) is None):  # not here yet (a store)
+            or sentences_manifest(home, config.dataset) is None):  # not here yet (a store)
         return None
     with Catalog(home, config.dataset) as catalog:
         if "entities" not in catalog.tables:
@@ -207,8 +207,8 @@ def categories_warning(home: DataHome, config: TrainConfig) -> str | None:
 def check_entity_identity(home: DataHome, dataset: str) -> None:
     """Refuse an entities table built with another definition of an entity's key: its units would not
     be the ones the documentation promises (one entity, one unit, across categories)."""
-    manifest = read_manifest(home.table_dir(dataset, "entities"))
-    if manifest is not None and manifest.get("entity_identity") != IDENTITY_VERSION:
+    manifest = entities_manifest(home, dataset)
+    if manifest is not None and manifest.entity_identity != IDENTITY_VERSION:
         raise UedpError(f"the entities table of {dataset!r} keys entities by category and surface (an older uedp); "
                         f"run `uedp detect {dataset} ...` again with the same detectors to rebuild it")
 
@@ -220,7 +220,8 @@ def check_labels_unchanged(home: DataHome, config: TrainConfig) -> None:
     detecting again applies the new mapping."""
     if not config.spec.uses_categories(config.params):
         return
-    stored = (read_manifest(home.table_dir(config.dataset, "entities")) or {}).get("taxonomy_digest")
+    manifest = entities_manifest(home, config.dataset)
+    stored = manifest.taxonomy_digest if manifest is not None else None
     if stored is not None and stored != taxonomy(home.labels_file).digest:
         raise UedpError(f"the category labels of this data home ({home.labels_file}) changed since the entities of "
                         f"{config.dataset!r} were detected: {config.mechanism} would resolve its categories with the new "
@@ -233,10 +234,12 @@ def check_detection_independent(home: DataHome, config: TrainConfig) -> None:
     detected (a table an older uedp made; detection refuses it now): services.ner explains why."""
     if not config.spec.uses_categories(config.params):
         return
-    detector = (read_manifest(home.table_dir(config.dataset, "entities")) or {}).get("detector") or {}
+    manifest = entities_manifest(home, config.dataset)
+    if manifest is None:
+        return
     specs = detector_registry.detectors()
-    if any(specs[name].needs_nlp for name in detector.get("detectors", ()) if name in specs):
-        refuse_ner_fitted_to_training_text(home, config.dataset, detector.get("spacy_model"),
+    if any(specs[name].needs_nlp for name in manifest.detectors if name in specs):
+        refuse_ner_fitted_to_training_text(home, config.dataset, manifest.spacy_model or None,
                                            f"{config.mechanism} on {config.dataset!r}")
 
 

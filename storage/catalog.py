@@ -7,12 +7,12 @@ costs one query.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import duckdb
 
 from uedp.errors import UedpError
 from uedp.storage.home import DataHome
+from uedp.storage.manifests import EntitiesManifest, entities_manifest_in
 from uedp.storage.tables import DATA_FILE, read_manifest
 
 TABLES = ("sentences", "users", "entities")
@@ -188,11 +188,11 @@ class Catalog:
         ).fetchall()
         return [CommonEntity(category, surface, users, of_users) for category, surface, users, of_users in rows]
 
-    def entities_manifest(self) -> dict[str, Any]:
-        """The entities table's manifest (how it was detected), or ``{}`` when it has none or is stale."""
+    def entities_manifest(self) -> EntitiesManifest | None:
+        """The entities table's manifest (how it was detected), or None when it has none or is stale."""
         if "entities" not in self.tables:
-            return {}
-        return read_manifest(self.home.table_dir(self.dataset, "entities")) or {}
+            return None
+        return entities_manifest_in(self.home.table_dir(self.dataset, "entities"))
 
     def detectors(self) -> list[str]:
         """Names of the detectors whose spans the entities table holds."""

@@ -395,3 +395,34 @@ def test_the_named_locations_rule_catches_a_planted_path(tmp_path: Path) -> None
     assert paths_built_from_the_home_root({"uedp.services.paths": planted}) == [
         f"{planted}:2 builds a path from the data home's root", f"{planted}:3 builds a path from the data home's root"]
     assert not paths_built_from_the_home_root({"uedp.storage.paths": planted})
+
+
+# A table's manifest is read by storage and handed out typed (storage/manifests.py): elsewhere ``read_manifest``
+# is neither imported nor called, so how a field is spelt inside manifest.json is known in one place.
+def manifests_read_outside_storage(mods: dict[str, Path]) -> list[str]:
+    found = []
+    for module, path in mods.items():
+        if component(module) == "uedp.storage":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and any(alias.name == "read_manifest" for alias in node.names):
+                found.append(f"{path}:{node.lineno} imports read_manifest")
+            elif isinstance(node, ast.Call) and (
+                    (isinstance(node.func, ast.Name) and node.func.id == "read_manifest")
+                    or (isinstance(node.func, ast.Attribute) and node.func.attr == "read_manifest")):
+                found.append(f"{path}:{node.lineno} reads a manifest")
+    return found
+
+
+def test_only_storage_reads_a_tables_manifest() -> None:
+    assert not manifests_read_outside_storage(ALL)
+
+
+def test_the_manifest_rule_catches_a_planted_read(tmp_path: Path) -> None:
+    planted = tmp_path / "manifests.py"
+    planted.write_text("from uedp.storage.tables import read_manifest\nfrom uedp.storage import tables\n"
+                       "def f(home):\n    a = tables.read_manifest(home)\n    return read_manifest(home)\n",
+                       encoding="utf-8")
+    assert manifests_read_outside_storage({"uedp.services.manifests": planted}) == [
+        f"{planted}:1 imports read_manifest", f"{planted}:4 reads a manifest", f"{planted}:5 reads a manifest"]
+    assert not manifests_read_outside_storage({"uedp.storage.manifests": planted})

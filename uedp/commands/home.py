@@ -178,15 +178,15 @@ def datasets(home: Optional[Path] = HOME_OPTION) -> None:
     data_home = prepare_runtime(home)
     from uedp.services.synthetic_source import synthetic_source
     from uedp.storage.catalog import ingested_datasets
+    from uedp.storage.manifests import table_manifest
     from uedp.storage.public_declaration import public_declaration
-    from uedp.storage.tables import read_manifest
 
     complete = ingested_datasets(data_home)
     incomplete = [name for name in data_home.dataset_folders() if name not in complete]
     for dataset in complete:
-        rows = {table: (read_manifest(data_home.table_dir(dataset, table)) or {}).get("rows")
-                for table in ("sentences", "users", "entities")}
-        typer.echo(f"{dataset}: " + " ".join(f"{table}={n}" for table, n in rows.items() if n is not None))
+        manifests = {table: table_manifest(data_home.table_dir(dataset, table))
+                     for table in ("sentences", "users", "entities")}
+        typer.echo(f"{dataset}: " + " ".join(f"{table}={m.rows}" for table, m in manifests.items() if m is not None))
         generated = synthetic_source(data_home, dataset)
         if generated is not None:
             typer.echo(f"  synthetic: {generated.guarantee_words()}")
