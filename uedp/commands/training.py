@@ -54,9 +54,8 @@ def epsilon(
     user_updates: Optional[float] = typer.Option(None, "--user-updates", min=1, help="--choose-sampling: the compute "
                                                  "budget, rounds x expected users a round \\[default: the "
                                                  "configuration's, rounds x q_user x users]", show_default=False),
-    cpu_hours: Optional[float] = typer.Option(None, "--cpu-hours", min=0, help="--choose-sampling: the compute "
-                                              "budget as training time, with --tokens-per-second (instead of "
-                                              "--user-updates)", show_default=False),
+    cpu_hours: Optional[float] = typer.Option(None, "--cpu-hours", min=0, help="--choose-sampling: hours of training "
+                                              "to split, at --tokens-per-second (instead of --user-updates)", show_default=False),
     tokens_per_second: Optional[float] = typer.Option(None, "--tokens-per-second", min=0, help="--cpu-hours: the "
                                                       "model's training throughput on this machine "
                                                       "(benchmarks/train_throughput.py)", show_default=False),
