@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from uedp.experiments.common import finished_runs, write_command_file
+from uedp.experiments.common import finished_runs, mlflow_client, write_command_file
 from uedp.experiments.learning_results import ReutersBase, reuters_base, uedp
 
 DATASET = "conll"
@@ -109,9 +109,7 @@ def run_row(home: Path, row: Row, base: ReutersBase, count: int, prompt_words: i
 
 def collect(home: Path, rows: list[Row]) -> list[dict[str, object]]:
     """The page's rows: each run's figures beside its corpus' measures."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=f"sqlite:///{home / 'mlflow.db'}")
+    client = mlflow_client(home)  # the store the page's commands logged to (its own, or MLFLOW_TRACKING_URI)
     found = []
     for row in rows:
         run_id, measured = trained_run(home, row), measures(home, row)

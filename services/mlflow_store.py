@@ -21,7 +21,7 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from uedp.storage.home import DataHome
+from uedp.storage.home import DataHome, sqlite_uri
 
 TEMPLATES_ENV = "UEDP_STORE_TEMPLATES"
 
@@ -42,7 +42,7 @@ def empty_store() -> Path:
     template.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=template.parent) as scratch:
         made = Path(scratch) / "mlflow.db"
-        MlflowClient(tracking_uri=f"sqlite:///{made}").search_experiments()  # creates and migrates it
+        MlflowClient(tracking_uri=sqlite_uri(made)).search_experiments()  # creates and migrates it
         os.replace(made, template)  # whole, or not at all: another process may be making the same one
     return template
 

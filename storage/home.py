@@ -62,7 +62,7 @@ class DataHome:
 
     @property
     def mlflow_tracking_uri(self) -> str:
-        return f"sqlite:///{self.mlflow_db}"
+        return sqlite_uri(self.mlflow_db)
 
     @property
     def mlflow_artifacts(self) -> Path:
@@ -191,3 +191,8 @@ class DataHome:
             finally:
                 partial.unlink(missing_ok=True)
         return self.secret_file.read_bytes()
+
+
+def sqlite_uri(database: Path) -> str:
+    """MLflow's address of a SQLite store file (the one spelling of it: tests/test_architecture.py refuses another)."""
+    return f"sqlite:///{database}"

@@ -426,3 +426,28 @@ def test_the_manifest_rule_catches_a_planted_read(tmp_path: Path) -> None:
     assert manifests_read_outside_storage({"uedp.services.manifests": planted}) == [
         f"{planted}:1 imports read_manifest", f"{planted}:4 reads a manifest", f"{planted}:5 reads a manifest"]
     assert not manifests_read_outside_storage({"uedp.storage.manifests": planted})
+
+
+# One spelling of an MLflow store's address (storage.home.sqlite_uri, DataHome.mlflow_tracking_uri): a page or
+# service that wrote its own would miss MLFLOW_TRACKING_URI and the home's layout.
+def sqlite_addresses_outside_storage(mods: dict[str, Path]) -> list[str]:
+    found = []
+    for module, path in mods.items():
+        if component(module) == "uedp.storage":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("sqlite:///"):
+                found.append(f"{path}:{node.lineno} spells an MLflow store's address")
+    return found
+
+
+def test_only_storage_spells_an_mlflow_stores_address() -> None:
+    assert not sqlite_addresses_outside_storage(ALL)
+
+
+def test_the_address_rule_catches_a_planted_one(tmp_path: Path) -> None:
+    planted = tmp_path / "address.py"
+    planted.write_text("def f(home):\n    return f'sqlite:///{home}/mlflow.db'\n", encoding="utf-8")
+    assert sqlite_addresses_outside_storage({"uedp.experiments.address": planted}) == [
+        f"{planted}:2 spells an MLflow store's address"]
+    assert not sqlite_addresses_outside_storage({"uedp.storage.address": planted})
