@@ -18,14 +18,13 @@ from uedp.services import privacy_budget
 from uedp.services.audit_plan import keep_for_run
 from uedp.services.config import TrainConfig
 from uedp.services.lineage import keyed_table_id
-from uedp.services.synthetic_source import synthetic_source
+from uedp.services.provenance import Provenance
 from uedp.services.training_plan import TrainingPlan
 from uedp.services.training_record import RunRecorder, resumable_run_id
 from uedp.services.training_run import ProgressObserver, RunOutcome, run
 from uedp.services.training_setup import loss_function, set_up
 from uedp.services.tuned import apply_tuned
 from uedp.storage.home import DataHome
-from uedp.storage.public_declaration import public_declaration
 
 
 @dataclass(frozen=True)
@@ -74,7 +73,7 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
     plan = s.plan
     config = plan.config  # sampling=planned: the split it trains with, logged and charged as such
     say = report_to or _to_stderr
-    spend = reservation(home, plan)
+    spend = reservation(home, plan, s.provenance)
     if spend is not None:  # a run the dataset's budget does not allow is refused before its MLflow run opens
         resuming = resumable_run_id(s.checkpoint)  # already charged: its entry is not counted twice
         privacy_budget.check(home, config.dataset, replace(spend, key=f"run:{resuming}" if resuming else ""))
@@ -112,14 +111,14 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
     return result_of(config, recorder.run_id, outcome, plan.unit, s.recall.describe() if s.recall is not None else "")
 
 
-def reservation(home: DataHome, plan: TrainingPlan) -> privacy_budget.Release | None:
+def reservation(home: DataHome, plan: TrainingPlan, provenance: Provenance | None = None) -> privacy_budget.Release | None:
     """What this run spends from its dataset's privacy ledger: the epsilon its plan states, before round 1.
     None for a run on a dataset declared public at ingest, and for a run on a local-DP release: the release was charged when it was drawn, and training on it is
     post-processing (so is any run on a dataset that is such a release, or on a synthetic corpus: its
     generating run was charged when it trained)."""
     config = plan.config
-    if (plan.on_release or privacy_budget.derived_from(home, config.dataset) is not None
-            or synthetic_source(home, config.dataset) is not None or public_declaration(home, config.dataset)):
+    provenance = provenance or Provenance.of(home, config)
+    if plan.on_release or not provenance.charged:
         return None  # ... and a dataset declared public at ingest: no one in it to protect (services.public_datasets)
     # In words, for the ledger's table: an entity-level run's categories and the entities table it trained
     # with (the keyed id MLflow's uedp.entities_id tag shows). Totals compose across both (privacy_budget).

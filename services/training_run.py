@@ -24,11 +24,9 @@ from uedp.models.metrics import (
     unigram_perplexity,
 )
 from uedp.privacy.mechanisms.base import RoundReport, SamplesUnits
-from uedp.privacy.sanitization.release import trained_on_release
 from uedp.privacy.statement import PrivacyStatement
 from uedp.progress import progress as progress_bar
 from uedp.services.config import TrainConfig
-from uedp.services.synthetic_source import trained_on_synthetic
 from uedp.services.training_data import PreparedData
 from uedp.services.training_setup import Setup, loss_function
 
@@ -142,13 +140,8 @@ def run(config: TrainConfig, s: Setup, observers: Sequence[Observer] = ()) -> Ru
     start_test = (evaluate(s.model, s.data.test, config, pad_id, s.device)
                   if config.starts_from_a_model and s.data.test else None)
     trained = s.mechanism.train(s.model, s.data.train, loss_function(config), s.device, on_round, s.checkpoint)
-    statement = trained.statement
-    if s.release is not None:  # training on a local-DP release: the guarantee is the release's
-        r = s.release
-        statement = trained_on_release(statement, config.mechanism, r.statement, r,
-                                       r.unprotected_share, r.randomness, r.caveats, r.attack_figures())
-    if s.synthetic is not None:  # training on a synthetic corpus: the guarantee is its generating run's
-        statement = trained_on_synthetic(statement, s.synthetic)
+    # a local-DP release's guarantee, or a synthetic corpus' generating run's, where the text is one
+    statement = s.provenance.statement(trained.statement, config.mechanism) if s.provenance else trained.statement
     statement = replace(statement, caveats=(*statement.caveats, *s.caveats),
                         public=(*statement.public, *(s.start.public if s.start else ()), *s.public,
                                 *(("the class label set",) if s.data.classes else ())))
