@@ -54,9 +54,10 @@ def run_id(result) -> str:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def labelled(tmp_path_factory: pytest.TempPathFactory) -> tuple[DataHome, str, str]:
+def labelled(tmp_path_factory: pytest.TempPathFactory, prefect_server) -> tuple[DataHome, str, str]:  # type: ignore[no-untyped-def]
     """A skewed labelled corpus (class 3 nine times as common as class 2), its digits detected by a Presidio
-    policy, and a noiseless GPT-2 trained on it with control codes and one without, both logged."""
+    policy, and a noiseless GPT-2 trained on it with control codes and one without, both logged. The commands
+    share the session's Prefect server (each would otherwise start its own)."""
     folder = tmp_path_factory.mktemp("labelled")
     home = DataHome.from_env(folder / "home")
     train = _ag_csv(folder / "train.csv", {"1": 12, "2": 4, "3": 36, "4": 12}, seed=0)
