@@ -133,7 +133,7 @@ def base(
                f"{'reused' if built.reused else 'converted'} in {built.folder}")
     for file_name, figures in held_out(built.folder, [Path(f) for f in eval_file or ()], eval_format, max_len,
                                        eval_limit).items():
-        typer.echo(f"perplexity on {file_name} before fine-tuning: {short_number(figures['perplexity'])} per token, "
+        typer.echo(f"perplexity on {file_name} before fine-tuning: {short_number(figures['perplexity'], 4)} per token, "
                    f"{figures['bits_per_byte']:.3f} bits per byte ({int(figures['records']):,} records)")
     typer.echo(f"start a run from it: uedp train DATASET --model {built.folder} ...")
 
