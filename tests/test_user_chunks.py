@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.nn.utils import parameters_to_vector
 
-from uedp.models.batching import encode, pack_consecutive
+from uedp.models.batching import pack_consecutive
 from uedp.models.metrics import causal_lm_loss
 from uedp.privacy.mechanisms.base import TrainData
 from uedp.privacy.mechanisms.fedavg import LocalTrainer
@@ -19,7 +19,7 @@ from uedp.privacy.mechanisms.userdp import UserDp, make_local_trainer, server_no
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
 
-from support import TOKENIZER, fedavg_data, tiny_gpt2
+from support import fedavg_data, move_by_one_added_user, tiny_gpt2
 
 CHUNK = 96  # the tiny GPT-2 takes 128 positions; fedavg_data's sentences are about 36 byte tokens
 
@@ -71,20 +71,7 @@ def test_adding_one_chunked_user_moves_the_clipped_sum_by_at_most_clip(local_upd
     shared stream would reorder every other user's chunks."""
     params = UserDpParams(noise_multiplier=1.0, user_text="chunks", local_update=local_update, local_batch_size=2,
                           clip=0.05)
-    data = fedavg_data(users=5, per_user=6)
-    ids = list(data.by_user)
-    extra_user = encode(TOKENIZER, ["an extra user with a very different text: +44 7700 900123"] * 6, 48)
-    theta = parameters_to_vector(tiny_gpt2().parameters()).detach().clone()
-    mechanism, root = UserDp(params, Population.declared(5), Randomness.secure()), Randomness.secure()
-
-    def summed(users: list, names: list[str]) -> torch.Tensor:
-        trainer = mechanism.local_trainer(tiny_gpt2(), causal_lm_loss, torch.device("cpu"), data.pad_id, CHUNK)
-        assert trainer.chunk_tokens == CHUNK
-        return trainer.clipped_sum(theta, users, [1.0] * len(users),
-                                   [root.stream("local-batches", 1, name) for name in names])
-
-    moved = float(torch.linalg.vector_norm(summed([extra_user, *data.by_user.values()], ["u-new", *ids])
-                                           - summed(list(data.by_user.values()), ids)))
+    moved = move_by_one_added_user(params, max_len=CHUNK)
     assert 0.99 * params.clip < moved <= params.clip * (1 + 1e-5)  # clipping was active, and bounded the move
 
 

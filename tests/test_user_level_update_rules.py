@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.nn.utils import parameters_to_vector
 
-from uedp.models.batching import batches, encode
+from uedp.models.batching import batches
 from uedp.models.metrics import causal_lm_loss
 from uedp.privacy.mechanisms.params import UeDpBoundedParams, UeDpParams, UserDpParams
 from uedp.privacy.mechanisms.server_optimizer import ServerOptimizer
@@ -19,7 +19,7 @@ from uedp.privacy.mechanisms.userdp import UserDp
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
 
-from support import TOKENIZER, fedavg_data, tiny_gpt2
+from support import fedavg_data, move_by_one_added_user, tiny_gpt2
 
 
 def _updates(rounds: int = 5, size: int = 7) -> list[torch.Tensor]:
@@ -133,19 +133,7 @@ def test_in_gradient_mode_adding_one_user_moves_the_clipped_sum_by_at_most_clip(
     """With a secret root and each user's own stream, as a run draws them; the added user comes first, so a
     shared stream would reorder every other user's batch."""
     params = UserDpParams(noise_multiplier=1.0, local_update="gradient", local_batch_size=2, clip=0.05)
-    data = fedavg_data(users=5, per_user=6)
-    ids = list(data.by_user)
-    extra_user = encode(TOKENIZER, ["an extra user with a very different text: +44 7700 900123"] * 6, 48)
-    theta = parameters_to_vector(tiny_gpt2().parameters()).detach().clone()
-    mechanism, root = UserDp(params, Population.declared(5), Randomness.secure()), Randomness.secure()
-
-    def summed(users: list, names: list[str]) -> torch.Tensor:
-        trainer = mechanism.local_trainer(tiny_gpt2(), causal_lm_loss, torch.device("cpu"), data.pad_id)
-        return trainer.clipped_sum(theta, users, [1.0] * len(users),
-                                   [root.stream("local-batches", 1, name) for name in names])
-
-    moved = float(torch.linalg.vector_norm(summed([extra_user, *data.by_user.values()], ["u-new", *ids])
-                                           - summed(list(data.by_user.values()), ids)))
+    moved = move_by_one_added_user(params)
     assert 0.99 * params.clip < moved <= params.clip * (1 + 1e-5)  # clipping was active, and bounded the move
 
 
