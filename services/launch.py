@@ -2,6 +2,10 @@
 first (this worker may be another machine), its local-DP release drawn once for every rank and machine
 (:mod:`services.training_inputs`),
 and its one-run audit scored right after. Also the checks a flow or the CLI makes before any work starts.
+
+:func:`run_training` is the one way into training for every caller (the CLI, the train task, ``uedp tune``'s
+trials, ``uedp pretrain``, the synthetic measures); only it and a torchrun rank's worker call
+:func:`services.training.train_configuration` (``tests/test_architecture.py`` checks it).
 """
 
 from __future__ import annotations
@@ -57,9 +61,10 @@ def check_before_training(configs: list[TrainConfig], device: str) -> list[str]:
 
 def run_training(home: DataHome, config: TrainConfig, flow_run_id: str | None = None,
                  parent_run_id: str | None = None, store_url: str | None = None,
-                 report_to: Callable[[str], Any] | None = None) -> TrainResult:
+                 report_to: Callable[[str], Any] | None = None, progress: bool = True) -> TrainResult:
     """Train one configuration: in this process, or under ``torchrun`` when it asks for several processes;
-    with a table store, the dataset's tables come from there first (this worker may be another machine)."""
+    with a table store, the dataset's tables come from there first (this worker may be another machine).
+    Progress goes to the terminal (``progress``), or as lines to ``report_to`` (a Prefect flow run's log)."""
     store = open_store(store_url)
     if store:
         store.pull_required(home, config.dataset, ("sentences", "users"))
@@ -67,7 +72,7 @@ def run_training(home: DataHome, config: TrainConfig, flow_run_id: str | None = 
     draw_inputs(home, config, store)  # a local-DP release, drawn here once: every process opens it by name
     if config.processes > 1:
         return train_with_torchrun(home, config, flow_run_id, parent_run_id)
-    result = train_configuration(home, config, flow_run_id, parent_run_id, report_to=report_to)
+    result = train_configuration(home, config, flow_run_id, parent_run_id, progress=progress, report_to=report_to)
     return with_audit(home, config, result) if config.audit_canaries else result
 
 

@@ -238,8 +238,8 @@ def pretrain(home: DataHome, config: PretrainConfig, say: Callable[[str], None] 
     from uedp.models.checkpoints import checkpoint_kind
     from uedp.models.saving import load_saved
     from uedp.services.initial_model import init_folder
+    from uedp.services.launch import run_training
     from uedp.services.tracking import RunTracker
-    from uedp.services.training import train_configuration
     from uedp.storage.ingest import IngestOptions, ingest
 
     config = config.resolved()
@@ -256,7 +256,7 @@ def pretrain(home: DataHome, config: PretrainConfig, say: Callable[[str], None] 
     train_config = _train_config(config, tokenizer)
     say(f"pretraining {config.model} {config.size} noiselessly on {config.dataset} ({config.steps:,} steps of "
         f"{config.batch_size} sentences); the corpus and the base are public from here on")
-    trained = train_configuration(home, train_config, progress=progress)
+    trained = run_training(home, train_config, progress=progress)
     folder = init_folder(home, trained.run_id)
     model = load_saved(folder, checkpoint_kind(folder))  # the logged model, loaded once, as a start loads it
     parameters = sum(p.numel() for p in model.parameters())

@@ -54,8 +54,8 @@ def measure_accuracy(home: DataHome, dataset: str, steps: int = 200, batch_size:
     split, log the corpus' figure to its own run and to the generating run, and keep both with the measures."""
     from uedp.models.device import resolve_device
     from uedp.services.config import TrainConfig
+    from uedp.services.launch import run_training
     from uedp.services.synthetic_measures import keep_measures
-    from uedp.services.training import train_configuration
 
     source = generated_corpus(home, dataset)
     if not is_labelled(home, dataset):
@@ -67,7 +67,7 @@ def measure_accuracy(home: DataHome, dataset: str, steps: int = 200, batch_size:
     runs = {}
     for corpus, variant in ((dataset, "synthetic-accuracy"), (source.dataset, "real-accuracy")):
         config = TrainConfig.for_mechanism("noiseless", **settings, dataset=corpus, variant=variant)
-        runs[corpus] = train_configuration(home, config, progress=progress, report_to=report_to).run_id
+        runs[corpus] = run_training(home, config, progress=progress, report_to=report_to).run_id
     test = _real_test(home, source.dataset)
     accuracy = {corpus: 1.0 - _error_on(home, run_id, test, resolve_device(device)) for corpus, run_id in runs.items()}
     RunTracker.attach(home, runs[dataset]).log_metrics({"accuracy_real_test": accuracy[dataset]})

@@ -238,7 +238,7 @@ def measure_utility(home: DataHome, dataset: str, steps: int = 200, batch_size: 
     from uedp.models.device import resolve_device
     from uedp.models.metrics import perplexity
     from uedp.services.config import TrainConfig
-    from uedp.services.training import train_configuration
+    from uedp.services.launch import run_training
 
     source = generated_corpus(home, dataset)
     with Catalog(home, dataset) as catalog:
@@ -256,7 +256,7 @@ def measure_utility(home: DataHome, dataset: str, steps: int = 200, batch_size: 
     if lr is not None:
         settings["lr"] = lr
     config = TrainConfig.for_mechanism("noiseless", **settings)
-    trained = train_configuration(home, config, progress=progress, report_to=report_to)
+    trained = run_training(home, config, progress=progress, report_to=report_to)
     run = load_logged_run(RunTracker.attach(home, trained.run_id), resolve_device(device), "the utility measure")
     with Catalog(home, source.dataset) as catalog:
         test = [text for _, _, text in catalog.sentences("test")]

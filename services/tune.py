@@ -21,10 +21,9 @@ from typing import Any
 from uedp.errors import UedpError
 from uedp.services.config import TrainConfig
 from uedp.services.initial_model import resolve_start
+from uedp.services.launch import run_training
 from uedp.services.lineage import run_lineage, text_lineage
 from uedp.services.text_overlap import remember
-from uedp.services.training import train_configuration
-from uedp.services.training_inputs import draw_inputs
 from uedp.services.tuned import TUNABLE, Trial, TuneRecord, read_record, with_values, write_record
 from uedp.storage.home import DataHome
 from uedp.storage.tables import hash_config
@@ -82,8 +81,8 @@ def tune(home: DataHome, config: TrainConfig, grid: dict[str, list[Any]], say: C
     for number, point in enumerate(points, 1):
         trial = with_values(config, point).model_copy(update={"variant": f"tune-{key[:8]}-{_values(point, '-')}"})
         say(f"trial {number}/{len(points)} on {config.dataset}: {_values(point)}")
-        draw_inputs(home, trial)  # custext/santext: the proxy's release, drawn (once) before the trial opens it
-        result = train_configuration(home, trial, progress=progress)
+        # custext/santext: the launch draws the proxy's release (once) before the trial opens it
+        result = run_training(home, trial, progress=progress)
         value = result.utility_valid if math.isfinite(result.utility_valid) else math.inf
         trials.append(Trial(point, value, result.run_id))
         say(f"trial {number}/{len(points)}: validation perplexity {value:.4g} (run {result.run_id})")

@@ -451,3 +451,36 @@ def test_the_address_rule_catches_a_planted_one(tmp_path: Path) -> None:
     assert sqlite_addresses_outside_storage({"uedp.experiments.address": planted}) == [
         f"{planted}:2 spells an MLflow store's address"]
     assert not sqlite_addresses_outside_storage({"uedp.storage.address": planted})
+
+
+# One way into training (services.launch.run_training): it pulls a store's tables, draws a local-DP release once,
+# starts torchrun and scores the audit. Only it and a torchrun rank's worker call the training itself, so no caller
+# (tune, pretrain, the synthetic measures) can skip a step of it.
+LAUNCH = frozenset({"uedp.services.launch", "uedp.services.torchrun", "uedp.services.training"})
+
+
+def trainings_started_outside_the_launch(mods: dict[str, Path]) -> list[str]:
+    found = []
+    for module, path in mods.items():
+        if module in LAUNCH:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and any(alias.name == "train_configuration" for alias in node.names):
+                found.append(f"{path}:{node.lineno} imports train_configuration (use services.launch.run_training)")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "train_configuration":
+                found.append(f"{path}:{node.lineno} calls train_configuration (use services.launch.run_training)")
+    return found
+
+
+def test_every_caller_trains_through_the_one_launch() -> None:
+    assert not trainings_started_outside_the_launch(ALL)
+
+
+def test_the_launch_rule_catches_a_planted_shortcut(tmp_path: Path) -> None:
+    planted = tmp_path / "shortcut.py"
+    planted.write_text("from uedp.services.training import train_configuration\nfrom uedp.services import training\n"
+                       "def f(home, config):\n    return training.train_configuration(home, config)\n", encoding="utf-8")
+    assert trainings_started_outside_the_launch({"uedp.services.tune": planted}) == [
+        f"{planted}:1 imports train_configuration (use services.launch.run_training)",
+        f"{planted}:4 calls train_configuration (use services.launch.run_training)"]
+    assert not trainings_started_outside_the_launch({"uedp.services.launch": planted})
