@@ -98,7 +98,7 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
     if s.threads is not None:  # what torch runs on, once per training (after the noise-to-signal, said first)
         say(f"{config.run_name()}: {s.threads.line()}")
     try:
-        outcome = run(config, s, observers=(recorder, ProgressObserver(config, progress, report_to)))
+        outcome = run(s, observers=(recorder, ProgressObserver(config, progress, report_to)))
         if spend is not None:  # trained to the end: the ledger holds what the statement reports from here on
             privacy_budget.settle(home, config.dataset, spend, outcome.statement.epsilon, outcome.statement.delta)
         record = recorder.record(outcome)

@@ -115,9 +115,11 @@ class ProgressObserver(Observer):
             print(line, file=sys.stderr, flush=True)
 
 
-def run(config: TrainConfig, s: Setup, observers: Sequence[Observer] = ()) -> RunOutcome:
+def run(s: Setup, observers: Sequence[Observer] = ()) -> RunOutcome:
     """Train ``s.model`` with ``s.mechanism`` (resuming from ``s.checkpoint`` when it holds a saved state),
-    then evaluate it on the held-out splits."""
+    then evaluate it on the held-out splits. The configuration is the plan's (as it trains: sampling=planned
+    gives the planner's split), read here once."""
+    config = s.config
     pad_id = s.tokenizer.pad_token_id
     for observer in observers:
         observer.started(lambda: evaluate(s.model, s.data.valid, config, pad_id, s.device))
