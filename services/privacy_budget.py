@@ -74,8 +74,8 @@ class UnitTotal:
 
 
 @dataclass(frozen=True)
-class Release:
-    """What one run or local-DP release is about to spend: its entry, before it is filed."""
+class Charge:
+    """What one run or local-DP release is about to spend from the ledger: its entry, before it is filed."""
 
     key: str  # "run:<id>" or "release:<key>"; empty until the run's MLflow id is known
     mechanism: str
@@ -108,9 +108,9 @@ class LedgerView:
     origin: dict[str, str] = field(default_factory=dict)  # entry key -> the dataset whose ledger holds it
     limited_by: str = ""  # the dataset whose budget ``limit`` is
 
-    def others(self, release: Release) -> list[LedgerEntry]:
+    def others(self, charge: Charge) -> list[LedgerEntry]:
         """The entries a release adds to: every one but its own (a resumed run's)."""
-        return [e for e in self.entries if e.key != release.key]
+        return [e for e in self.entries if e.key != charge.key]
 
 
 def ledger_of(home: DataHome, dataset: str) -> PrivacyLedger:
@@ -166,7 +166,7 @@ def view(home: DataHome, dataset: str, own: LedgerState | None = None) -> Ledger
     return LedgerView(tuple(entries), limit, origin, by)
 
 
-def bounds_nothing(entry: LedgerEntry | Release) -> bool:
+def bounds_nothing(entry: LedgerEntry | Charge) -> bool:
     """A release no total can include: no guarantee (noiseless, deid), or seeded (its noise can be recomputed
     by anyone who knows the seed, which is logged with it)."""
     return entry.unit == NO_UNIT or not math.isfinite(entry.epsilon) or entry.randomness == SEEDED
@@ -175,7 +175,7 @@ def bounds_nothing(entry: LedgerEntry | Release) -> bool:
 WORDED = "as worded:"  # the key of a unit the registry does not describe: its statement's words
 
 
-def unit_key(entry: LedgerEntry | Release) -> str:
+def unit_key(entry: LedgerEntry | Charge) -> str:
     """The canonical key of an entry's unit, what totals group by: the one it was filed with, or, for an entry
     an older uedp wrote (no key) or a release not yet filed, the registry's structured unit of its mechanism
     (:func:`registry.unit_of`: the adjacency and kind, whatever the statement's wording), or, for a mechanism
@@ -188,7 +188,7 @@ def unit_key(entry: LedgerEntry | Release) -> str:
     return unit.key if unit is not None else WORDED + entry.unit
 
 
-def unit_name(entry: LedgerEntry | Release) -> str:
+def unit_name(entry: LedgerEntry | Charge) -> str:
     """The readable name of an entry's unit: the registry's for its key, or the entry's own wording."""
     unit = registry.unit_of(entry.mechanism, entry.unit)
     return unit.name if unit is not None and unit.key == unit_key(entry) else entry.unit
@@ -205,7 +205,7 @@ def unit_totals(entries: Sequence[LedgerEntry]) -> list[UnitTotal]:
     return [_total(group) for group in groups.values()]
 
 
-def _total(group: Sequence[LedgerEntry | Release]) -> UnitTotal:
+def _total(group: Sequence[LedgerEntry | Charge]) -> UnitTotal:
     epsilon, delta = compose_guarantees([(e.epsilon, e.delta) for e in group])
     categories = tuple(sorted({c for e in group for c in e.categories}))
     mixed = len({(tuple(e.categories), e.scope) for e in group if e.categories}) > 1
@@ -213,60 +213,60 @@ def _total(group: Sequence[LedgerEntry | Release]) -> UnitTotal:
                      tuple(dict.fromkeys(e.unit for e in group)))
 
 
-def _same(others: list[LedgerEntry], release: Release) -> list[LedgerEntry]:
-    key = unit_key(release)
+def _same(others: list[LedgerEntry], charge: Charge) -> list[LedgerEntry]:
+    key = unit_key(charge)
     return [e for e in others if unit_key(e) == key and not bounds_nothing(e) and not e.covered_by]
 
 
-def _unit_total_with(others: list[LedgerEntry], release: Release) -> UnitTotal:
-    return _total([*_same(others, release), release])
+def _unit_total_with(others: list[LedgerEntry], charge: Charge) -> UnitTotal:
+    return _total([*_same(others, charge), charge])
 
 
-def refusal(dataset: str, seen: LedgerView, release: Release) -> str | None:
-    """Why ``release`` may not run under the budget ``dataset`` sees, or None."""
+def refusal(dataset: str, seen: LedgerView, charge: Charge) -> str | None:
+    """Why ``charge`` may not run under the budget ``dataset`` sees, or None."""
     if seen.limit is None:
         return None
     where = seen.limited_by or dataset
     set_on = f", set on {where!r}, which holds the same text" if where != dataset else ""
-    if bounds_nothing(release):
+    if bounds_nothing(charge):
         why = ("it is seeded: anyone who knows the seed, which is logged with the run, can recompute its noise. Drop "
-               "--seeded (secure randomness is the default)" if math.isfinite(release.epsilon) and
-               release.unit != NO_UNIT else "it has no guarantee. Train it on public text (another dataset)")
+               "--seeded (secure randomness is the default)" if math.isfinite(charge.epsilon) and
+               charge.unit != NO_UNIT else "it has no guarantee. Train it on public text (another dataset)")
         return (f"{dataset!r} has a privacy budget (epsilon {seen.limit:g} for each unit{set_on}) and "
-                f"{release.mechanism} would exceed it: {why}, or remove the budget: uedp budget {where} --no-limit")
-    total = _unit_total_with(seen.others(release), release)
+                f"{charge.mechanism} would exceed it: {why}, or remove the budget: uedp budget {where} --no-limit")
+    total = _unit_total_with(seen.others(charge), charge)
     if total.epsilon <= seen.limit:
         return None
     spent = total.releases - 1
-    return (f"{release.name} would take {dataset!r} to epsilon {total.epsilon:.4g} for {total.unit} "
-            f"({spent} earlier release{'s' if spent != 1 else ''} of its text and this run's {release.epsilon:.4g}), "
+    return (f"{charge.name} would take {dataset!r} to epsilon {total.epsilon:.4g} for {total.unit} "
+            f"({spent} earlier release{'s' if spent != 1 else ''} of its text and this run's {charge.epsilon:.4g}), "
             f"past its budget {seen.limit:g}{set_on}: give a smaller --target-epsilon or --max-epsilon, or raise the "
             f"budget (uedp budget {where} --limit EPSILON); `uedp budget {dataset}` lists what was spent")
 
 
-def check(home: DataHome, dataset: str, release: Release) -> None:
+def check(home: DataHome, dataset: str, charge: Charge) -> None:
     """Refuse, before anything is opened or trained, a release the dataset's budget does not allow."""
-    if (why := refusal(dataset, view(home, dataset), release)) is not None:
+    if (why := refusal(dataset, view(home, dataset), charge)) is not None:
         raise UedpError(why)
 
 
-def file(home: DataHome, dataset: str, release: Release) -> list[str]:
-    """File ``release`` (checked again under the ledger's lock: runs in parallel see each other) and
+def file(home: DataHome, dataset: str, charge: Charge) -> list[str]:
+    """File ``charge`` (checked again under the ledger's lock: runs in parallel see each other) and
     return what to tell the person who started it: what its text had already spent on its unit."""
     with ledger_of(home, dataset).editing() as ledger:
-        if ledger.state.entry(release.key) is not None:  # a resumed run: charged when it started
+        if ledger.state.entry(charge.key) is not None:  # a resumed run: charged when it started
             return []
         seen = view(home, dataset, ledger.state)
-        if (why := refusal(dataset, seen, release)) is not None:
+        if (why := refusal(dataset, seen, charge)) is not None:
             raise UedpError(why)
-        ledger.add(release.entry())
-    return _spent_lines(dataset, seen.others(release), release)
+        ledger.add(charge.entry())
+    return _spent_lines(dataset, seen.others(charge), charge)
 
 
-def settle(home: DataHome, dataset: str, release: Release, epsilon: float, delta: float) -> None:
-    """The release is done, at the epsilon its statement gives (at most the planned one)."""
+def settle(home: DataHome, dataset: str, charge: Charge, epsilon: float, delta: float) -> None:
+    """The charged run or release is done: its entry now holds the epsilon its statement gives (at most the planned one)."""
     with ledger_of(home, dataset).editing() as ledger:
-        ledger.settle(release.entry(), epsilon, delta)
+        ledger.settle(charge.entry(), epsilon, delta)
 
 
 def drop(home: DataHome, dataset: str, key: str) -> None:
@@ -277,27 +277,27 @@ def drop(home: DataHome, dataset: str, key: str) -> None:
 
 
 @contextmanager
-def reserved(home: DataHome, dataset: str, release: Release) -> Iterator[list[str]]:
+def reserved(home: DataHome, dataset: str, charge: Charge) -> Iterator[list[str]]:
     """A local-DP release's reservation for as long as it is being drawn: settled when the block ends,
     withdrawn if it fails (a failed release writes nothing)."""
-    lines = file(home, dataset, release)
+    lines = file(home, dataset, charge)
     try:
         yield lines
     except BaseException:
-        drop(home, dataset, release.key)
+        drop(home, dataset, charge.key)
         raise
-    settle(home, dataset, release, release.epsilon, release.delta)
+    settle(home, dataset, charge, charge.epsilon, charge.delta)
 
 
-def _spent_lines(dataset: str, others: list[LedgerEntry], release: Release) -> list[str]:
-    same = _same(others, release)
-    if not same or bounds_nothing(release):
+def _spent_lines(dataset: str, others: list[LedgerEntry], charge: Charge) -> list[str]:
+    same = _same(others, charge)
+    if not same or bounds_nothing(charge):
         return []
     before = _total(same)
-    after = _unit_total_with(others, release)
+    after = _unit_total_with(others, charge)
     return [f"warning: {dataset!r} has already spent epsilon {before.epsilon:.4g} (delta {before.delta:.3g}) on "
             f"{before.unit}, over {len(same)} release{'s' if len(same) != 1 else ''} of its text; this run adds up "
-            f"to {release.epsilon:.4g}: {after.epsilon:.4g} (delta {after.delta:.3g}) in all. Each run's epsilon is "
+            f"to {charge.epsilon:.4g}: {after.epsilon:.4g} (delta {after.delta:.3g}) in all. Each run's epsilon is "
             f"for that run alone; `uedp budget {dataset}` lists them and sets a limit"]
 
 

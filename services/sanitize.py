@@ -148,7 +148,7 @@ def sanitize_dataset(home: DataHome, config: SanitizeConfig, progress: bool = Fa
     # past its budget), withdrawn if the draw fails (nothing is written then). Keyed by the draw, not by
     # its settings: the same settings drawn again (under another name, or after its folder was removed)
     # is another release.
-    release = privacy_budget.Release(
+    release = privacy_budget.Charge(
         key=f"release:{config.output_name}:{uuid.uuid4().hex[:12]}", mechanism=config.mechanism, unit=registry.get(config.mechanism).unit,
         epsilon=sampler.per_token_epsilon, delta=0.0, name=config.output_name, randomness=config.randomness,
         scope=f"keep {config.keep}" + (f"; categories {','.join(config.categories)}; entities "

@@ -111,7 +111,7 @@ def train_configuration(home: DataHome, config: TrainConfig, flow_run_id: str | 
     return result_of(config, recorder.run_id, outcome, plan.unit, s.recall.describe() if s.recall is not None else "")
 
 
-def reservation(home: DataHome, plan: TrainingPlan, provenance: Provenance | None = None) -> privacy_budget.Release | None:
+def reservation(home: DataHome, plan: TrainingPlan, provenance: Provenance | None = None) -> privacy_budget.Charge | None:
     """What this run spends from its dataset's privacy ledger: the epsilon its plan states, before round 1.
     None for a run on a dataset declared public at ingest, and for a run on a local-DP release: the release was charged when it was drawn, and training on it is
     post-processing (so is any run on a dataset that is such a release, or on a synthetic corpus: its
@@ -127,7 +127,7 @@ def reservation(home: DataHome, plan: TrainingPlan, provenance: Provenance | Non
              if entity_level else "")
     # The unit's key from the mechanism itself: its label (a --variant appended) could extend another's name.
     unit = config.spec.privacy_unit
-    return privacy_budget.Release(key="", mechanism=config.label, unit=plan.unit, epsilon=plan.epsilon,
+    return privacy_budget.Charge(key="", mechanism=config.label, unit=plan.unit, epsilon=plan.epsilon,
                                   delta=plan.delta, name=config.run_name(),
                                   randomness=config.randomness if config.is_private else "none",
                                   scope=scope, fingerprint=config.fingerprint(),

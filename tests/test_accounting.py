@@ -18,7 +18,7 @@ from uedp.privacy.accounting.events import epsilon_after, poisson_gaussian_round
 from uedp.privacy.accounting.rounds import FIRST_SHOWN, SHOWN_ROUNDS, RoundAccountant, shown_rounds
 from uedp.privacy.mechanisms.base import RoundReport
 from uedp.privacy.mechanisms.checkpoint import Checkpointer
-from uedp.privacy.mechanisms.loop import NoLedger, RoundLoop, RoundOutput, WorstCaseLedger
+from uedp.privacy.mechanisms.loop import NoAccountant, RoundLoop, RoundOutput, WorstCaseAccountant
 from uedp.privacy.randomness import Randomness, RoundRandomness
 
 
@@ -280,7 +280,7 @@ def test_a_worst_case_ledger_stops_at_the_first_case_over_the_budget_and_shows_t
     def worst(rounds: int) -> float:
         return max(epsilon_after(event, rounds, 1e-5, "rdp") for event in cases.values())
 
-    ledger = WorstCaseLedger({case: RoundAccountant(event, 1e-5, "rdp") for case, event in cases.items()})
+    ledger = WorstCaseAccountant({case: RoundAccountant(event, 1e-5, "rdp") for case, event in cases.items()})
     budget = (worst(90) + worst(91)) / 2
     schedule = ledger.plan(150, budget)
     assert schedule.last == 90 and list(schedule.shown) == [r for r in shown_rounds(150) if r < 90] + [90]
@@ -295,10 +295,10 @@ def test_a_worst_case_ledger_stops_at_the_first_case_over_the_budget_and_shows_t
 
 
 def test_a_ledger_without_a_guarantee_has_infinite_epsilon_and_plans_nothing() -> None:
-    ledger = NoLedger()
+    ledger = NoAccountant()
     schedule = ledger.plan(100, None)
     assert schedule.last == 100 and not schedule.shown and ledger.spend() == math.inf == ledger.epsilon
-    assert NoLedger().plan(100, 5.0).last == 0  # infinite epsilon exceeds any budget
+    assert NoAccountant().plan(100, 5.0).last == 0  # infinite epsilon exceeds any budget
 
 
 @pytest.mark.parametrize("budget_over_final", [None, 1.01, "stops"])
@@ -337,8 +337,8 @@ def test_the_planned_final_figure_is_the_schedules_last_and_needs_no_curve_unles
 def test_a_worst_case_ledgers_final_figure_is_the_larger_cases_whole_run_figure() -> None:
     cases = {"E": SHOWN_EVENT, "S": poisson_gaussian_round(0.02, 1.0)}
     rounds = 150
-    ledger = WorstCaseLedger({case: RoundAccountant(event, 1e-5, "pld") for case, event in cases.items()})
+    ledger = WorstCaseAccountant({case: RoundAccountant(event, 1e-5, "pld") for case, event in cases.items()})
     final = ledger.final(rounds, None)
     assert final == max(epsilon_after(event, rounds, 1e-5, "pld") for event in cases.values())
     assert ledger.plan(rounds, None).shown[rounds] == final
-    assert NoLedger().final(rounds, None) == math.inf
+    assert NoAccountant().final(rounds, None) == math.inf

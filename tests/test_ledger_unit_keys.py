@@ -142,11 +142,11 @@ def test_entries_an_older_uedp_wrote_without_a_key_are_grouped_by_their_mechanis
                                                      ("as worded:one paragraph", 1)]
     assert totals[0].wordings == (SelectiveTwoPhase.unit, BYTE_UNIT, TOKEN_UNIT) and totals[2].unit == "one paragraph"
 
-    lstm = privacy_budget.Release("run:g", "selective", BYTE_UNIT, 0.6, 1e-5, "g", "secure")
+    lstm = privacy_budget.Charge("run:g", "selective", BYTE_UNIT, 0.6, 1e-5, "g", "secure")
     assert privacy_budget.unit_key(lstm) == SELECTIVE_KEY
     with pytest.raises(UedpError, match="past its budget 3"):  # 1 + 1 + 0.5 + 0.6 > 3, across three wordings
         privacy_budget.file(home, "demo", lstm)
-    fits = privacy_budget.Release("run:h", "selective", TOKEN_UNIT, 0.4, 1e-5, "h", "secure")
+    fits = privacy_budget.Charge("run:h", "selective", TOKEN_UNIT, 0.4, 1e-5, "h", "secure")
     assert privacy_budget.file(home, "demo", fits)[0].startswith("warning: 'demo' has already spent epsilon 2.5")
     stored = json.loads(ledger.path.read_text())
     assert stored["version"] == 4 and stored["entries"][-1]["unit_key"] == SELECTIVE_KEY

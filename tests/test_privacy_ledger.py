@@ -114,7 +114,7 @@ def test_every_private_mechanism_reserves_before_round_one_exactly_the_epsilon_i
         home, demo: str, name: str, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     """The reservation is the mechanism's own accounting of its plan, made before any round: if it were
     below the stated epsilon, a budget could be exceeded by a run it let start."""
-    filed: list[privacy_budget.Release] = []
+    filed: list[privacy_budget.Charge] = []
     original = privacy_budget.file
 
     def spy(home_, dataset, release):  # type: ignore[no-untyped-def]
@@ -332,8 +332,8 @@ def test_the_same_text_under_another_name_and_split_shares_its_totals_and_its_bu
 
 def test_parallel_attempts_of_one_configuration_are_both_charged(home) -> None:  # type: ignore[no-untyped-def]
     """Two processes training the same configuration release two models: neither entry replaces the other."""
-    first = privacy_budget.Release("run:a", "dpsgd", "one training sequence", 3.0, 1e-5, "a", "secure", fingerprint="f")
-    second = privacy_budget.Release("run:b", "dpsgd", "one training sequence", 3.0, 1e-5, "b", "secure",
+    first = privacy_budget.Charge("run:a", "dpsgd", "one training sequence", 3.0, 1e-5, "a", "secure", fingerprint="f")
+    second = privacy_budget.Charge("run:b", "dpsgd", "one training sequence", 3.0, 1e-5, "b", "secure",
                                     fingerprint="f")
     privacy_budget.file(home, "demo", first)
     privacy_budget.file(home, "demo", second)
@@ -383,7 +383,7 @@ def _file_many(root: str, prefix: str, count: int) -> None:
 
     home = DataHome.from_env(Path(root))
     for i in range(count):
-        privacy_budget.file(home, "demo", privacy_budget.Release(f"run:{prefix}{i}", "dpsgd", "one training sequence",
+        privacy_budget.file(home, "demo", privacy_budget.Charge(f"run:{prefix}{i}", "dpsgd", "one training sequence",
                                                                  0.01, 1e-7, f"{prefix}{i}", "secure"))
 
 
@@ -402,7 +402,7 @@ def test_parallel_runs_lose_no_entry(home) -> None:  # type: ignore[no-untyped-d
 
 def test_a_damaged_ledger_is_an_error_naming_its_file_and_a_failed_write_leaves_the_old_one(home) -> None:  # type: ignore[no-untyped-def]
     ledger = PrivacyLedger(home.dataset_dir("demo"))
-    release = privacy_budget.Release("run:x", "dpsgd", "one training sequence", 1.0, 1e-5, "x", "secure")
+    release = privacy_budget.Charge("run:x", "dpsgd", "one training sequence", 1.0, 1e-5, "x", "secure")
     privacy_budget.file(home, "demo", release)
     before = ledger.path.read_text()
     with pytest.raises(RuntimeError), ledger.editing() as editor:

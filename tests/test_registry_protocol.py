@@ -67,13 +67,13 @@ class ToyFullBatch:
     def __init__(self, params: ToyParams, randomness: Randomness):
         self.params, self.randomness = params, randomness
 
-    def ledger(self) -> RoundAccountant:
+    def run_accountant(self) -> RoundAccountant:
         p = self.params
         return RoundAccountant(dp_accounting.GaussianDpEvent(p.noise_multiplier), p.delta, "pld", "add_remove")
 
     def planned_epsilon(self) -> float:
         """What a mechanism with a guarantee must say before round 1: the privacy ledger reserves it."""
-        return planned_epsilon(self.ledger(), self.params.steps, self.params.max_epsilon)
+        return planned_epsilon(self.run_accountant(), self.params.steps, self.params.max_epsilon)
 
     def noise_to_signal(self, units: float) -> None:
         """The other question the training plan asks: None, no warning about an averaged update's noise."""
@@ -82,7 +82,7 @@ class ToyFullBatch:
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
               on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT) -> Trained:
         p = self.params
-        accountant = self.ledger()
+        accountant = self.run_accountant()
         params = [q for q in model.parameters() if q.requires_grad]
 
         def one_step(_: int, rng: RoundRandomness) -> RoundOutput:

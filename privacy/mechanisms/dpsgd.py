@@ -72,7 +72,7 @@ class DpSgd:
         """One step: the Poisson-sampled Gaussian release of the noised gradient sum."""
         return poisson_gaussian_round(self.sample_rate, noise_multiplier)
 
-    def ledger(self) -> RoundAccountant:
+    def run_accountant(self) -> RoundAccountant:
         """The run's accountant: the DP count of the sequences, then one sampled Gaussian per step."""
         p = self.params
         return RoundAccountant(self.round_event(self.noise_multiplier), p.delta, p.accountant, self.adjacency,
@@ -80,7 +80,7 @@ class DpSgd:
 
     def planned_epsilon(self) -> float:
         """The epsilon this run will state if it runs its planned steps (or up to its budget stop)."""
-        return planned_epsilon(self.ledger(), self.params.steps, self.params.max_epsilon)
+        return planned_epsilon(self.run_accountant(), self.params.steps, self.params.max_epsilon)
 
     def train(self, model: torch.nn.Module, data: TrainData, loss_fn: LossFn, device: torch.device,
               on_round: OnRound, checkpoint: Checkpointer = NO_CHECKPOINT, scope: str | None = None) -> Trained:
@@ -89,7 +89,7 @@ class DpSgd:
         examples = self.examples(model, data)
         example_ids = data.sequence_ids
         check_delta(p.delta, round(self.population.value))
-        accountant = self.ledger()
+        accountant = self.run_accountant()
         with dropout_switched_off(model) as dropout:  # layers' own draws would be shared by all examples
             clipping = self.per_sample_clipping(model)
             params: list[torch.Tensor] = [q_ for q_ in model.parameters() if q_.requires_grad]

@@ -4,16 +4,16 @@ The loop owns what must be done the same way everywhere, so a defect here is fix
 
 * **randomness**: round ``r`` sees only :class:`RoundRandomness` keyed by ``r`` (secret OS randomness
   unless the run is seeded); nothing stateful is kept or checkpointed;
-* **checkpoints**: the state a mechanism names (weights, optimizer) and its ledger are restored before
+* **checkpoints**: the state a mechanism names (weights, optimizer) and its accountant are restored before
   the first round and saved every ``checkpoint.every`` rounds;
 * **no shared draws**: a private round during which a layer drew from torch's global generator (which
   all units share) is refused (:mod:`privacy.layer_randomness`); only a loop without a guarantee
   (``shared_draws_allowed``) lets layers draw there;
-* **accounting off the hot path**: before the first round the ledger plans the run
+* **accounting off the hot path**: before the first round the run's accountant plans the run
   (:class:`~uedp.privacy.accounting.rounds.EpsilonSchedule`): the last round a ``max_epsilon`` budget allows
   (exactly: epsilon after it is within the budget, after the next it would not be) and the exact
   epsilon of the rounds it shows. Rounds past the stop do not run (nothing is released for them);
-  inside the loop the ledger only counts rounds;
+  inside the loop the accountant only counts rounds;
 * **reports**: after each round, the exact epsilon when the schedule shows that round (None between
   shown rounds) and, for mechanisms without a guarantee only, loss and batch size go to ``on_round``;
 * **divergence**: a run whose weights, update or (non-private) loss stop being finite or grow far past
@@ -22,7 +22,7 @@ The loop owns what must be done the same way everywhere, so a defect here is fix
   the rounds run would not be a guarantee).
 
 A mechanism supplies only what differs: the round body (who is sampled, each unit's contribution, the
-noise) and its ledger (the round's ``DpEvent``, composed by dp_accounting).
+noise) and its accountant (the round's ``DpEvent``, composed by dp_accounting).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from uedp.privacy.statement import PrivacyStatement
 DIVERGED = "the run diverged"  # in a divergence stop's note (selective reads its noiseless phase's)
 
 
-class Ledger(Protocol):
+class RunAccountant(Protocol):
     """What the loop needs of an accountant. All accounting is done by ``plan``, before the first round;
     during training the loop only counts rounds with ``spend``, so no privacy loss distribution is
     composed between steps."""
@@ -76,8 +76,8 @@ class Ledger(Protocol):
 
 
 @dataclass
-class NoLedger:
-    """The ledger of a mechanism without a guarantee: epsilon is infinite from the start, so a budget
+class NoAccountant:
+    """The accountant of a mechanism without a guarantee: epsilon is infinite from the start, so a budget
     (if one were given) stops it before its first round."""
 
     rounds: int = 0
@@ -101,7 +101,7 @@ class NoLedger:
 
 
 @dataclass
-class WorstCaseLedger:
+class WorstCaseAccountant:
     """Several accountants for one run whose epsilon is the largest of them (uedp: the case where the
     changed entity is detected, and the case where it is an extended entity). Planned together: the run
     stops at the first round at which any case would exceed the budget, and shows the largest figure."""
@@ -154,7 +154,7 @@ RoundBody = Callable[[int, RoundRandomness], RoundOutput]
 class LoopOutcome:
     rounds: int  # rounds done in all, counting rounds restored from a checkpoint
     stopped: str = ""  # why the loop ended early, or ""
-    # The epsilon the statement must report when it is not the ledger's for the rounds run: a run stopped
+    # The epsilon the statement must report when it is not the accountant's for the rounds run: a run stopped
     # for divergence at a round chosen from what it released reports the planned run's (below).
     epsilon: float | None = None
 
@@ -165,7 +165,7 @@ class RoundLoop:
 
     scope: str
     rounds: int
-    ledger: Ledger
+    accountant: RunAccountant
     randomness: Randomness
     delta: float = 0.0
     max_epsilon: float | None = None
@@ -175,7 +175,8 @@ class RoundLoop:
     shared_draws_allowed: bool = False
 
     def run(self, body: RoundBody, on_round: OnRound, checkpoint: Checkpointer) -> LoopOutcome:
-        objects: dict[str, Restorable] = {**self.state, "ledger": self.ledger}
+        # "ledger": the accountant's name in checkpoints written before it was renamed (they still resume)
+        objects: dict[str, Restorable] = {**self.state, "ledger": self.accountant}
         restored = checkpoint.restore(self.scope, objects) or {"round": 0}
         done = int(restored["round"])
         watch = DivergenceWatch(self.word)
@@ -183,12 +184,12 @@ class RoundLoop:
             watch.load_state_dict(restored["divergence"])
         weights = self._trainable()
         watch.start(weight_norm(weights))
-        schedule = self.ledger.plan(self.rounds, self.max_epsilon)  # all the accounting, before round 1
+        schedule = self.accountant.plan(self.rounds, self.max_epsilon)  # all the accounting, before round 1
         last, diverged = done, None
         for round_index in range(done + 1, schedule.last + 1):
             with (contextlib.nullcontext() if self.shared_draws_allowed else no_global_draws(self.scope, round_index)):
                 output = body(round_index, RoundRandomness(self.randomness, round_index))
-            epsilon = self.ledger.spend()
+            epsilon = self.accountant.spend()
             loss = math.nan if output.loss is None else output.loss
             on_round(RoundReport(round_index, loss, epsilon, self.delta, output.participants))
             last = round_index
@@ -210,7 +211,7 @@ class RoundLoop:
         iterates, so the epsilon of the rounds run is not a guarantee (an epsilon chosen by the outcome
         needs an odometer's accounting); the planned run's is: stopping is post-processing of its transcript."""
         said = f"stopped after {self.word} {last} of {schedule.last}: {DIVERGED} ({why})"
-        if isinstance(self.ledger, NoLedger):
+        if isinstance(self.accountant, NoAccountant):
             return LoopOutcome(last, said)
         planned = schedule.shown.get(schedule.last)
         said += (f"; the epsilon stated is the planned {schedule.last} {self.word}s' (a stop decided from released "
@@ -225,14 +226,14 @@ class RoundLoop:
         return [p for p in parameters() if p.requires_grad] if callable(parameters) else []
 
 
-def planned_epsilon(ledger: Ledger, rounds: int, budget: float | None) -> float:
+def planned_epsilon(accountant: RunAccountant, rounds: int, budget: float | None) -> float:
     """The epsilon a run of ``rounds`` rounds under ``budget`` will state if it is not interrupted: its
     schedule's figure at the last round that runs (what a divergence stop states too). Planned on a
-    fresh ledger, before any data is touched: the privacy ledger reserves it (services.privacy_budget)."""
-    return ledger.final(rounds, budget)
+    fresh accountant, before any data is touched: the privacy ledger reserves it (services.privacy_budget)."""
+    return accountant.final(rounds, budget)
 
 
-def private_statement(mechanism: str, unit: str, ledger: Ledger, outcome: LoopOutcome, *, delta: float,
+def private_statement(mechanism: str, unit: str, run_accountant: RunAccountant, outcome: LoopOutcome, *, delta: float,
                       accountant: str, noise_multiplier: float, sampling_probability: float,
                       randomness: Randomness, population: Population | None, extra: dict[str, float],
                       caveats: tuple[str, ...] = (), dropout_switched_off: int = 0,
@@ -242,7 +243,7 @@ def private_statement(mechanism: str, unit: str, ledger: Ledger, outcome: LoopOu
     other runs that count the same units) and what the run changed to keep it (dropout switched off)."""
     said = (outcome.stopped, *(notes), DROPOUT_NOTE.format(count=dropout_switched_off) if dropout_switched_off else "")
     return PrivacyStatement(
-        mechanism=mechanism, unit=unit, epsilon=ledger.epsilon if outcome.epsilon is None else outcome.epsilon,
+        mechanism=mechanism, unit=unit, epsilon=run_accountant.epsilon if outcome.epsilon is None else outcome.epsilon,
         delta=delta, accountant=accountant,
         noise_multiplier=noise_multiplier, sampling_probability=sampling_probability, rounds=outcome.rounds,
         notes="; ".join(filter(None, said)),

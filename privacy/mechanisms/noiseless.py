@@ -19,7 +19,7 @@ from uedp.privacy.mechanisms.base import (
     TrainData,
     Trained,
 )
-from uedp.privacy.mechanisms.loop import NoLedger, RoundLoop, RoundOutput
+from uedp.privacy.mechanisms.loop import NoAccountant, RoundLoop, RoundOutput
 from uedp.privacy.mechanisms.params import NoiselessParams
 from uedp.privacy.randomness import Randomness, RoundRandomness
 from uedp.privacy.statement import PrivacyStatement
@@ -60,7 +60,7 @@ class Noiseless:
                 loss = optimizer_step(model, optimizer, collate(batch, data.pad_id), loss_fn, device)
             return RoundOutput(loss, len(batch))
 
-        loop = RoundLoop(scope, p.steps, NoLedger(), Randomness.seeded(self.seed), word="step",
+        loop = RoundLoop(scope, p.steps, NoAccountant(), Randomness.seeded(self.seed), word="step",
                          state={"model": model, "optimizer": optimizer, "sampler": sampler},
                          shared_draws_allowed=True)  # no guarantee: dropout draws as in any training
         model.train()

@@ -44,7 +44,7 @@ from uedp.privacy.mechanisms.base import (
     Trained,
 )
 from uedp.privacy.mechanisms.fedavg import WEIGHT_CEILING
-from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, WorstCaseLedger, planned_epsilon, private_statement
+from uedp.privacy.mechanisms.loop import RoundLoop, RoundOutput, WorstCaseAccountant, planned_epsilon, private_statement
 from uedp.privacy.mechanisms.params import UeDpParams
 from uedp.privacy.mechanisms.userdp import (
     make_local_trainer,
@@ -111,13 +111,13 @@ class UeDp:
         """``Delta_E = max(w) * clip * (2M + 1)``."""
         return WEIGHT_CEILING * self.params.clip * self.accounting.sensitivity_factor
 
-    def ledger(self) -> WorstCaseLedger:
+    def run_accountant(self) -> WorstCaseAccountant:
         """The run's accounting: the worse of the E and S cases, planned together."""
-        return WorstCaseLedger(self.accounting.round_accountants(self.noise_multiplier))
+        return WorstCaseAccountant(self.accounting.round_accountants(self.noise_multiplier))
 
     def planned_epsilon(self) -> float:
         """The epsilon this run will state if it runs its planned rounds (or up to its budget stop)."""
-        return planned_epsilon(self.ledger(), self.params.rounds, self.params.max_epsilon)
+        return planned_epsilon(self.run_accountant(), self.params.rounds, self.params.max_epsilon)
 
     @property
     def denominator(self) -> float:
@@ -143,7 +143,7 @@ class UeDp:
 
         sigma = z * self.sensitivity
         params = [q for q in model.parameters() if q.requires_grad]
-        ledger = self.ledger()
+        run_accountant = self.run_accountant()
 
         def one_round(_: int, rng: RoundRandomness) -> RoundOutput:
             sampled_users = rng.poisson_sample("sample-users", users, p.q_user)
@@ -174,17 +174,17 @@ class UeDp:
         with dropout_switched_off(model) as dropout:  # layers' own draws would be shared by all users
             trainer = make_local_trainer(p, model, loss_fn, device, data.pad_id, data.max_len)
             server = server_optimizer(p)
-            loop = RoundLoop(self.name, p.rounds, ledger, self.randomness, p.delta, p.max_epsilon,
+            loop = RoundLoop(self.name, p.rounds, run_accountant, self.randomness, p.delta, p.max_epsilon,
                              state={"model": model, **server_state(server)})
             model.train()
             outcome = loop.run(one_round, on_round, checkpoint)
         return Trained(private_statement(
-            self.name, self.unit, ledger, outcome, delta=p.delta, accountant=p.accountant, noise_multiplier=z,
+            self.name, self.unit, run_accountant, outcome, delta=p.delta, accountant=p.accountant, noise_multiplier=z,
             sampling_probability=p.q_user, randomness=self.randomness, population=self.population,
             extra={"noise_std": sigma, "sensitivity": self.sensitivity, "max_users_M": self.accounting.max_users,
                    "users_bound_for_M": self.accounting.n_users_bound, "denominator": self.denominator,
                    "delta_truncation": self.accounting.delta_trunc, "delta_count_bound": self.accounting.delta_bound,
-                   **{f"epsilon_case_{case}": a.epsilon for case, a in ledger.cases.items() if outcome.rounds}},
+                   **{f"epsilon_case_{case}": a.epsilon for case, a in run_accountant.cases.items() if outcome.rounds}},
             dropout_switched_off=dropout, notes=(ANCHORED_NOTE, *server_notes(server, p, data.max_len))), sampling=self)
 
     def noise_to_signal(self, units: float) -> NoiseToSignal:

@@ -122,7 +122,7 @@ class UserDp:
         return epsilon_after(self.round_event(self.noise_multiplier), p.rounds if rounds is None else rounds, p.delta,
                              p.accountant, self.adjacency, initial=self.initial_event())
 
-    def ledger(self) -> RoundAccountant:
+    def run_accountant(self) -> RoundAccountant:
         """The run's accountant: the DP count of the users (when counted), then one sampled Gaussian per round."""
         p = self.params
         return RoundAccountant(self.round_event(self.noise_multiplier), p.delta, p.accountant, self.adjacency,
@@ -130,7 +130,7 @@ class UserDp:
 
     def planned_epsilon(self) -> float:
         """The epsilon this run will state if it runs its planned rounds (or up to its budget stop)."""
-        return planned_epsilon(self.ledger(), self.params.rounds, self.params.max_epsilon)
+        return planned_epsilon(self.run_accountant(), self.params.rounds, self.params.max_epsilon)
 
     def select(self, data: TrainData) -> Selection:
         """What the rounds train on (userdp: every sentence, users sampled by their own coins)."""
@@ -179,7 +179,7 @@ class UserDp:
         z_delta, count_noise = self.noise_split(population)
         adaptive = None if count_noise is None else AdaptiveClip(p.clip, p.target_quantile, p.clip_lr, count_noise,
                                                                  denominator)
-        accountant = self.ledger()
+        accountant = self.run_accountant()
         weights = user_weights(data, p.weight_cap)
         params = [q for q in model.parameters() if q.requires_grad]
         user_ids = list(data.by_user)
