@@ -94,7 +94,7 @@ def render(ctx: Context, results: Results) -> Page:
 
 
 def run(ctx: Context) -> Page:
-    from uedp.services.config import SweepConfig
+    from uedp.services.sweep_config import SweepConfig
 
     s = SCALES[ctx.scale]
     dataset, _ = ingest_conll_gold(ctx, s.first)

@@ -215,7 +215,7 @@ def render(ctx: Context, results: Results) -> Page:
 
 def run(ctx: Context) -> Page:
     from uedp.flows.ingest import IngestConfig, ingest_flow
-    from uedp.services.config import SweepConfig
+    from uedp.services.sweep_config import SweepConfig
 
     s = SCALES[ctx.scale]
     data = inputs(ctx, s)

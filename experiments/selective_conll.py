@@ -124,7 +124,7 @@ def run(ctx: Context) -> Page:
 
 
 def _sweep(ctx: Context, dataset: str, s: Settings, mechanisms: list[str], model: dict[str, Any]) -> Any:
-    from uedp.services.config import SweepConfig
+    from uedp.services.sweep_config import SweepConfig
 
     return SweepConfig.model_validate(dict(
         home=str(ctx.home.root), dataset=dataset, mechanisms=mechanisms, category_sets=[GOLD_CATEGORIES],

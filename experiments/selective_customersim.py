@@ -142,7 +142,7 @@ def render(ctx: Context, results: Results) -> Page:
 
 def run(ctx: Context) -> Page:
     from uedp.services.attack import attack_run
-    from uedp.services.config import SweepConfig
+    from uedp.services.sweep_config import SweepConfig
 
     s = SCALES[ctx.scale]
     dataset, dialogs = ingest_and_detect(ctx, s)

@@ -251,7 +251,7 @@ def build_tokenizer(ctx: Context, s: Settings, split: Layout) -> tuple[Path, int
 
 def run(ctx: Context) -> Page:
     from uedp.services.attack import attack_run
-    from uedp.services.config import SweepConfig
+    from uedp.services.sweep_config import SweepConfig
 
     s = SCALES[ctx.scale]
     split = layout(ctx, s)

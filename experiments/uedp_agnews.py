@@ -276,7 +276,7 @@ def run(ctx: Context) -> Page:
     corpus_folder(ctx, "ag", REQUIRED)  # both folders are checked before any work
     ner, ner_scores = train_entity_recognizer(ctx, s)
     dataset, data = ingest_and_detect(ctx, s, ner)
-    from uedp.services.config import SweepConfig
+    from uedp.services.sweep_config import SweepConfig
 
     results = Results()
     for family in s.families:

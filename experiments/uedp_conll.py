@@ -123,7 +123,7 @@ def run(ctx: Context) -> Page:
 
 
 def _sweep(ctx: Context, dataset: str, s: Settings, model: dict[str, Any]) -> Any:
-    from uedp.services.config import SweepConfig
+    from uedp.services.sweep_config import SweepConfig
 
     return SweepConfig.model_validate(dict(
         home=str(ctx.home.root), dataset=dataset, mechanisms=["noiseless", "deid", *PRIVATE],

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from prefect import flow, runtime
 
 from uedp.detection.pipeline import DetectorConfig
-from uedp.services.config import DemoConfig
+from uedp.services.demo_config import DemoConfig
 from uedp.services.detect import DetectResult
 from uedp.services.training import TrainResult
 from uedp.storage.home import DataHome

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from prefect import flow
 
-from uedp.services.config import SanitizeConfig
 from uedp.services.sanitize import SanitizeResult
+from uedp.services.sanitize_config import SanitizeConfig
 from uedp.storage.home import DataHome
 from uedp.tasks.sanitize import sanitize_task
 

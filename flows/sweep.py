@@ -13,10 +13,10 @@ import traceback
 
 from prefect import flow, get_run_logger, runtime
 
-from uedp.services.config import SweepConfig
 from uedp.services.finished_runs import finished_result
 from uedp.services.launch import preflight_sweep
 from uedp.services.sweep import Failure, SweepOutcome, SweepProgress, SweepRun
+from uedp.services.sweep_config import SweepConfig
 from uedp.storage.home import DataHome
 from uedp.tasks.report import report_task
 from uedp.tasks.train import train_task

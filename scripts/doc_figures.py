@@ -40,7 +40,7 @@ THREADS = "1"
 
 def demo_fingerprint() -> str:
     """What the demo's table depends on besides the code: its configuration's defaults and its corpus."""
-    from uedp.services.config import DemoConfig
+    from uedp.services.demo_config import DemoConfig
 
     defaults = DemoConfig().model_dump(mode="json", exclude={"home"})
     digest = hashlib.sha256(json.dumps(defaults, sort_keys=True).encode())

@@ -11,9 +11,6 @@ keys that are not shared settings go to the mechanism's parameters.
 from __future__ import annotations
 
 import hashlib
-import itertools
-import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -43,10 +40,8 @@ from uedp.models.presets import (
 )
 from uedp.privacy.mechanisms import registry
 from uedp.privacy.mechanisms.params import (
-    NOISE_OR_TARGET,
     MechanismParams,
     PrivateParams,
-    SanitizationSettings,
     names_of,
 )
 from uedp.privacy.mechanisms.registry import MechanismSpec, RunShape
@@ -54,7 +49,6 @@ from uedp.privacy.population import DEFAULT_COUNT_NOISE_STD
 from uedp.privacy.sanitization.choices import LOCAL_DP_FACTS
 from uedp.privacy.statement import RandomnessMode
 from uedp.services.run_ids import is_run_id
-from uedp.storage.home import validate_dataset_name
 
 if TYPE_CHECKING:  # the registry builds these at import; to a type checker they are their common bases
     MechanismName = str
@@ -425,190 +419,3 @@ def _settings_fields() -> dict[str, tuple[Any, FieldInfo]]:
 # of one mechanism takes the parameters it knows (``TrainConfig.for_mechanism``).
 MechanismSettings: type[BaseModel] = create_model(  # type: ignore[call-overload]
     "MechanismSettings", __config__=ConfigDict(extra="forbid", frozen=True), **_settings_fields())
-
-
-class SanitizeConfig(SanitizationSettings):
-    """One local-DP sanitization of a dataset's train split (the settings a custext/santext training uses)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    dataset: str = Field(description="the dataset whose train split is sanitized")
-    mechanism: LocalDpName = Field("custext", description="custext (CusText: a fixed output set per token) or "
-                                   "santext (SanText: any token, weighted by distance)")
-    epsilon: float = Field(gt=0, description="per-token epsilon of the exponential mechanism")
-    embeddings: str = Field(description="a vector file (GloVe/word2vec text, .npz) or model:<pretrained folder>")
-    categories: Categories = Field(default_factory=lambda: ["PII"], validate_default=True,
-                                   description="with keep=non-entities: the categories whose entities are sanitized "
-                                               "(default: every personal-information category)")
-    seed: int = Field(0, description="seed of the draws with randomness=seeded (and of the attack's sample)")
-    randomness: RandomnessMode = Field(
-        "secure", description="secure: OS randomness, never stored (a real release); seeded: from the seed, "
-                              "reproducible, no guarantee against anyone who knows it")
-    output: str | None = Field(None, description="name of the sanitized dataset (default: derived)")
-    attack_sentences: int = Field(200, ge=1, description="train sentences the attack samples")
-
-    @model_validator(mode="after")
-    def _valid_name(self) -> SanitizeConfig:
-        validate_dataset_name(self.output_name)
-        return self
-
-    @property
-    def output_name(self) -> str:
-        """The release's name: everything a sweep varies that changes the draw (one name, one release;
-        a second release under a name that holds one is refused, never drawn over it)."""
-        if self.output:
-            return self.output
-        plus = {"none": "", "stopwords": "-plus", "non-entities": "-entities"}[self.keep]
-        k = f"-k{self.k}" if LOCAL_DP_FACTS[self.mechanism].has_output_sets else ""
-        seeded = f"-seeded{self.seed}" if self.randomness == "seeded" else ""  # secure: the seed draws nothing
-        name = f"{self.dataset}-{self.mechanism}-e{self.epsilon:g}{k}-{self.strategy}{plus}{seeded}"
-        if self.keep != "non-entities":
-            return name
-        which = "-".join(sorted(self.categories))
-        if len(name) + 1 + len(which) > 64:  # dataset names are folder names: 64 characters at most
-            which = "c" + hashlib.sha256(which.encode()).hexdigest()[:8]
-        return f"{name}-{which}"
-
-    def release_settings(self) -> dict[str, Any]:
-        """The settings that decide the draw (the release's identity with the source text, the entities
-        and the vectors): not the output name or the attack, nor the seed of a secure draw, which only
-        picks the attack's sample."""
-        settings = self.model_dump(exclude={"output", "embeddings", "attack_model", "attack_sentences"})
-        if self.randomness == "secure":
-            settings["seed"] = 0  # as releases were keyed before the seed was left out: they stay current
-        return settings
-
-
-class SweepConfig(BaseModel):
-    """Parameters of a sweep; the Prefect UI renders these as a form (the base as nested forms). Like a
-    training configuration it can be written flat: ``SweepConfig(..., model="lstm", q_user=0.1)``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    home: str = Field("", description=HOME_HELP)
-    dataset: str = Field(description="an ingested and detected dataset of the data home")
-    mechanisms: list[MechanismName] = Field(default_factory=lambda: ["noiseless", "userdp", "uedp"],
-                                            min_length=1, description="the mechanisms to train; those that ignore "
-                                            "categories (noiseless, dpsgd, userdp) train once per epsilon and seed")
-    category_sets: list[Categories] = Field(default_factory=lambda: [["PERSON", "LOC", "ORG"]], min_length=1,
-                                            description="each entry is one set of sensitive categories")
-    target_epsilons: list[float] = Field(default_factory=list, description="calibrate each private mechanism to "
-                                         "each; empty: use the noise multiplier")
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="one run per seed (initial "
-                             "weights; every draw too with seeded randomness); the report shows their spread")
-    run: RunSettings = Field(default_factory=RunSettings, description="settings every configuration shares")
-    settings: MechanismSettings = Field(default_factory=MechanismSettings,
-                                        description="mechanism parameters (each mechanism takes the ones it knows)")
-    store: str | None = Field(None, description="fsspec URL of the shared table store (s3://bucket/uedp); "
-                                                "empty: the data home only")
-    grid: dict[str, list[Any]] = Field(default_factory=dict, description="more axes: a mechanism parameter and its "
-                                       "values; each mechanism that takes the parameter runs once per value "
-                                       "(e.g. holders_per_entity: [1, 4, 16])")
-    reuse_finished: bool = Field(False, description="a configuration already trained to the end on the same "
-                                 "data, detections and start is not trained again: its finished MLflow run is "
-                                 "reported (a sweep or page stopped halfway continues where it stopped)")
-
-    @field_validator("grid")
-    @classmethod
-    def _grid_of_parameters(cls, grid: dict[str, list[Any]]) -> dict[str, list[Any]]:
-        known = set(MechanismSettings.model_fields) - {"target_epsilon", "noise_multiplier", "epsilon"}
-        for name, values in grid.items():
-            if name not in known:
-                raise ValueError(f"grid axis {name!r} is not a mechanism parameter (epsilons: target_epsilons); "
-                                 f"valid: {', '.join(sorted(known))}")
-            if not values:
-                raise ValueError(f"grid axis {name!r} has no values")
-        return grid
-
-    @model_validator(mode="before")
-    @classmethod
-    def _flat_form(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            return nest_flat(data, set(cls.model_fields), "settings", {"run": set(RunSettings.model_fields)})
-        return data
-
-    @model_validator(mode="after")
-    def _valid(self) -> SweepConfig:
-        if any(not (e > 0 and math.isfinite(e)) for e in self.target_epsilons):
-            raise ValueError("target epsilons must be positive numbers")
-        if self.target_epsilons and self.settings.noise_multiplier is not None:  # type: ignore[attr-defined]
-            raise ValueError(f"{NOISE_OR_TARGET} (target_epsilons calibrate z for each configuration)")
-        self.plan()  # every configuration validates before any work starts
-        return self
-
-    def plan(self) -> list[SweepItem]:
-        """Every configuration with the target epsilon it was calibrated to (None: noise multiplier given)."""
-        base = {**self.settings.model_dump(), **self.run.model_dump()}
-        items: list[SweepItem] = []
-        for seed in self.seeds:
-            for mechanism in self.mechanisms:
-                spec = registry.get(mechanism)
-                targets: list[float | None] = list(self.target_epsilons) if spec.private and self.target_epsilons else [None]
-                # A grid axis applies to the field that takes that name (rounds also answers to steps).
-                names = parameter_names(spec.params)
-                fields: dict[str, str] = {}
-                for axis in self.grid:
-                    field = next((f for f, alias in names.items() if axis in alias), None)
-                    if field is not None:
-                        fields[axis] = field
-                axes = {axis: values for axis, values in self.grid.items() if axis in fields}
-                for target, point in itertools.product(targets, _points(axes)):
-                    # A grid epsilon replaces any budget in the base (custext/santext: the per-token epsilon).
-                    budget = {"target_epsilon": target, "epsilon": target} if target is not None else {}
-                    values = {**base, **{fields[axis]: value for axis, value in point.items()}, **budget}
-                    variant = "-".join(f"{axis}={value}" for axis, value in point.items()
-                                       if fields[axis] not in spec.params.label_fields)
-                    configs = [TrainConfig.for_mechanism(mechanism, **values, dataset=self.dataset,
-                                                         categories=categories, seed=seed, variant=variant)
-                               for categories in self.category_sets]
-                    if not spec.uses_categories(configs[0].params):
-                        configs = configs[:1]  # categories change nothing: train once
-                    # The epsilon each run is set to reach: the grid's, or a budget given in the base.
-                    items.extend(SweepItem(config, config.params.budget if spec.private else None)
-                                 for config in configs)
-        return items
-
-
-def _points(axes: dict[str, list[Any]]) -> list[dict[str, Any]]:
-    """Every combination of the grid axes a mechanism takes ([{}] when it takes none)."""
-    return [dict(zip(axes, combination)) for combination in itertools.product(*axes.values())]
-
-
-@dataclass(frozen=True)
-class SweepItem:
-    config: TrainConfig
-    target: float | None  # the target epsilon it was calibrated to; None: noise multiplier given
-
-
-class DemoConfig(BaseModel):
-    """Parameters of the demo flow; the Prefect UI renders these as a form. Mechanism parameters may be
-    given flat (``DemoConfig(home=..., q_user=0.2)``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    home: str = Field("", description=HOME_HELP)
-    dataset: str = Field("demo", description="the name the bundled demo corpus is ingested under")
-    mechanisms: list[MechanismName] = Field(default_factory=lambda: ["noiseless", "deid", "userdp", "uedp"],
-                                            description="the mechanisms to train, one run each")
-    categories: Categories = Field(default_factory=default_categories, validate_default=True,
-                                   description="the entity categories treated as sensitive (canonical names or "
-                                   "composites such as PII)")
-    seed: int = Field(0, description="initial weights and the by-user split (and every draw with seeded "
-                      "randomness)")
-    # Seeded, so the demo's table is reproducible; its runs are tagged and their statements say the
-    # guarantee does not hold against anyone who knows the seed.
-    randomness: Literal["secure", "seeded"] = Field("seeded", description=RANDOMNESS_HELP)
-    device: Device | str = Field("auto", description="auto (a GPU when there is one), cpu, cuda or cuda:N")
-    settings: MechanismSettings = Field(default_factory=MechanismSettings,
-                                        description="mechanism parameters (each mechanism takes the ones it knows)")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _flat_form(cls, data: Any) -> Any:
-        return nest_flat(data, set(cls.model_fields), "settings") if isinstance(data, dict) else data
-
-    def train_configs(self) -> list[TrainConfig]:
-        settings = self.settings.model_dump()
-        return [TrainConfig.for_mechanism(mechanism, **settings, dataset=self.dataset, categories=self.categories,
-                                          seed=self.seed, device=self.device, randomness=self.randomness)
-                for mechanism in self.mechanisms]

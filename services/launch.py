@@ -16,7 +16,8 @@ from typing import Any
 
 from uedp.errors import UedpError
 from uedp.services.attack import attack_run
-from uedp.services.config import SweepConfig, SweepItem, TrainConfig
+from uedp.services.config import TrainConfig
+from uedp.services.sweep_config import SweepConfig, SweepItem
 from uedp.services.torchrun import train_with_torchrun
 from uedp.services.training import TrainResult, train_configuration
 from uedp.services.training_inputs import draw_inputs

@@ -18,7 +18,8 @@ from typing import Any
 
 from uedp.errors import UedpError
 from uedp.privacy.sanitization.release import ReleaseFigures
-from uedp.services.config import SanitizeConfig, TrainConfig
+from uedp.services.config import TrainConfig
+from uedp.services.sanitize_config import SanitizeConfig
 from uedp.storage.home import DataHome
 from uedp.storage.manifests import sentences_manifest
 from uedp.storage.tables import hash_config

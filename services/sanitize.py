@@ -32,9 +32,9 @@ from uedp.privacy.sanitization.mechanisms import KEEP, UNKNOWN, Sampler, privati
 from uedp.privacy.sanitization.release import local_dp_kind, release_figures
 from uedp.progress import progress as progress_bar
 from uedp.services import privacy_budget
-from uedp.services.config import SanitizeConfig
 from uedp.services.releases import ATTACK_FIGURES, SanitizeResult, record_release
 from uedp.services.sanitize_attack import attack_figures, attack_spec
+from uedp.services.sanitize_config import SanitizeConfig
 from uedp.storage.catalog import Catalog
 from uedp.storage.home import DataHome
 from uedp.storage.manifests import (

@@ -23,8 +23,8 @@ import numpy as np
 from uedp.errors import UedpError
 from uedp.privacy.sanitization.draws import Draws
 from uedp.privacy.sanitization.mechanisms import KEEP
-from uedp.services.config import SanitizeConfig
 from uedp.services.releases import ATTACK_FIGURES
+from uedp.services.sanitize_config import SanitizeConfig
 from uedp.storage.home import DataHome
 
 HASHED_UP_TO = 16 << 20  # files up to this size are hashed whole; larger (model weights) by their size

@@ -1,4 +1,4 @@
-"""A sweep's parent MLflow run (its configuration, base plus grid, is :class:`services.config.SweepConfig`): one base configuration (shared run settings and every mechanism parameter, each with its
+"""A sweep's parent MLflow run (its configuration, base plus grid, is :class:`services.sweep_config.SweepConfig`): one base configuration (shared run settings and every mechanism parameter, each with its
 one default) plus a grid (mechanisms x entity category sets x target epsilons x seeds), expanded into
 training configurations; and the parent MLflow run that the sweep's runs nest under.
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from uedp.errors import UedpError
 from uedp.privacy.mechanisms.params import DEFAULT_NOISE_MULTIPLIER
-from uedp.services.config import SweepConfig, SweepItem
+from uedp.services.sweep_config import SweepConfig, SweepItem
 from uedp.services.tracking import RunTracker
 from uedp.services.training import TrainResult
 from uedp.storage.home import DataHome

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prefect import get_run_logger
 
-from uedp.services.config import SanitizeConfig
 from uedp.services.sanitize import SanitizeResult, sanitize_dataset
+from uedp.services.sanitize_config import SanitizeConfig
 from uedp.storage.home import DataHome
 from uedp.tasks.retry import retried_task
 

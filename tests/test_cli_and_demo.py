@@ -117,7 +117,7 @@ def test_the_demo_says_each_step_as_it_happens(tmp_path: Path, prefect_server: N
     """Issue 68, 9: `uedp demo` was silent for minutes between detection and its table (the trainings'
     progress went to the flow run's log only). Each step and each training's progress now reach stderr."""
     from uedp.flows.demo import demo_flow
-    from uedp.services.config import DemoConfig
+    from uedp.services.demo_config import DemoConfig
 
     config = DemoConfig(home=str(tmp_path / "h"), mechanisms=["noiseless", "deid"], steps=3)
     outcome = demo_flow(config, progress=True)

@@ -18,7 +18,8 @@ from uedp.options import merged, parse_sets
 from uedp.privacy.mechanisms import registry
 from uedp.privacy.mechanisms.params import UeDpParams, UserDpParams
 from uedp.privacy.mechanisms.registry import MechanismSpec, register
-from uedp.services.config import MechanismSettings, SweepConfig, TrainConfig
+from uedp.services.config import MechanismSettings, TrainConfig
+from uedp.services.sweep_config import SweepConfig
 
 runner = CliRunner()
 

@@ -129,7 +129,7 @@ def test_the_demo_figures_in_the_pages_are_the_recorded_run_of_the_current_demo(
         assert figures.rewrite(page, blocks) == text, f"{page.name}: a demo figure was edited by hand"
     assert record["fingerprint"] == figures.demo_fingerprint(), (
         "the demo's defaults or corpus changed since docs/demo-figures.json was measured: run `make doc-figures`")
-    from uedp.services.config import DemoConfig
+    from uedp.services.demo_config import DemoConfig
 
     shown = {line.split("│")[1].strip() for line in record["demo"]["output"].splitlines() if line.startswith("│")}
     assert shown == set(DemoConfig().mechanisms)  # the table is the demo's: one row per mechanism it trains

@@ -16,9 +16,11 @@ from mlflow.tracking import MlflowClient
 from uedp.detection.pipeline import DetectorConfig
 from uedp.errors import UedpError
 from uedp.flows.demo import DEMO_CORPUS
-from uedp.services.config import DemoConfig, SweepConfig, TrainConfig
+from uedp.services.config import TrainConfig
+from uedp.services.demo_config import DemoConfig
 from uedp.services.detect import detect_entities
 from uedp.services.launch import check_before_training, preflight_sweep
+from uedp.services.sweep_config import SweepConfig
 from uedp.services.training_plan import PublicFacts, plan_training, preflight_plan
 from uedp.storage.home import DataHome
 from uedp.storage.ingest import IngestOptions, ingest

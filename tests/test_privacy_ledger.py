@@ -23,9 +23,10 @@ from uedp.errors import UedpError
 from uedp.flows.demo import DEMO_CORPUS
 from uedp.privacy.accounting.composition import compose_guarantees
 from uedp.services import privacy_budget
-from uedp.services.config import SanitizeConfig, TrainConfig
+from uedp.services.config import TrainConfig
 from uedp.services.detect import detect_entities
 from uedp.services.sanitize import sanitize_dataset
+from uedp.services.sanitize_config import SanitizeConfig
 from uedp.services.tracking import RunTracker
 from uedp.services.training import train_configuration
 from uedp.storage.ingest import IngestOptions, ingest

@@ -364,7 +364,7 @@ def test_the_sweep_flow_refuses_an_unreachable_target_before_opening_any_run(hom
     from mlflow.tracking import MlflowClient
 
     from uedp.flows.sweep import sweep_flow
-    from uedp.services.config import SweepConfig
+    from uedp.services.sweep_config import SweepConfig
 
     demo = _demo_dataset(home)
     with pytest.raises(UedpError, match="userdp: target epsilon 1000 is met even with noise multiplier"):

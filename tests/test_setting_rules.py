@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from uedp.commands import app
 from uedp.privacy.mechanisms import registry
 from uedp.privacy.mechanisms.params import NOISE_OR_TARGET, PrivateParams, names_of, one_name_only
-from uedp.services.config import MechanismSettings, SweepConfig, TrainConfig
+from uedp.services.config import MechanismSettings, TrainConfig
+from uedp.services.sweep_config import SweepConfig
 
 runner = CliRunner()
 PRIVATE = [name for name, spec in registry.mechanisms().items() if issubclass(spec.params, PrivateParams)]

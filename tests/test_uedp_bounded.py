@@ -32,7 +32,7 @@ from uedp.privacy.mechanisms.base import TrainData
 from uedp.privacy.mechanisms.fedavg import LocalTrainer, user_weights
 from uedp.privacy.mechanisms.uedp_bounded import KeptHolders, UeDpBounded, UeDpBoundedParams, bounded_training_data
 from uedp.privacy.randomness import Randomness
-from uedp.services.config import SweepConfig
+from uedp.services.sweep_config import SweepConfig
 
 from support import TOKENIZER
 from support import tiny_gpt2 as _model

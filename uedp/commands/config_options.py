@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from uedp.options import derived_parameters, list_fields
 from uedp.privacy.mechanisms import registry
-from uedp.services.config import MechanismSettings, RunSettings, SanitizeConfig, TrainConfig
+from uedp.services.config import MechanismSettings, RunSettings, TrainConfig
 from uedp.services.pretrain import PretrainConfig
+from uedp.services.sanitize_config import SanitizeConfig
 
 MECHANISMS_HELP = ", ".join(registry.names())
 

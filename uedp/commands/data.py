@@ -24,7 +24,7 @@ from uedp.commands.config_options import LISTED, SANITIZE_OPTIONS
 from uedp.detection.categories import DEFAULT_CATEGORIES
 from uedp.errors import UedpError
 from uedp.options import derived_parameters, list_fields, merged, with_options
-from uedp.services.config import SanitizeConfig
+from uedp.services.sanitize_config import SanitizeConfig
 
 
 def _ingest_settings() -> tuple[list[Any], set[str], str, str]:

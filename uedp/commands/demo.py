@@ -20,7 +20,7 @@ from uedp.commands.common import (
 from uedp.commands.config_options import DEMO_OPTIONS, LISTED, MECHANISMS_HELP
 from uedp.commands.tables import print_summary
 from uedp.options import default_of, merged, with_options
-from uedp.services.config import DemoConfig
+from uedp.services.demo_config import DemoConfig
 
 
 @app.command()

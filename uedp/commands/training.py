@@ -30,7 +30,8 @@ from uedp.detection.categories import DEFAULT_CATEGORIES
 from uedp.errors import UedpError
 from uedp.options import default_of, merged, with_options
 from uedp.privacy.mechanisms import registry
-from uedp.services.config import MechanismSettings, RunSettings, SweepConfig, TrainConfig
+from uedp.services.config import MechanismSettings, RunSettings, TrainConfig
+from uedp.services.sweep_config import SweepConfig
 from uedp.storage.catalog import require_ingested, require_tables
 
 
