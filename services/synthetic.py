@@ -112,14 +112,18 @@ class GenerateConfig(BaseModel):
             raise ValueError("labels: a class is named twice")
         return self
 
+    def shares(self) -> list[float]:
+        """Each class' share of the texts, summing to 1 (equal when none are given)."""
+        given = self.label_shares or [1.0] * len(self.labels)
+        return [share / sum(given) for share in given]
+
     def text_labels(self) -> list[str | None]:
         """The class of each text, in order (None for every text of an unlabelled corpus): each class' share of
         ``count`` by the largest remainder, then the classes interleaved by a draw of the seed, so a batch
         holds several classes and the order is no signal. Reads the settings only."""
         if not self.labels:
             return [None] * self.count
-        shares = self.label_shares or [1.0] * len(self.labels)
-        exact = [self.count * share / sum(shares) for share in shares]
+        exact = [self.count * share for share in self.shares()]
         counts = [int(math.floor(value)) for value in exact]
         for index in sorted(range(len(exact)), key=lambda i: counts[i] - exact[i])[: self.count - sum(counts)]:
             counts[index] += 1
@@ -200,7 +204,7 @@ def generate_dataset(home: DataHome, config: GenerateConfig, progress: bool = Fa
                             "--control-codes on a labelled corpus), so its model does not know the classes' codes")
         statement = replace(statement, public=(*statement.public, "the classes generated and their shares: "
                                                + ", ".join(f"{label} {share:.3g}" for label, share in
-                                                           zip(config.labels, _shares(config)))
+                                                           zip(config.labels, config.shares()))
                                                + " (given by the user, read from no data)"))
     # A model trained on a synthetic corpus states that corpus' guarantee, for the people of the dataset the
     # corpus came from: so does what it generates, and that dataset's ledger lists it.
@@ -338,11 +342,6 @@ def writers_and_splits(count: int, per_writer: int, held_out: float, seed: int) 
     order = np.random.default_rng([seed, 2]).permutation(writers)
     split_of = {int(w): "valid" if rank < held // 2 else "test" if rank < held else "train" for rank, w in enumerate(order)}
     return ([names[i // per_writer] for i in range(count)], [split_of[i // per_writer] for i in range(count)])
-
-
-def _shares(config: GenerateConfig) -> list[float]:
-    shares = config.label_shares or [1.0] * len(config.labels)
-    return [share / sum(shares) for share in shares]
 
 
 def _write(home: DataHome, config: GenerateConfig, origin: SyntheticSource, key: str, texts: list[str],

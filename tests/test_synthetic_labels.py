@@ -148,3 +148,12 @@ def test_accuracy_of_a_classifier_trained_on_the_corpus_beside_one_trained_on_re
     logged = MlflowClient(tracking_uri=home.mlflow_tracking_uri).get_run(coded).data
     assert logged.metrics["synthetic.synth-measured.accuracy_real_test"] == pytest.approx(figures.accuracy_real_test)
     assert f"right on {figures.accuracy_real_test:.1%} of the real test split" in figures.line()
+    # the real-train classifier's figure is its own logged test error: the same as scoring it like the corpus' one
+    import torch
+
+    from uedp.services.synthetic_accuracy import _error_on, _real_test
+
+    rescored = 1.0 - _error_on(home, figures.real_run_id, _real_test(home, "news"), torch.device("cpu"))
+    assert figures.real_accuracy_real_test == pytest.approx(rescored)
+    again = measure_accuracy(home, "synth-measured", steps=3, device="cpu", threads=1)
+    assert again.real_run_id == figures.real_run_id  # trained once per source, then found again
