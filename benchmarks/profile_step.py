@@ -70,7 +70,7 @@ def main() -> None:
     # the noise is drawn on a background thread while the step computes: its own time, and the step's wait for it
     primitives._noise_shaped = timed(phases, "secret noise (drawn on a background thread)", primitives._noise_shaped)
     concurrent.futures.Future.result = timed(phases, "waiting for the noise", concurrent.futures.Future.result)
-    for method in ("plan", "spend", "exact_after"):  # planned before the first step; spend only counts
+    for method in ("schedule_for", "spend", "exact_after"):  # planned before the first step; spend only counts
         setattr(round_accounting.RoundAccountant, method, timed(phases, "accounting (planned before the first step)",
                                                           getattr(round_accounting.RoundAccountant, method)))
     torch.optim.Adam.step = timed(phases, "optimizer (Adam)", torch.optim.Adam.step)

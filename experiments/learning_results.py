@@ -49,7 +49,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from uedp.experiments.common import conll_page_parser, finished_runs, write_command_file
+from uedp.experiments.page import conll_page_parser, write_command_file
+from uedp.experiments.runs import finished_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 PRIVATE = ("userdp", "uedp-bounded", "dpsgd", "selective")

@@ -28,7 +28,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from uedp.experiments.common import conll_page_parser, mlflow_client, write_command_file
+from uedp.experiments.page import conll_page_parser, write_command_file
+from uedp.experiments.runs import mlflow_client
 
 ROOT = Path(__file__).resolve().parents[1]
 

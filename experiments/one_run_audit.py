@@ -83,7 +83,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from uedp.detection.pipeline import DetectorConfig
     from uedp.flows.demo import DEMO_CORPUS
-    from uedp.services.audit_plan import load_for_run
+    from uedp.services.audit_draw import load_for_run
     from uedp.services.config import TrainConfig
     from uedp.services.detect import detect_entities
     from uedp.services.launch import run_training

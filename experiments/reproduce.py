@@ -31,7 +31,9 @@ from uedp.experiments import (
     uedp_agnews,
     uedp_conll,
 )
-from uedp.experiments.common import CORPORA, SCALES, Context, Page, Results, RunRow, Scale, machine
+from uedp.experiments.common import SCALES, Context, Results, RunRow, Scale
+from uedp.experiments.corpora import CORPORA
+from uedp.experiments.page import Page, machine
 from uedp.experiments.starts import SCRATCH, start_choice
 from uedp.storage.home import DataHome
 
@@ -42,7 +44,7 @@ class Experiment:
     summary: str
     run: Callable[[Context], Page]  # train and measure, then build the page
     render: Callable[[Context, Results], Page]  # the page from figures already measured
-    corpus: str = "conll"  # common.CORPORA: the folder option it reads its corpus from
+    corpus: str = "conll"  # corpora.CORPORA: the folder option it reads its corpus from
     takes_start: bool = False  # runs its mechanisms from a pretrained start too (starts.py)
 
 

@@ -16,21 +16,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from uedp.experiments.common import (
-    UNIFORM_BYTE_PERPLEXITY,
-    Claim,
-    Context,
-    Page,
-    Results,
-    conll_inputs,
-    ingest_conll_gold,
-    judge,
-    markdown_table,
-    number,
-    perplexity_text,
-    run_sweep,
-    verdict_table,
-)
+from uedp.experiments.claims import Claim, judge
+from uedp.experiments.common import Context, Results
+from uedp.experiments.corpora import conll_inputs, ingest_conll_gold
+from uedp.experiments.page import UNIFORM_BYTE_PERPLEXITY, Page, markdown_table, number, perplexity_text, verdict_table
+from uedp.experiments.runs import run_sweep
 from uedp.storage.formats.conll import read_conll
 
 # The thesis, K = 50, SST-2 (its Tables 3.6 and 3.7): share of original tokens kept, and of tokens the

@@ -27,19 +27,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from uedp.experiments.common import (
-    Claim,
-    Context,
-    Page,
-    Results,
-    corpus_folder,
-    judge,
-    markdown_table,
-    number,
-    run_sweep,
-    verdict_table,
-    write_if_changed,
-)
+from uedp.experiments.claims import Claim, judge
+from uedp.experiments.common import Context, Results
+from uedp.experiments.corpora import corpus_folder, write_if_changed
+from uedp.experiments.page import Page, markdown_table, number, verdict_table
+from uedp.experiments.runs import run_sweep
 from uedp.storage.formats import FormatError
 from uedp.storage.formats.tabular import read_tsv_rows, tsv_records
 

@@ -17,26 +17,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from uedp.experiments.common import (
-    GOLD_CATEGORIES,
+from uedp.experiments.claims import Claim, clearly_above, exposure_unmeasurable, judge
+from uedp.experiments.common import Context, Results
+from uedp.experiments.corpora import GOLD_CATEGORIES, conll_inputs, ingest_conll_gold
+from uedp.experiments.page import (
     UNIFORM_BYTE_PERPLEXITY,
-    Claim,
-    Context,
     Page,
-    Results,
     budget_at,
-    clearly_above,
-    conll_inputs,
-    exposure_unmeasurable,
-    ingest_conll_gold,
-    judge,
     markdown_table,
     number,
     one_budget_sentence,
     perplexity_text,
-    run_sweep,
     verdict_table,
 )
+from uedp.experiments.runs import run_sweep
 from uedp.experiments.starts import (
     BASES,
     Start,

@@ -25,24 +25,20 @@ from pathlib import Path
 from typing import Any
 
 from uedp.errors import UedpError
-from uedp.experiments.common import (
+from uedp.experiments.claims import Claim, judge
+from uedp.experiments.common import Context, Results, RunRow
+from uedp.experiments.corpora import blank_pipeline, corpus_folder
+from uedp.experiments.page import (
     UNIFORM_BYTE_PERPLEXITY,
-    Claim,
-    Context,
     Page,
-    Results,
-    RunRow,
-    blank_pipeline,
     budget_at,
-    corpus_folder,
-    judge,
     markdown_table,
     number,
     one_budget_sentence,
     perplexity_text,
-    run_sweep,
     verdict_table,
 )
+from uedp.experiments.runs import run_sweep
 from uedp.experiments.selective_conll import (
     FAMILIES,
     dpsgd_hides_canaries,

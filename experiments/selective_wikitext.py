@@ -28,24 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from uedp.errors import UedpError
-from uedp.experiments.common import (
-    Claim,
-    Context,
-    Page,
-    Results,
-    Verdict,
-    blank_pipeline,
-    budget_at,
-    clearly_above,
-    corpus_folder,
-    exposure_unmeasurable,
-    judge,
-    markdown_table,
-    number,
-    run_sweep,
-    verdict_table,
-    write_if_changed,
-)
+from uedp.experiments.claims import Claim, Verdict, clearly_above, exposure_unmeasurable, judge
+from uedp.experiments.common import Context, Results
+from uedp.experiments.corpora import blank_pipeline, corpus_folder, write_if_changed
+from uedp.experiments.page import Page, budget_at, markdown_table, number, verdict_table
+from uedp.experiments.runs import run_sweep
 from uedp.experiments.starts import (
     BASES,
     Start,

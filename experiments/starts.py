@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from uedp.errors import UedpError
-from uedp.experiments.common import Context, Results, Verdict
+from uedp.experiments.claims import Verdict
+from uedp.experiments.common import Context, Results
 
 SCRATCH = "scratch"
 BASE = "base"

@@ -38,8 +38,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from uedp.experiments.common import finished_runs, mlflow_client, write_command_file
 from uedp.experiments.learning_results import ReutersBase, reuters_base, uedp
+from uedp.experiments.page import write_command_file
+from uedp.experiments.runs import finished_runs, mlflow_client
 
 DATASET = "conll"
 PROMPTS = "reuters-prompts"

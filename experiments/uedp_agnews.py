@@ -29,29 +29,25 @@ from pathlib import Path
 from typing import Any
 
 from uedp.errors import UedpError
-from uedp.experiments.common import (
-    CORPORA,
-    GOLD_CATEGORIES,
-    UNIFORM_BYTE_PERPLEXITY,
-    Claim,
-    Context,
-    Page,
-    Results,
-    budgets_sentence,
-    conll_inputs,
-    corpus_folder,
+from uedp.experiments.claims import Claim, judge
+from uedp.experiments.common import Context, Results
+from uedp.experiments.corpora import CORPORA, GOLD_CATEGORIES, conll_inputs, corpus_folder, write_if_changed
+from uedp.experiments.epsilon_curves import (
     epsilon_curves,
     epsilon_curves_figure,
-    judge,
+    plus_no_worse_than_naive,
+    uedp_above_userdp_at_50,
+)
+from uedp.experiments.page import (
+    UNIFORM_BYTE_PERPLEXITY,
+    Page,
+    budgets_sentence,
     markdown_table,
     number,
     perplexity_text,
-    plus_no_worse_than_naive,
-    run_sweep,
-    uedp_above_userdp_at_50,
     verdict_table,
-    write_if_changed,
 )
+from uedp.experiments.runs import run_sweep
 
 CATEGORIES = list(GOLD_CATEGORIES)  # what the CoNLL-trained NER finds: the paper's "All" column
 PAPER_RATES = {"q_user": 0.05, "q_entity": 0.5, "q_extended": 1.0}

@@ -31,7 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from uedp.experiments.common import conll_page_parser, mlflow_client, write_command_file
+from uedp.experiments.page import conll_page_parser, write_command_file
+from uedp.experiments.runs import mlflow_client
 
 CATEGORIES = "PERSON,LOC,ORG,MISC"
 

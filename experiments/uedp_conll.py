@@ -12,27 +12,25 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from uedp.experiments.common import (
-    GOLD_CATEGORIES,
-    UNIFORM_BYTE_PERPLEXITY,
-    Claim,
-    Context,
-    Page,
-    Results,
-    budgets_sentence,
-    conll_inputs,
+from uedp.experiments.claims import Claim, judge
+from uedp.experiments.common import Context, Results
+from uedp.experiments.corpora import GOLD_CATEGORIES, conll_inputs, ingest_conll_gold
+from uedp.experiments.epsilon_curves import (
     epsilon_curves,
     epsilon_curves_figure,
-    ingest_conll_gold,
-    judge,
+    plus_no_worse_than_naive,
+    uedp_above_userdp_at_50,
+)
+from uedp.experiments.page import (
+    UNIFORM_BYTE_PERPLEXITY,
+    Page,
+    budgets_sentence,
     markdown_table,
     number,
     perplexity_text,
-    plus_no_worse_than_naive,
-    run_sweep,
-    uedp_above_userdp_at_50,
     verdict_table,
 )
+from uedp.experiments.runs import run_sweep
 from uedp.experiments.starts import (
     BASES,
     Start,

@@ -57,8 +57,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from uedp.experiments.common import finished_runs, write_command_file
 from uedp.experiments.learning_results import ReutersBase, packaged_base, reuters_base, uedp
+from uedp.experiments.page import write_command_file
+from uedp.experiments.runs import finished_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 CATEGORIES = "PERSON,LOC,ORG,MISC"

@@ -38,7 +38,7 @@ from uedp.privacy.attacks.membership import (
     sentence_scores,
 )
 from uedp.privacy.attacks.one_run import audit_best
-from uedp.services.audit_plan import load_for_run
+from uedp.services.audit_draw import load_for_run
 from uedp.services.config import TrainConfig
 from uedp.services.logged_run import load_logged_run
 from uedp.services.tracking import RunTracker
@@ -93,8 +93,8 @@ def attack_run(home: DataHome, run_id: str, kinds: list[str], members: int = 500
         if not everything:
             raise UedpError(f"run {run_id} planted no canaries; train with --canaries N")
         skipped["canary"] = "the run planted no canaries (train with --canaries N)"
-    audit_plan = load_for_run(home, run_id) if "audit" in kinds else None
-    if "audit" in kinds and audit_plan is None:
+    audit_draw = load_for_run(home, run_id) if "audit" in kinds else None
+    if "audit" in kinds and audit_draw is None:
         why = (f"run {run_id} has no audit canaries in data home {home.root} (train with --audit-canaries M; the "
                "secret coins stay in the data home that trained the run)")
         if not everything:
@@ -107,8 +107,8 @@ def attack_run(home: DataHome, run_id: str, kinds: list[str], members: int = 500
         reference = _scorer(ref.model, ref.tokenizer, device, config.max_len)
 
     def audit() -> dict[str, float]:
-        assert audit_plan is not None
-        plan, record = audit_plan
+        assert audit_draw is not None
+        plan, record = audit_draw
         scores = audit_scores(plan, model_log_perplexity(model, tokenizer, device, config.max_len))
         result = audit_best(scores, np.asarray(plan.included), config.delta)
         notes.append(f"one-run audit: {result.correct} of {result.guesses} guesses right on {result.canaries} "

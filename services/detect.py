@@ -50,7 +50,7 @@ class DetectResult:
 
 
 @dataclass(frozen=True)
-class DetectionPlan:
+class DetectionWork:
     """What detecting a dataset will write: the content key, and where the sentences come from."""
 
     dataset: str
@@ -84,7 +84,7 @@ class Shard:
         return f"part-{self.index:05d}.parquet"
 
 
-def plan_detection(home: DataHome, dataset: str, config: DetectorConfig) -> DetectionPlan:
+def plan_detection(home: DataHome, dataset: str, config: DetectorConfig) -> DetectionWork:
     sentences_dir = home.table_dir(dataset, "sentences")
     sentences = sentences_manifest_in(sentences_dir)
     if sentences is None:
@@ -104,7 +104,7 @@ def plan_detection(home: DataHome, dataset: str, config: DetectorConfig) -> Dete
                "taxonomy_digest": tax.digest, "entity_identity": IDENTITY_VERSION, "sentences_key": sentences.key}
     if config.ignore_entities:  # how many surfaces the curator listed: said in every entity-level run's caveats
         details["ignored_surfaces"] = read_ignore_list(config.ignore_entities).surfaces
-    return DetectionPlan(dataset, key, "+".join(config.detectors), sentences_dir / DATA_FILE,
+    return DetectionWork(dataset, key, "+".join(config.detectors), sentences_dir / DATA_FILE,
                          home.table_dir(dataset, "entities"), details, sentences.rows)
 
 
@@ -190,7 +190,7 @@ def entity_checks(home: DataHome, dataset: str, limit: int = COMMON_ENTITIES) ->
 
 
 # --- sharded detection: map over row ranges, then merge ------------------------------------------
-def plan_shards(plan: DetectionPlan, rows_per_shard: int) -> list[Shard]:
+def plan_shards(plan: DetectionWork, rows_per_shard: int) -> list[Shard]:
     if rows_per_shard < 1:
         raise UedpError(f"rows per shard must be at least 1, not {rows_per_shard}")
     return [Shard(i, start, min(start + rows_per_shard, plan.rows))
@@ -223,7 +223,7 @@ class Staging:
     when there is one (shards may run on other machines) or next to the local table. A finished part
     survives a failed run, so a rerun detects only the missing shards."""
 
-    def __init__(self, home: DataHome, plan: DetectionPlan, store: TableStore | None):
+    def __init__(self, home: DataHome, plan: DetectionWork, store: TableStore | None):
         base = store.table_path(plan.dataset, "") if store else str(home.dataset_dir(plan.dataset))
         self.fs = store.fs if store else fsspec.filesystem("file")
         self.folder = posixpath.join(base.rstrip("/"), STAGING_PREFIX + plan.key[:16])

@@ -33,7 +33,7 @@ def preflight_sweep(home: DataHome, config: SweepConfig, say: Callable[[str], An
     the grid plans, and every early-calibrated target epsilon and the device are reachable. ``say`` hears
     what the pre-flight could not plan yet (:func:`check_before_training`)."""
     require_tables(home, config.dataset, config.store)
-    items = config.plan()
+    items = config.items()
     for line in check_before_training([item.config for item in items], config.run.device):
         if say is not None:
             say(line)

@@ -18,6 +18,7 @@ run, the plan's facts); now :class:`Provenance` answers all four, from storage's
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -75,7 +76,13 @@ class Provenance:
                             "it with --mechanism noiseless")
 
     def planned(self, plan: TrainingPlan) -> TrainingPlan:
-        """The plan with the unit and epsilon the run states and logs: a synthetic corpus' generating run's."""
+        """The plan with the unit and epsilon the run states and logs. On a local-DP release: the release's unit,
+        and no epsilon of the training's own (the release was charged when drawn; training on it is
+        post-processing, with no noise whose signal could be judged). On a synthetic corpus: its generating
+        run's unit, epsilon and delta. Otherwise the plan as the mechanism made it."""
+        if self.release is not None:
+            return replace(plan, unit=plan.config.spec.unit, epsilon=math.inf, delta=0.0, noise_to_signal=None,
+                           noise_warning=None)
         if self.synthetic is None:
             return plan
         stated = self.synthetic.statement

@@ -78,10 +78,10 @@ class SweepConfig(BaseModel):
             raise ValueError("target epsilons must be positive numbers")
         if self.target_epsilons and self.settings.noise_multiplier is not None:  # type: ignore[attr-defined]
             raise ValueError(f"{NOISE_OR_TARGET} (target_epsilons calibrate z for each configuration)")
-        self.plan()  # every configuration validates before any work starts
+        self.items()  # every configuration validates before any work starts
         return self
 
-    def plan(self) -> list[SweepItem]:
+    def items(self) -> list[SweepItem]:
         """Every configuration with the target epsilon it was calibrated to (None: noise multiplier given)."""
         base = {**self.settings.model_dump(), **self.run.model_dump()}
         items: list[SweepItem] = []

@@ -15,7 +15,7 @@ from typing import Any
 
 from uedp.models.parallel import Ranks
 from uedp.services import privacy_budget
-from uedp.services.audit_plan import keep_for_run
+from uedp.services.audit_draw import keep_for_run
 from uedp.services.config import TrainConfig
 from uedp.services.lineage import keyed_table_id
 from uedp.services.provenance import Provenance
@@ -118,7 +118,7 @@ def reservation(home: DataHome, plan: TrainingPlan, provenance: Provenance | Non
     generating run was charged when it trained)."""
     config = plan.config
     provenance = provenance or Provenance.of(home, config)
-    if plan.on_release or not provenance.charged:
+    if not provenance.charged:
         return None  # ... and a dataset declared public at ingest: no one in it to protect (services.public_datasets)
     # In words, for the ledger's table: an entity-level run's categories and the entities table it trained
     # with (the keyed id MLflow's uedp.entities_id tag shows). Totals compose across both (privacy_budget).

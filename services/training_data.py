@@ -10,11 +10,11 @@ from transformers import PreTrainedTokenizerBase
 
 from uedp.errors import UedpError
 from uedp.models.batching import Example, encode, encode_with_private_mask
-from uedp.privacy.attacks.audit_canaries import AuditPlan
+from uedp.privacy.attacks.audit_canaries import AuditDraw
 from uedp.privacy.attacks.canaries import Canary, plant_canaries
 from uedp.privacy.deid import redact
 from uedp.privacy.mechanisms.base import TrainData
-from uedp.services.audit_plan import CANARY_CATEGORY, canary_key
+from uedp.services.audit_draw import CANARY_CATEGORY, canary_key
 from uedp.services.config import TrainConfig
 from uedp.services.control_codes import code_length, with_code
 from uedp.storage.catalog import Catalog
@@ -33,7 +33,7 @@ class TrainingTexts:
     spans: dict[str, list[list[tuple[int, int]]]] = field(default_factory=dict)  # per sentence, its sensitive spans
 
 
-def load_training_texts(catalog: Catalog, config: TrainConfig, audit: AuditPlan | None = None) -> TrainingTexts:
+def load_training_texts(catalog: Catalog, config: TrainConfig, audit: AuditDraw | None = None) -> TrainingTexts:
     """Train-split texts by user; ``deid`` trains on the redacted ones in place of the originals; with
     the one-run audit's canaries when ``audit`` is given; with control codes, each sentence after its class'
     code (its sensitive spans moved by the code's length)."""
@@ -81,8 +81,8 @@ def coded_labels(catalog: Catalog, config: TrainConfig, split: str) -> dict[int,
     return labels
 
 
-def with_audit_canaries(training: TrainingTexts, config: TrainConfig, plan: AuditPlan) -> TrainingTexts:
-    """Add the sentences the audit's coins plant (:meth:`AuditPlan.placements`). A canary's name, when
+def with_audit_canaries(training: TrainingTexts, config: TrainConfig, plan: AuditDraw) -> TrainingTexts:
+    """Add the sentences the audit's coins plant (:meth:`AuditDraw.placements`). A canary's name, when
     the plan marks it, is an entity of the run's chosen categories: detected (an entity set, a private
     span) and redacted like one."""
     texts, redacted = {u: list(v) for u, v in training.texts.items()}, {u: list(v) for u, v in training.redacted.items()}
@@ -130,7 +130,7 @@ class PreparedData:
 
 
 def prepare_data(catalog: Catalog, config: TrainConfig, tokenizer: PreTrainedTokenizerBase,
-                 audit: AuditPlan | None = None) -> PreparedData:
+                 audit: AuditDraw | None = None) -> PreparedData:
     training = load_training_texts(catalog, config, audit)
     if not training.texts:
         raise UedpError(f"dataset {config.dataset!r} has no training sentences"

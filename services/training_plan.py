@@ -19,7 +19,7 @@ from uedp.errors import UedpError
 from uedp.models.metrics import causal_lm_loss, classification_loss
 from uedp.privacy.mechanisms.auto_sampling import SamplingChoice, choose_for
 from uedp.privacy.mechanisms.base import Mechanism
-from uedp.privacy.mechanisms.registry import BuildContext, EpsilonPlan
+from uedp.privacy.mechanisms.registry import BuildContext, EpsilonQuote
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
 from uedp.privacy.signal import MORE_USERS, NoiseToSignal
@@ -38,7 +38,6 @@ class PublicFacts:
     train_users: int = 0  # uedp-bounded's denominator: public under its substitution adjacency
     # Per training user, per sentence, its entities' keys: the attribution graph uedp-bounded's auto k reads.
     entities: Mapping[str, Sequence[frozenset[str]]] | None = None
-    on_release: bool = False  # trains on a local-DP release: the guarantee is the release's, charged when drawn
     more_users: str = MORE_USERS  # the dataset format's fix for too few users, in the warning's words
     trainable: int = 0  # the model's trainable coordinates (LoRA: its adapters'), public: the architecture's
 
@@ -52,13 +51,12 @@ class TrainingPlan:
     unit: str  # the privacy unit in words (MLflow's privacy_unit, the result's, the ledger's)
     epsilon: float  # what the run states if it runs its planned rounds (or to its budget stop); inf: none
     delta: float
-    on_release: bool = False  # trains on a local-DP release (charged when drawn; training is post-processing)
     noise_to_signal: NoiseToSignal | None = None
     noise_warning: str | None = None  # the noise-to-signal past its measured threshold, with what lowers it
     said: tuple[str, ...] = ()  # said before training (the planner's choice, in words)
     warnings: tuple[str, ...] = ()  # said as warnings before training (uedp-bounded dropping most entity text)
-    # The mechanism's own account of the plan (``spec.plan``), asked for by ``uedp epsilon`` only
-    description: EpsilonPlan | None = None
+    # The mechanism's own account of the plan (``spec.quote``), asked for by ``uedp epsilon`` only
+    description: EpsilonQuote | None = None
 
 
 def plan_training(config: TrainConfig, facts: PublicFacts, randomness: Randomness | None = None,
@@ -68,16 +66,15 @@ def plan_training(config: TrainConfig, facts: PublicFacts, randomness: Randomnes
     config, chosen = planned_sampling(config, planning_count(config, facts))
     mechanism = build_mechanism(config, facts.population, facts.n_examples, randomness, facts.entities)
     signal = (noise_to_signal_of(mechanism, facts.population, facts.train_users)
-              if facts.count_drawn and not facts.on_release else None)
+              if facts.count_drawn else None)
     if signal is not None and facts.trainable:
         signal = replace(signal, coordinates=facts.trainable)
-    description = (config.spec.plan(config.params, facts.population) if describe and config.spec.plan is not None
+    description = (config.spec.quote(config.params, facts.population) if describe and config.spec.quote is not None
                    and facts.population is not None else None)
-    private = config.is_private and not facts.on_release
     return TrainingPlan(
-        config=config, mechanism=mechanism, unit=config.spec.unit if facts.on_release else mechanism.unit,
-        epsilon=float(mechanism.planned_epsilon()) if private else math.inf,
-        delta=float(config.params.stated_delta or 0.0) if private else 0.0, on_release=facts.on_release,
+        config=config, mechanism=mechanism, unit=mechanism.unit,
+        epsilon=float(mechanism.planned_epsilon()) if config.is_private else math.inf,
+        delta=float(config.params.stated_delta or 0.0) if config.is_private else 0.0,
         noise_to_signal=signal, noise_warning=signal.warning(facts.more_users, pretrained=config.starts_from_a_model)
         if signal is not None else None,
         said=(f"sampling planned: {chosen.reason}",) if chosen else (),
@@ -116,7 +113,7 @@ def preflight_skipped(config: TrainConfig) -> str | None:
     from the count of users, and before the data is read only a declared count is known: a DP count is drawn
     by training, and uedp-bounded counts its training users (public under its adjacency) when it opens the
     data. Planning from a placeholder would refuse, or pass, a split the run never trains."""
-    if not config.params.plans_sampling or config.spec.plan is None:
+    if not config.params.plans_sampling or config.spec.quote is None:
         return None
     if config.spec.counts is None:
         count = "the number of training users (public under its adjacency), read when training opens the data"
@@ -155,14 +152,14 @@ def planned_sampling(config: TrainConfig, population: Population | None) -> tupl
     run's public or DP count of users (never the exact one of an add/remove unit), candidates ranked with the
     RDP accountant where the mechanism's accounting admits it (else with its own). A planned configuration
     without a count to plan from is refused: it would train the given split while saying "planned"."""
-    if not config.params.plans_sampling or config.spec.plan is None:
+    if not config.params.plans_sampling or config.spec.quote is None:
         return config, None
     if population is None:
         raise UedpError(f"{config.mechanism} sampling=planned: no count of users to plan from yet (the pre-flight "
                         "skips such a configuration; training plans it once it has its count)")
     rank = config.params.rank_accountant
     try:
-        params, choice = choose_for(config.spec.plan, config.params, population, rank_accountant=rank)
+        params, choice = choose_for(config.spec.quote, config.params, population, rank_accountant=rank)
     except ValueError:  # its words quote the DP count, drawn but not charged to a run that stops here
         raise UedpError(f"{config.mechanism} sampling=planned: no split of this configuration's budget (rounds x "
                         "q_user) keeps 10 users a round over at least 10 rounds of this dataset: raise --rounds or "

@@ -17,7 +17,7 @@ from pathlib import Path
 from uedp.models.checkpoints import RESOLVED_CONFIG, content_hash
 from uedp.models.parallel import Ranks
 from uedp.privacy.mechanisms.base import Checkpointer, RoundReport
-from uedp.services.audit_plan import Participation, participation, releasable
+from uedp.services.audit_draw import Participation, participation, releasable
 from uedp.services.config import TrainConfig
 from uedp.services.initial_model import base_identity
 from uedp.services.lineage import (

@@ -21,11 +21,11 @@ from uedp.models.lora import trainable_count
 from uedp.models.parallel import Ranks
 from uedp.models.threads import ThreadChoice, apply_threads, choose_threads
 from uedp.models.tokenization import load_tokenizer
-from uedp.privacy.attacks.audit_canaries import AuditPlan
+from uedp.privacy.attacks.audit_canaries import AuditDraw
 from uedp.privacy.mechanisms.base import Checkpointer, LossFn, Mechanism
 from uedp.privacy.population import Population, exact_count
 from uedp.privacy.randomness import Randomness
-from uedp.services.audit_plan import absent_units, plan_for
+from uedp.services.audit_draw import absent_units, draw_for
 from uedp.services.config import TrainConfig
 from uedp.services.coverage import DetectorRecall, detector_recall
 from uedp.services.initial_model import Start, resolve_start, start_model
@@ -82,7 +82,7 @@ class Setup:
     checkpoint: Checkpointer
     provenance: Provenance | None = None  # where the text comes from (a release, a synthetic corpus...)
     caveats: tuple[str, ...] = ()  # what the epsilon does not cover (detection, evaluation)
-    audit: AuditPlan | None = None  # the one-run audit's canaries and their secret coins
+    audit: AuditDraw | None = None  # the one-run audit's canaries and their secret coins
     recall: DetectorRecall | None = None  # entity-level mechanisms: the detectors' recall their epsilon rests on
     start: Start | None = None  # where the weights came from (the statement names it public; LoRA's base)
     threads: ThreadChoice | None = None  # torch's intra-op threads and why (said before training)
@@ -124,7 +124,7 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
         check_labels_unchanged(home, config)
         check_detection_independent(home, config)
     with Catalog(home, provenance.training_dataset) as catalog:
-        audit = (plan_for(home, config, sorted({user for _, user, _ in catalog.sentences("train")}),
+        audit = (draw_for(home, config, sorted({user for _, user, _ in catalog.sentences("train")}),
                           resuming=checkpoint.saved_scope() is not None) if config.audit_canaries else None)
         data = prepare_data(catalog, config, tokenizer, audit)
         check_trainable(home, config, data)
@@ -142,7 +142,7 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
                                  ceiling=exact_units + (absent_units(audit, config.spec.counts) if audit else 0))
     # The checkpoint was named by the configuration as given: a resume plans the same split from the same count.
     facts = PublicFacts(population, n_examples=len(data.train.sequences), train_users=data.train.n_users,
-                        entities=data.train.entities, on_release=release is not None,
+                        entities=data.train.entities,
                         more_users=user_fix(dataset_format(home, config.dataset)),
                         trainable=trainable_count(model))
     plan = provenance.planned(plan_training(config, facts, randomness))

@@ -25,7 +25,7 @@ from uedp.privacy.randomness import Randomness, RoundRandomness
 def test_round_accountant_equals_dp_accounting_directly() -> None:
     event = poisson_gaussian_round(0.1, 1.1)
     accountant = RoundAccountant(event, 1e-5, "rdp")
-    accountant.plan(20)
+    accountant.schedule_for(20)
     for _ in range(20):
         accountant.spend()
     direct = rdp.RdpAccountant()
@@ -39,7 +39,7 @@ def test_round_accountant_equals_dp_accounting_directly() -> None:
 
 def test_spend_hands_on_the_planned_figure_of_a_shown_round() -> None:
     accountant = RoundAccountant(poisson_gaussian_round(0.2, 1.0), 1e-5, "rdp")
-    schedule = accountant.plan(3)
+    schedule = accountant.schedule_for(3)
     assert accountant.rounds == 0 and accountant.epsilon == 0.0
     assert accountant.spend() == schedule.shown[1] == epsilon_after(poisson_gaussian_round(0.2, 1.0), 1, 1e-5, "rdp")
     assert accountant.rounds == 1 and accountant.epsilon == schedule.shown[1]
@@ -47,7 +47,7 @@ def test_spend_hands_on_the_planned_figure_of_a_shown_round() -> None:
 
 def test_epsilon_grows_with_rounds() -> None:
     accountant = RoundAccountant(poisson_gaussian_round(0.2, 1.0), 1e-5, "rdp")
-    values = list(accountant.plan(5).shown.values())
+    values = list(accountant.schedule_for(5).shown.values())
     assert values == sorted(values) and values[0] > 0
 
 
@@ -88,7 +88,7 @@ def test_a_dp_count_is_composed_once_before_the_rounds_as_dp_accounting_composes
     direct = pld.PLDAccountant() if kind == "pld" else rdp.RdpAccountant()
     direct.compose(count)
     assert accountant.epsilon == pytest.approx(direct.get_epsilon(1e-5), rel=1e-3)  # spent before round 1
-    accountant.plan(30)
+    accountant.schedule_for(30)
     for _ in range(30):
         accountant.spend()
     direct.compose(event, 30)
@@ -143,7 +143,7 @@ def test_a_short_run_shows_every_round_and_a_long_one_a_bounded_number_always_it
 @pytest.mark.parametrize("kind", ["pld", "rdp"])
 def test_every_shown_epsilon_is_dp_accountings_for_its_round(kind: str, with_count: bool) -> None:
     rounds = 133  # the gaps between shown rounds take two lengths (129 rounds after the first 4, in 16 gaps)
-    schedule = _accountant(kind, with_count).plan(rounds)
+    schedule = _accountant(kind, with_count).schedule_for(rounds)
     assert list(schedule.shown) == shown_rounds(rounds) and schedule.last == rounds and not schedule.stopped_by_budget
     shown = list(schedule.shown)
     # rdp is cheap: every figure; pld: the first rounds, every ninth one and the last two
@@ -173,7 +173,7 @@ def test_the_budget_stop_is_the_last_round_within_the_budget(kind: str, with_cou
     budget = (_exact(stop, kind, with_count) + _exact(stop + 1, kind, with_count)) / 2
     if stop == 0:
         budget = _exact(1, kind, with_count) / 2
-    schedule = _accountant(kind, with_count).plan(rounds, budget)
+    schedule = _accountant(kind, with_count).schedule_for(rounds, budget)
     assert schedule.last == stop and schedule.stopped_by_budget
     _assert_exact_stop(schedule.last, budget, kind, with_count)
     for off_by_one in (schedule.last - 1, schedule.last + 1):  # the check catches a stop one round off
@@ -187,7 +187,7 @@ def test_the_budget_stop_is_the_last_round_within_the_budget(kind: str, with_cou
 
 
 def test_a_budget_the_whole_run_stays_within_stops_nothing() -> None:
-    schedule = _accountant("rdp").plan(100, _exact(100, "rdp") * 1.0001)
+    schedule = _accountant("rdp").schedule_for(100, _exact(100, "rdp") * 1.0001)
     assert schedule.last == 100 and not schedule.stopped_by_budget and 100 in schedule.shown
 
 
@@ -249,7 +249,7 @@ def test_the_loop_runs_to_the_planned_stop_and_does_no_accounting_between_rounds
 
 def test_a_run_interrupted_between_shown_rounds_reports_the_exact_epsilon_of_the_rounds_it_ran() -> None:
     accountant = _accountant("pld")
-    schedule = accountant.plan(200)
+    schedule = accountant.schedule_for(200)
     for _ in range(30):
         assert accountant.spend() == schedule.shown.get(accountant.rounds)
     assert 30 not in schedule.shown  # 29 and 32 are
@@ -260,16 +260,16 @@ def test_a_run_interrupted_between_shown_rounds_reports_the_exact_epsilon_of_the
 def test_a_resumed_accountant_plans_the_same_schedule_and_ends_at_the_same_epsilon() -> None:
     budget = (_exact(120, with_count=True) + _exact(121, with_count=True)) / 2
     uninterrupted = _accountant("pld", with_count=True)
-    schedule = uninterrupted.plan(200, budget)
+    schedule = uninterrupted.schedule_for(200, budget)
     for _ in range(schedule.last):
         uninterrupted.spend()
     crashed = _accountant("pld", with_count=True)
-    crashed.plan(200, budget)
+    crashed.schedule_for(200, budget)
     for _ in range(37):
         crashed.spend()
     resumed = _accountant("pld", with_count=True)
     resumed.load_state_dict(crashed.state_dict())
-    assert resumed.rounds == 37 and resumed.plan(200, budget) == schedule and schedule.last == 120
+    assert resumed.rounds == 37 and resumed.schedule_for(200, budget) == schedule and schedule.last == 120
     figures = [resumed.spend() for _ in range(resumed.rounds, schedule.last)]
     assert figures[-1] == resumed.epsilon == uninterrupted.epsilon == schedule.shown[120] and resumed.rounds == 120
 
@@ -282,7 +282,7 @@ def test_a_worst_case_ledger_stops_at_the_first_case_over_the_budget_and_shows_t
 
     ledger = WorstCaseAccountant({case: RoundAccountant(event, 1e-5, "rdp") for case, event in cases.items()})
     budget = (worst(90) + worst(91)) / 2
-    schedule = ledger.plan(150, budget)
+    schedule = ledger.schedule_for(150, budget)
     assert schedule.last == 90 and list(schedule.shown) == [r for r in shown_rounds(150) if r < 90] + [90]
     for rounds_run, figure in schedule.shown.items():
         assert figure == pytest.approx(worst(rounds_run), rel=1e-12)
@@ -296,9 +296,9 @@ def test_a_worst_case_ledger_stops_at_the_first_case_over_the_budget_and_shows_t
 
 def test_a_ledger_without_a_guarantee_has_infinite_epsilon_and_plans_nothing() -> None:
     ledger = NoAccountant()
-    schedule = ledger.plan(100, None)
+    schedule = ledger.schedule_for(100, None)
     assert schedule.last == 100 and not schedule.shown and ledger.spend() == math.inf == ledger.epsilon
-    assert NoAccountant().plan(100, 5.0).last == 0  # infinite epsilon exceeds any budget
+    assert NoAccountant().schedule_for(100, 5.0).last == 0  # infinite epsilon exceeds any budget
 
 
 @pytest.mark.parametrize("budget_over_final", [None, 1.01, "stops"])
@@ -323,7 +323,7 @@ def test_the_planned_final_figure_is_the_schedules_last_and_needs_no_curve_unles
     memo.forget()
     final = _accountant(with_count=with_count).final(rounds, budget)
     assert planning[0] == (1 if stops else 0)  # the curve is composed only to find a budget's stop
-    schedule = _accountant(with_count=with_count).plan(rounds, budget)
+    schedule = _accountant(with_count=with_count).schedule_for(rounds, budget)
     assert final == schedule.shown[schedule.last]
     figures = list(schedule.shown.values())
     assert figures == sorted(figures) and figures[-1] == max(figures)
@@ -340,5 +340,5 @@ def test_a_worst_case_ledgers_final_figure_is_the_larger_cases_whole_run_figure(
     ledger = WorstCaseAccountant({case: RoundAccountant(event, 1e-5, "pld") for case, event in cases.items()})
     final = ledger.final(rounds, None)
     assert final == max(epsilon_after(event, rounds, 1e-5, "pld") for event in cases.values())
-    assert ledger.plan(rounds, None).shown[rounds] == final
+    assert ledger.schedule_for(rounds, None).shown[rounds] == final
     assert NoAccountant().final(rounds, None) == math.inf

@@ -484,3 +484,31 @@ def test_the_launch_rule_catches_a_planted_shortcut(tmp_path: Path) -> None:
         f"{planted}:1 imports train_configuration (use services.launch.run_training)",
         f"{planted}:4 calls train_configuration (use services.launch.run_training)"]
     assert not trainings_started_outside_the_launch({"uedp.services.launch": planted})
+
+
+# One word per concept (docs/ARCHITECTURE.md, "Words"): "plan" is the training plan and nothing else. A class
+# named ...Plan or a function or method named plan would bring back the five meanings the word once had
+# (a quote, a schedule, a sweep's items, an audit draw, a detection's work).
+THE_PLAN = frozenset({"TrainingPlan"})
+
+
+def other_plans(mods: dict[str, Path]) -> list[str]:
+    found = []
+    for path in mods.values():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and node.name.endswith("Plan") and node.name not in THE_PLAN:
+                found.append(f"{path}:{node.lineno} class {node.name}")
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in ("plan", "_plan"):
+                found.append(f"{path}:{node.lineno} def {node.name}")
+    return found
+
+
+def test_plan_names_the_training_plan_only() -> None:
+    assert not other_plans(ALL)
+
+
+def test_the_naming_rule_catches_a_planted_plan(tmp_path: Path) -> None:
+    planted = tmp_path / "words.py"
+    planted.write_text("class TrainingPlan:\n    pass\n\nclass AuditPlan:\n    def plan(self):\n        pass\n",
+                       encoding="utf-8")
+    assert other_plans({"uedp.services.words": planted}) == [f"{planted}:4 class AuditPlan", f"{planted}:5 def plan"]

@@ -15,9 +15,9 @@ import torch
 
 from uedp.privacy.attacks.audit_canaries import (
     HOST_PREFIX,
-    AuditPlan,
+    AuditDraw,
     audit_scores,
-    draw_plan,
+    draw_audit,
 )
 from uedp.privacy.attacks.one_run import GUESS_SHARES, audit, audit_best
 
@@ -49,7 +49,7 @@ def _users(count: int = 10) -> list[str]:
 
 
 def test_coins_are_fair_and_names_never_repeat() -> None:
-    plan = draw_plan(2000, "sequence", "add_remove", _users(), np.random.default_rng(0))
+    plan = draw_audit(2000, "sequence", "add_remove", _users(), np.random.default_rng(0))
     assert 900 < sum(plan.included) < 1100
     names = [c.secret for c in plan.canaries] + [c.decoy for c in plan.canaries]
     assert len(set(names)) == 4000
@@ -58,52 +58,52 @@ def test_coins_are_fair_and_names_never_repeat() -> None:
 
 def test_each_unit_has_its_shape() -> None:
     rng = np.random.default_rng(1)
-    user = draw_plan(4, "user", "add_remove", _users(), rng)
+    user = draw_audit(4, "user", "add_remove", _users(), rng)
     assert all(len(c.templates) == 4 and len(set(c.hosts)) == 1 and c.own_hosts() for c in user.canaries)
-    entity = draw_plan(4, "entity", "add_remove", _users(), rng)
+    entity = draw_audit(4, "entity", "add_remove", _users(), rng)
     for canary in entity.canaries:  # one sentence in each of 4 distinct real users
         assert len(canary.hosts) == len(set(canary.hosts)) == 4 and set(canary.hosts) <= set(_users())
-    few = draw_plan(3, "entity", "replace", _users(2), rng)
+    few = draw_audit(3, "entity", "replace", _users(2), rng)
     assert all(sorted(c.hosts) == _users(2) for c in few.canaries)
-    assert draw_plan(2, "secret", "replace", _users(), rng).marks_spans
+    assert draw_audit(2, "secret", "replace", _users(), rng).marks_spans
 
 
 def test_bad_plans_are_refused() -> None:
     with pytest.raises(ValueError, match="named like an audit canary"):
-        draw_plan(4, "user", "add_remove", [f"{HOST_PREFIX}0001"], np.random.default_rng(0))
+        draw_audit(4, "user", "add_remove", [f"{HOST_PREFIX}0001"], np.random.default_rng(0))
     with pytest.raises(ValueError, match="at least 2"):
-        draw_plan(1, "user", "add_remove", _users(), np.random.default_rng(0))
+        draw_audit(1, "user", "add_remove", _users(), np.random.default_rng(0))
     with pytest.raises(ValueError, match="need training users"):
-        draw_plan(4, "entity", "add_remove", [], np.random.default_rng(0))
+        draw_audit(4, "entity", "add_remove", [], np.random.default_rng(0))
 
 
 def test_the_released_design_holds_no_coins_and_no_real_hosts() -> None:
-    plan = draw_plan(8, "entity", "replace", _users(), np.random.default_rng(2))
+    plan = draw_audit(8, "entity", "replace", _users(), np.random.default_rng(2))
     public = plan.public()
     text = json.dumps(public)
     assert "included" not in text and not any(user in text for user in _users())
     assert [c["hosts"] for c in public["canaries"]] == ["4 training users"] * 8  # type: ignore[index]
-    made_up = draw_plan(3, "user", "add_remove", _users(), np.random.default_rng(2)).public()
+    made_up = draw_audit(3, "user", "add_remove", _users(), np.random.default_rng(2)).public()
     assert made_up["canaries"][0]["hosts"] == [f"{HOST_PREFIX}0000"] * 4  # type: ignore[index]
-    assert AuditPlan.from_json(plan.to_json()) == plan
+    assert AuditDraw.from_json(plan.to_json()) == plan
 
 
 def test_a_declared_count_is_checked_against_every_canary_planted() -> None:
-    from uedp.services.audit_plan import absent_units
+    from uedp.services.audit_draw import absent_units
 
-    plan = draw_plan(10, "user", "add_remove", _users(), np.random.default_rng(6))
+    plan = draw_audit(10, "user", "add_remove", _users(), np.random.default_rng(6))
     tails = 10 - sum(plan.included)
     assert absent_units(plan, "users") == tails and absent_units(plan, "sequences") == 4 * tails
     assert absent_units(replace(plan, included=(True,) * 10), "users") == 0
-    assert absent_units(draw_plan(10, "entity", "replace", _users(), np.random.default_rng(6)), "sequences") == 0
+    assert absent_units(draw_audit(10, "entity", "replace", _users(), np.random.default_rng(6)), "sequences") == 0
 
 
 def test_tails_remove_the_canary_or_put_the_decoy_in_its_place() -> None:
     rng = np.random.default_rng(3)
-    removed = draw_plan(40, "user", "add_remove", _users(), rng)
+    removed = draw_audit(40, "user", "add_remove", _users(), rng)
     placed = {p.canary for p in removed.placements()}
     assert placed == {c.index for c in removed.canaries if removed.included[c.index]}
-    swapped = draw_plan(40, "entity", "replace", _users(), rng)
+    swapped = draw_audit(40, "entity", "replace", _users(), rng)
     by_canary: dict[int, list] = {}
     for p in swapped.placements():
         by_canary.setdefault(p.canary, []).append(p)
@@ -116,7 +116,7 @@ def test_tails_remove_the_canary_or_put_the_decoy_in_its_place() -> None:
 
 
 def test_scores_are_the_secret_likelihood_minus_the_decoys_under_substitution() -> None:
-    plan = draw_plan(3, "user", "add_remove", _users(), np.random.default_rng(4))
+    plan = draw_audit(3, "user", "add_remove", _users(), np.random.default_rng(4))
     nll = {}
     for i, c in enumerate(plan.canaries):
         nll |= {t: 10.0 + i for t in c.texts(c.secret)} | {t: 100.0 for t in c.texts(c.decoy)}
@@ -145,14 +145,14 @@ def test_the_best_guess_count_is_paid_for_with_bonferroni() -> None:
 def _texts(home, mechanism: str, coins: tuple[bool, ...] | None = None, count: int = 6, **settings):  # type: ignore[no-untyped-def]
     """The training texts a run of ``mechanism`` with audit canaries trains on (the data path training
     uses), with the plan's coins replaced by ``coins`` when given."""
-    from uedp.services.audit_plan import plan_for
+    from uedp.services.audit_draw import draw_for
     from uedp.services.config import TrainConfig
     from uedp.services.training_data import load_training_texts
     from uedp.storage.catalog import Catalog
 
     config = TrainConfig(dataset="demo", mechanism=mechanism, audit_canaries=count, randomness="seeded", **settings)
     with Catalog(home, "demo") as catalog:
-        plan = plan_for(home, config, sorted({u for _, u, _ in catalog.sentences("train")}))
+        plan = draw_for(home, config, sorted({u for _, u, _ in catalog.sentences("train")}))
         plan = replace(plan, included=coins) if coins is not None else plan
         return plan, load_training_texts(catalog, config, plan)
 
@@ -175,7 +175,7 @@ def test_one_coin_adds_exactly_one_unit_under_add_remove(demo_home, mechanism: s
     if unit == "user":  # one new user, holding all of the canary's sentences
         assert set(with_one.texts) - set(without.texts) == {canary.hosts[0]}
     if unit == "entity":  # the canary is an entity of each of its sentences, in several users
-        from uedp.services.audit_plan import canary_key
+        from uedp.services.audit_draw import canary_key
 
         marked = [(u, i) for u, sets in with_one.entities.items() for i, s in enumerate(sets)
                   if canary_key(canary.secret) in s]
@@ -359,7 +359,7 @@ def test_correctly_noised_userdp_stays_below_its_epsilon(demo_home) -> None:
     from mlflow.tracking import MlflowClient
 
     from uedp.privacy.randomness import Randomness
-    from uedp.services.audit_plan import load_for_run
+    from uedp.services.audit_draw import load_for_run
 
     loaded = load_for_run(demo_home, result.run_id)
     assert loaded is not None and loaded[1] is not None
@@ -409,7 +409,7 @@ def test_the_sweep_report_shows_each_seeds_bound_and_plots_it_against_epsilon(tm
 def test_a_resumed_secure_run_plants_the_same_canaries_and_counts_rounds_since_the_resume(home, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from uedp.detection.pipeline import DetectorConfig
     from uedp.flows.demo import DEMO_CORPUS
-    from uedp.services.audit_plan import load_for_run
+    from uedp.services.audit_draw import load_for_run
     from uedp.services.config import TrainConfig
     from uedp.services.detect import detect_entities
     from uedp.services.tracking import RunTracker
@@ -432,7 +432,7 @@ def test_a_resumed_secure_run_plants_the_same_canaries_and_counts_rounds_since_t
         train_configuration(home, config, progress=False)
     monkeypatch.setattr(RunTracker, "log_metrics", original)
     (pending,) = home.audits_dir.glob("pending-*.json")
-    before = AuditPlan.from_json(pending.read_text())
+    before = AuditDraw.from_json(pending.read_text())
     resumed = train_configuration(home, config, progress=False)
     assert resumed.resumed_from == 4 and not pending.exists()
     loaded = load_for_run(home, resumed.run_id)
@@ -447,7 +447,7 @@ def test_a_resumed_secure_run_plants_the_same_canaries_and_counts_rounds_since_t
         plan.unlink()
     from uedp.errors import UedpError
 
-    with pytest.raises(UedpError, match=r"trained on audit canaries whose plan .* is gone"):
+    with pytest.raises(UedpError, match=r"trained on audit canaries whose draw .* is gone"):
         train_configuration(home, config, progress=False)
 
 
@@ -457,7 +457,7 @@ def test_the_uedp_bounded_record_counts_only_hosts_that_keep_the_entity(demo_hom
     from uedp.privacy.mechanisms.params import UeDpBoundedParams
     from uedp.privacy.mechanisms.uedp_bounded import KeptHolders, UeDpBounded
     from uedp.privacy.randomness import Randomness
-    from uedp.services.audit_plan import host_units
+    from uedp.services.audit_draw import host_units
 
     plan, texts = _texts(demo_home, "uedp-bounded", count=4, holders_per_entity=1)
     mechanism = UeDpBounded(UeDpBoundedParams(mechanism="uedp-bounded", holders_per_entity=1, noise_multiplier=2.0,

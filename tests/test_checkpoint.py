@@ -118,7 +118,7 @@ def test_a_checkpoint_of_another_configuration_is_refused(tmp_path: Path) -> Non
 
 def test_accountant_state_cannot_continue_another_mechanism() -> None:
     first = RoundAccountant(poisson_gaussian_round(0.5, 1.0), 1e-5)
-    first.plan(3)
+    first.schedule_for(3)
     first.spend()
     assert set(first.state_dict()) == {"rounds", "event", "initial", "delta", "kind", "adjacency"}  # no figure
     other = RoundAccountant(poisson_gaussian_round(0.5, 2.0), 1e-5)
@@ -126,5 +126,5 @@ def test_accountant_state_cannot_continue_another_mechanism() -> None:
         other.load_state_dict(first.state_dict())
     same = RoundAccountant(poisson_gaussian_round(0.5, 1.0), 1e-5)
     same.load_state_dict(first.state_dict())
-    assert same.plan(3) == first.schedule  # the schedule is planned again, from the configuration alone
+    assert same.schedule_for(3) == first.schedule  # the schedule is planned again, from the configuration alone
     assert same.rounds == 1 and same.spend() == pytest.approx(epsilon_after(poisson_gaussian_round(0.5, 1.0), 2, 1e-5))

@@ -94,7 +94,7 @@ def test_the_sweep_is_a_base_plus_a_grid() -> None:
     sweep = SweepConfig(home="h", dataset="d", mechanisms=["noiseless", "deid", "userdp", "uedp"],
                         category_sets=[["PERSON"], ["LOC"]], target_epsilons=[2.0, 8.0], seeds=[0, 1],
                         model="gpt2", q_user=0.1, rounds=3)
-    plan = sweep.plan()
+    plan = sweep.items()
     # per seed: noiseless once (categories change nothing), deid per category set, userdp once per epsilon
     # (its training ignores categories), uedp per epsilon and category set
     assert len(plan) == 2 * (1 + 2 + 2 + 2 * 2)
@@ -178,10 +178,10 @@ def test_the_planner_refuses_a_parameter_its_mechanism_does_not_take() -> None:
 def test_grid_epsilons_replace_a_budget_in_the_base() -> None:
     sweep = SweepConfig(home="h", dataset="d", mechanisms=["custext", "userdp"], target_epsilons=[1.0, 8.0],
                         embeddings="v.txt", epsilon=3.0, target_epsilon=5.0)
-    assert sorted((i.config.mechanism, i.config.params.budget, i.target) for i in sweep.plan()) == [
+    assert sorted((i.config.mechanism, i.config.params.budget, i.target) for i in sweep.items()) == [
         ("custext", 1.0, 1.0), ("custext", 8.0, 8.0), ("userdp", 1.0, 1.0), ("userdp", 8.0, 8.0)]
     based = SweepConfig(home="h", dataset="d", mechanisms=["userdp"], target_epsilon=5.0)
-    assert [i.target for i in based.plan()] == [5.0]  # a budget in the base is still what the run reaches
+    assert [i.target for i in based.items()] == [5.0]  # a budget in the base is still what the run reaches
 
 
 def test_runs_logged_before_the_nested_configuration_still_load() -> None:

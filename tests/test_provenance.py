@@ -11,6 +11,7 @@ import pytest
 
 from uedp.errors import UedpError
 from uedp.flows.demo import DEMO_CORPUS
+from uedp.privacy.mechanisms import registry
 from uedp.privacy.population import Population
 from uedp.privacy.statement import PrivacyStatement
 from uedp.services.config import TrainConfig
@@ -31,9 +32,8 @@ RELEASE = SanitizeResult(per_token_epsilon=2.0, record_epsilon_max=20.0, record_
                          unprotected_share=0.1, statement="custext: epsilon 2 per token")
 
 
-def _plan(config: TrainConfig, on_release: bool = False):  # type: ignore[no-untyped-def]
-    return plan_training(config, PublicFacts(Population.declared(40), n_examples=500, train_users=40,
-                                             on_release=on_release))
+def _plan(config: TrainConfig):  # type: ignore[no-untyped-def]
+    return plan_training(config, PublicFacts(Population.declared(40), n_examples=500, train_users=40))
 
 
 def test_each_kind_of_text_answers_whether_the_run_is_charged() -> None:
@@ -44,6 +44,16 @@ def test_each_kind_of_text_answers_whether_the_run_is_charged() -> None:
     assert not Provenance("demo", release=RELEASE).charged
     assert Provenance("demo", release=RELEASE).training_dataset == "demo-custext"
     assert Provenance("demo").training_dataset == "demo"
+
+
+def test_a_run_on_a_local_dp_release_plans_the_releases_unit_and_no_epsilon_of_its_own() -> None:
+    config = TrainConfig(dataset="demo", mechanism="custext", target_epsilon=2.0, embeddings="v.txt")
+    as_built = _plan(config)
+    assert as_built.unit != registry.get("custext").unit  # the mechanism alone: noiseless training
+    planned = Provenance("demo", release=RELEASE).planned(as_built)
+    assert (planned.unit, planned.epsilon, planned.delta) == (registry.get("custext").unit, math.inf, 0.0)
+    assert planned.noise_to_signal is None and planned.mechanism is as_built.mechanism
+    assert Provenance("demo").planned(as_built) is as_built  # the same configuration on the original text
 
 
 def test_a_run_on_a_local_dp_release_states_the_releases_guarantee() -> None:

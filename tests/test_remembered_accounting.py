@@ -84,7 +84,7 @@ def test_remembered_figures_are_the_computed_ones_and_are_shared_through_the_fol
         fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     event_for = SETTINGS[0][1]
     z = calibrate_noise_multiplier(event_for, 300, 8.0, 1e-5, "pld", initial=COUNT)
-    planned = RoundAccountant(event_for(z), 1e-5, "pld", initial=COUNT).plan(300)
+    planned = RoundAccountant(event_for(z), 1e-5, "pld", initial=COUNT).schedule_for(300)
     assert list(fresh.glob("calibration-*.json")) and list(fresh.glob("schedule-*.json"))
 
     # Another process (here: this one, its memory emptied) reads them back and computes nothing
@@ -94,10 +94,10 @@ def test_remembered_figures_are_the_computed_ones_and_are_shared_through_the_fol
         raise AssertionError("computed again, though the folder holds it")
 
     monkeypatch.setattr(calibration, "_calibrate", computed)
-    monkeypatch.setattr(rounds, "_plan_epsilons", computed)
+    monkeypatch.setattr(rounds, "_schedule_epsilons", computed)
     assert calibrate_noise_multiplier(event_for, 300, 8.0, 1e-5, "pld", initial=COUNT) == z
     accountant = RoundAccountant(event_for(z), 1e-5, "pld", initial=COUNT)
-    again = accountant.plan(300)
+    again = accountant.schedule_for(300)
     assert again == planned and accountant.schedule == planned
     assert [accountant.spend() for _ in range(3)] == [planned.shown.get(r) for r in (1, 2, 3)]
     # a different setting is not taken for this one
@@ -115,7 +115,7 @@ def test_remembered_figures_are_the_computed_ones_and_are_shared_through_the_fol
     monkeypatch.delenv(memo.CACHE_ENV)
     memo.forget()
     assert calibrate_noise_multiplier(event_for, 300, 8.0, 1e-5, "pld", initial=COUNT) == z
-    assert RoundAccountant(event_for(z), 1e-5, "pld", initial=COUNT).plan(300) == planned
+    assert RoundAccountant(event_for(z), 1e-5, "pld", initial=COUNT).schedule_for(300) == planned
 
 
 @pytest.mark.parametrize("mechanism, flags", [

@@ -16,7 +16,10 @@ import numpy as np
 import pytest
 
 from uedp.errors import UedpError
-from uedp.experiments.common import Claim, Context, Page, Results, RunRow, conll_documents, judge
+from uedp.experiments.claims import Claim, judge
+from uedp.experiments.common import Context, Results, RunRow
+from uedp.experiments.corpora import conll_documents
+from uedp.experiments.page import Page
 from uedp.experiments.reproduce import EXPERIMENTS, reproduce
 from uedp.experiments.sanitize_conll import SCALES as SCALES_OF_SANITIZE
 
@@ -68,7 +71,8 @@ def test_every_experiment_names_its_corpus_folder_and_where_to_get_it(home, tmp_
     from typer.testing import CliRunner
 
     from uedp.cli import app
-    from uedp.experiments.common import CORPORA, Context, corpus_folder
+    from uedp.experiments.common import Context
+    from uedp.experiments.corpora import CORPORA, corpus_folder
 
     for corpus in CORPORA.values():
         monkeypatch.delenv(corpus.env, raising=False)
@@ -221,7 +225,7 @@ def test_a_page_re_rendered_twice_says_so_once(home, tmp_path: Path) -> None:
 def test_exposure_claims_are_not_passed_on_what_a_random_rank_gives() -> None:
     """Exposures near a random rank's 1.44 bits say the attack found nothing: a claim comparing them must
     not hold whichever way the noise fell; with the noiseless model's canaries found, it is judged by a margin."""
-    from uedp.experiments.common import MEASURABLE_EXPOSURE
+    from uedp.experiments.claims import MEASURABLE_EXPOSURE
     from uedp.experiments.selective_conll import SCALES as SELECTIVE_SCALES
     from uedp.experiments.selective_conll import claims
 

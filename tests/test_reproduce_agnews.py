@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from uedp.errors import UedpError
-from uedp.experiments.common import Context, Results, RunRow, judge
+from uedp.experiments.claims import judge
+from uedp.experiments.common import Context, Results, RunRow
 from uedp.experiments.reproduce import EXPERIMENTS, reproduce, rerender
 
 PEOPLE = [("Ilsa", "Varnholm"), ("Tomas", "Quenby"), ("Marek", "Oduya"), ("Petra", "Lindqvast"),
@@ -149,7 +150,7 @@ def test_ci_scale_runs_the_experiment_and_its_claims_hold(home, corpora: Path, p
 
 def test_the_experiment_is_registered_with_its_corpus_option() -> None:
     from uedp.commands.results import REPRODUCE_NAMES
-    from uedp.experiments.common import CORPORA
+    from uedp.experiments.corpora import CORPORA
 
     assert "uedp-agnews" in REPRODUCE_NAMES and EXPERIMENTS["uedp-agnews"].corpus == "ag"
     assert CORPORA["ag"].option == "--ag-dir" and "train.jsonl" in CORPORA["ag"].files

@@ -18,7 +18,8 @@ import pytest
 import spacy
 
 from uedp.errors import UedpError
-from uedp.experiments.common import Context, Results, judge
+from uedp.experiments.claims import judge
+from uedp.experiments.common import Context, Results
 from uedp.experiments.reproduce import reproduce, rerender
 from uedp.experiments.selective_customersim import (
     POLICY,

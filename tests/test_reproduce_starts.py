@@ -12,8 +12,10 @@ import pytest
 
 from tests.support import check_ci_page, reuters_corpus, tiny_packaged_base
 from uedp.errors import UedpError
-from uedp.experiments.common import SHARED_ROW_KEYS, Results, RunRow, judge
+from uedp.experiments.claims import judge
+from uedp.experiments.common import Results, RunRow
 from uedp.experiments.reproduce import reproduce
+from uedp.experiments.runs import SHARED_ROW_KEYS
 from uedp.experiments.starts import Start, record_start, split_by_start, start_choice, start_paragraph
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from uedp.errors import UedpError
-from uedp.experiments.common import Context, Results, RunRow, judge
+from uedp.experiments.claims import judge
+from uedp.experiments.common import Context, Results, RunRow
 from uedp.experiments.reproduce import EXPERIMENTS, reproduce
 from uedp.storage.formats import FormatError
 

@@ -314,10 +314,10 @@ def test_sweep_runs_local_dp_once_per_epsilon_unless_it_sanitizes_entities(vecto
     grid = dict(home="h", dataset="d", mechanisms=["custext", "santext"], category_sets=[["PERSON"], ["LOC"]],
                 target_epsilons=[1.0, 4.0])
     sweep = SweepConfig(**grid, embeddings=str(vectors))
-    assert len(sweep.plan()) == 4  # 2 mechanisms x 2 epsilons; categories do not matter
-    assert {item.config.params.epsilon for item in sweep.plan()} == {1.0, 4.0}  # each target is the per-token epsilon
+    assert len(sweep.items()) == 4  # 2 mechanisms x 2 epsilons; categories do not matter
+    assert {item.config.params.epsilon for item in sweep.items()} == {1.0, 4.0}  # each target is the per-token epsilon
     entities = SweepConfig(**grid, embeddings=str(vectors), keep="non-entities")
-    assert len(entities.plan()) == 8
+    assert len(entities.items()) == 8
     with pytest.raises(ValueError, match="custext needs embeddings"):
         SweepConfig(home="h", dataset="d", mechanisms=["custext"], target_epsilons=[1.0])
 

@@ -69,9 +69,9 @@ def test_the_cli_refuses_both_with_the_validators_words(front_end: str, tmp_path
 def test_a_sweep_refuses_a_noise_multiplier_beside_its_target_epsilons() -> None:
     with pytest.raises(ValidationError, match=NOISE_OR_TARGET):
         SweepConfig(dataset="d", mechanisms=["userdp"], target_epsilons=[2.0], noise_multiplier=2.0)
-    calibrated = SweepConfig(dataset="d", mechanisms=["userdp"], target_epsilons=[2.0]).plan()
+    calibrated = SweepConfig(dataset="d", mechanisms=["userdp"], target_epsilons=[2.0]).items()
     assert [item.config.params.target_epsilon for item in calibrated] == [2.0]  # type: ignore[attr-defined]
-    fixed = SweepConfig(dataset="d", mechanisms=["userdp"], noise_multiplier=2.0).plan()
+    fixed = SweepConfig(dataset="d", mechanisms=["userdp"], noise_multiplier=2.0).items()
     assert [item.config.params.noise_multiplier for item in fixed] == [2.0]  # type: ignore[attr-defined]
 
 
@@ -91,5 +91,5 @@ def test_a_parameter_under_two_of_its_names_is_refused_everywhere_with_one_text(
 def test_shared_settings_give_each_mechanism_its_own_parameter() -> None:
     """A sweep's base holds ``steps`` as dpsgd's parameter and ``rounds`` as userdp's: not two names of one."""
     sweep = SweepConfig(dataset="d", mechanisms=["userdp", "dpsgd"], rounds=7, steps=9)
-    counts = {item.config.mechanism: item.config.params.steps_run for item in sweep.plan()}
+    counts = {item.config.mechanism: item.config.params.steps_run for item in sweep.items()}
     assert counts == {"userdp": 7, "dpsgd": 9}

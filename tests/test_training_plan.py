@@ -99,12 +99,9 @@ def test_the_plan_holds_the_configuration_it_trains_and_its_epsilon_is_the_runs(
     assert plan.mechanism.planned_epsilon() == plan.epsilon
 
 
-def test_a_plan_without_a_guarantee_spends_nothing_and_a_release_run_is_not_charged_again() -> None:
+def test_a_plan_without_a_guarantee_spends_nothing() -> None:
     noiseless = plan_training(TrainConfig(dataset="d", mechanism="noiseless"), PublicFacts())
     assert noiseless.epsilon == math.inf and noiseless.delta == 0.0 and noiseless.noise_to_signal is None
-    config = TrainConfig(dataset="d", mechanism="custext", target_epsilon=2.0, embeddings="v.txt")
-    release = plan_training(config, PublicFacts(on_release=True))
-    assert release.on_release and release.epsilon == math.inf and release.unit == registry.get("custext").unit
 
 
 def test_the_preflight_plans_before_any_data_and_refuses_a_target_out_of_reach() -> None:
@@ -115,7 +112,7 @@ def test_the_preflight_plans_before_any_data_and_refuses_a_target_out_of_reach()
         preflight_plan(config.model_copy(update={"params": config.params.model_copy(update={"target_epsilon": 1e-4})}))
 
 
-PLANNED = [name for name, spec in registry.mechanisms().items() if spec.plan is not None]
+PLANNED = [name for name, spec in registry.mechanisms().items() if spec.quote is not None]
 
 
 @pytest.mark.parametrize("mechanism", PLANNED)

@@ -251,7 +251,7 @@ def test_the_group_round_equals_dp_accountings_replace_one_releases_composed_dir
     assert epsilon_after(group_replace_round(q, z, group), rounds, delta, "pld", "replace") == pytest.approx(
         expected, rel=1e-6)
     ledger = RoundAccountant(group_replace_round(q, z, group), delta, "pld", "replace")
-    schedule = ledger.plan(rounds)
+    schedule = ledger.schedule_for(rounds)
     for _ in range(rounds):
         ledger.spend()
     assert ledger.epsilon == schedule.shown[rounds] == pytest.approx(expected, rel=1e-6)
@@ -321,13 +321,13 @@ def test_the_planner_states_k_the_group_and_no_dp_count() -> None:
 def test_a_sweep_grid_runs_each_point_under_its_own_label(tmp_path) -> None:  # type: ignore[no-untyped-def]
     config = SweepConfig(home=str(tmp_path), dataset="d", mechanisms=["userdp", "uedp-bounded"], target_epsilons=[8.0],
                          grid={"holders_per_entity": [1, 4]})
-    items = config.plan()
+    items = config.items()
     assert [i.config.label for i in items] == ["userdp", "uedp-bounded-k1", "uedp-bounded-k4"]
     assert len({i.config.run_name() for i in items}) == 3
     # Any other axis names itself; an axis given by another of a parameter's names still applies.
     config = SweepConfig(home=str(tmp_path), dataset="d", mechanisms=["userdp", "uedp-bounded"],
                          grid={"q_user": [0.05, 0.1], "steps": [3]})
-    items = config.plan()
+    items = config.items()
     labels = [i.config.label for i in items]
     assert len(set(labels)) == len(labels) == 4 and "userdp-q_user=0.1-steps=3" in labels
     assert {i.config.params.rounds for i in items} == {3}  # type: ignore[attr-defined]

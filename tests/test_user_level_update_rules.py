@@ -147,7 +147,7 @@ def _userdp_plan(users: float, target: float = 8.0):
 
     @functools.cache  # the test asks a split's plan again: calibrations take seconds each
     def plan(q_user: float, rounds: int):
-        planned = get("userdp").plan(params.model_copy(update={"q_user": q_user, "rounds": rounds}), population)
+        planned = get("userdp").quote(params.model_copy(update={"q_user": q_user, "rounds": rounds}), population)
         return planned.noise_multiplier, planned.noise_to_signal
 
     return plan
@@ -225,7 +225,7 @@ def test_planned_sampling_trains_the_planners_split_of_the_runs_dp_count(home) -
     with Catalog(home, "demo") as catalog:
         exact = len({user for _, user, _ in catalog.sentences("train")})
     assert used != exact
-    plan = registry.get("userdp").plan
+    plan = registry.get("userdp").quote
     chosen, choice = choose_for(plan, config.params, Population(used, "dp-count", 10.0), rank_accountant="rdp")
     assert any(line.endswith(f"sampling planned: {choice.reason}") for line in said), said
     _, from_exact = choose_for(plan, config.params, Population(float(exact), "dp-count", 10.0), rank_accountant="rdp")

@@ -65,7 +65,7 @@ class EpsilonSchedule:
 class RoundAccountant:
     """Composes one identical ``DpEvent`` per round (after an optional one-time ``initial`` release).
 
-    All the accounting of a run is done by :meth:`plan`, before its first round: the budget stop and the
+    All the accounting of a run is done by :meth:`schedule_for`, before its first round: the budget stop and the
     exact epsilon of every shown round (:class:`EpsilonSchedule`). During training :meth:`spend` only
     counts a round and hands on the figure the schedule holds for it (None between shown rounds), so no
     privacy loss distribution is composed on the hot path. ``epsilon`` is exact for the rounds spent: the
@@ -114,9 +114,9 @@ class RoundAccountant:
             self._exact[rounds] = max([value, *(e for r, e in self._exact.items() if r < rounds)])
         return self._exact[rounds]
 
-    def plan(self, rounds: int, budget: float | None = None) -> EpsilonSchedule:
+    def schedule_for(self, rounds: int, budget: float | None = None) -> EpsilonSchedule:
         """Before the first round: the schedule of a run of ``rounds`` rounds stopped by ``budget``."""
-        return plan_epsilons([self], rounds, budget)
+        return schedule_epsilons([self], rounds, budget)
 
     def final(self, rounds: int, budget: float | None = None) -> float:
         """The epsilon a run of ``rounds`` rounds under ``budget`` states if it is not interrupted: its
@@ -125,7 +125,7 @@ class RoundAccountant:
 
     def spend(self) -> float | None:
         """One round ran: the exact epsilon after it when the schedule shows that round, else None. No
-        accounting happens here (:meth:`plan` did it)."""
+        accounting happens here (:meth:`schedule_for` did it)."""
         self.rounds += 1
         return None if self.schedule is None else self.schedule.shown.get(self.rounds)
 
@@ -200,28 +200,28 @@ def whole_run_epsilon(accountants: Sequence[RoundAccountant], rounds: int) -> li
 
 
 def planned_final(accountants: Sequence[RoundAccountant], rounds: int, budget: float | None) -> float:
-    """The last figure of the schedule :func:`plan_epsilons` plans, without planning the curve when the
+    """The last figure of the schedule :func:`schedule_epsilons` plans, without planning the curve when the
     budget does not stop the run (``uedp epsilon`` and a reservation need only this figure)."""
     if rounds > 0:
         finals = whole_run_epsilon(accountants, rounds)
         if budget is None or max(finals) <= budget:
             return max(finals)
-    schedule = plan_epsilons(accountants, rounds, budget)
+    schedule = schedule_epsilons(accountants, rounds, budget)
     return schedule.shown.get(schedule.last, max(a.exact_after(schedule.last) for a in accountants))
 
 
-def plan_epsilons(accountants: Sequence[RoundAccountant], rounds: int, budget: float | None) -> EpsilonSchedule:
+def schedule_epsilons(accountants: Sequence[RoundAccountant], rounds: int, budget: float | None) -> EpsilonSchedule:
     """The schedule of a run of ``rounds`` rounds whose epsilon is the largest of ``accountants``' (see
-    :func:`_plan_epsilons`), remembered by the accountants' identities, the rounds and the budget
+    :func:`_schedule_epsilons`), remembered by the accountants' identities, the rounds and the budget
     (:mod:`privacy.accounting.memo`): a sweep or a test suite plans the same run many times."""
     arguments = (tuple(tuple(sorted(a._identity().items())) for a in accountants), rounds, budget)
 
-    def plan() -> dict[str, Any]:
-        schedule = _plan_epsilons(accountants, rounds, budget)
+    def computed() -> dict[str, Any]:
+        schedule = _schedule_epsilons(accountants, rounds, budget)
         return {"last": schedule.last, "cases": [[[r, e] for r, e in a.schedule.shown.items()]
                                                  for a in accountants if a.schedule is not None]}
 
-    planned = remembered("schedule", arguments, plan)
+    planned = remembered("schedule", arguments, computed)
     cases = [{int(r): float(e) for r, e in case} for case in planned["cases"]]
     for accountant, case in zip(accountants, cases):  # each takes its own figures (computed or remembered)
         accountant._settle(EpsilonSchedule(rounds, int(planned["last"]), case))
@@ -229,7 +229,7 @@ def plan_epsilons(accountants: Sequence[RoundAccountant], rounds: int, budget: f
                            {at: max(case[at] for case in cases) for at in cases[0]} if cases else {})
 
 
-def _plan_epsilons(accountants: Sequence[RoundAccountant], rounds: int, budget: float | None) -> EpsilonSchedule:
+def _schedule_epsilons(accountants: Sequence[RoundAccountant], rounds: int, budget: float | None) -> EpsilonSchedule:
     """The schedule of a run of ``rounds`` rounds whose epsilon is the largest of ``accountants``' (one, or
     uedp's cases), stopped by ``budget`` (None: no budget); each accountant is given its own figures at
     the same rounds, the same last round.

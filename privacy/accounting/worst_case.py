@@ -167,7 +167,7 @@ class UeDpAccounting:
 
     def round_accountants(self, noise_multiplier: float) -> dict[str, RoundAccountant]:
         """One accountant per case; the run's ledger plans them together (the stop is the first case's to
-        exceed the budget, each shown figure the largest: :func:`plan_epsilons`)."""
+        exceed the budget, each shown figure the largest: :func:`schedule_epsilons`)."""
         return {case: RoundAccountant(event, self.delta_accountant, self.kind, initial=self.initial)
                 for case, event in self.case_events(noise_multiplier).items()}
 

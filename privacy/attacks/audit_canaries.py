@@ -85,7 +85,7 @@ class Placement:
 
 
 @dataclass(frozen=True)
-class AuditPlan:
+class AuditDraw:
     """Everything an audit needs, including the secret coins (``included``): kept in the data home,
     never logged. :meth:`public` is what a run may release about it."""
 
@@ -133,7 +133,7 @@ class AuditPlan:
                            "canaries": [asdict(c) for c in self.canaries]})
 
     @classmethod
-    def from_json(cls, text: str) -> AuditPlan:
+    def from_json(cls, text: str) -> AuditDraw:
         raw = json.loads(text)
         canaries = tuple(AuditCanary(c["index"], c["secret"], c["decoy"], tuple(c["templates"]), tuple(c["hosts"]))
                          for c in raw["canaries"])
@@ -145,8 +145,8 @@ def made_up_name(rng: np.random.Generator) -> str:
     return " ".join(word.capitalize() for word in words)
 
 
-def draw_plan(count: int, unit: AuditUnit, adjacency: AuditAdjacency, users: Sequence[str],
-              rng: np.random.Generator, hosts_per_entity: int = HOSTS_PER_ENTITY) -> AuditPlan:
+def draw_audit(count: int, unit: AuditUnit, adjacency: AuditAdjacency, users: Sequence[str],
+              rng: np.random.Generator, hosts_per_entity: int = HOSTS_PER_ENTITY) -> AuditDraw:
     """``count`` canaries at ``unit``, each with a fair coin, from ``rng``. For the audit to be sound the
     coins must be independent of the run's training randomness (their own stream); they are kept from
     the run's releases so that guessing them is the attack the audit measures.
@@ -181,14 +181,14 @@ def draw_plan(count: int, unit: AuditUnit, adjacency: AuditAdjacency, users: Seq
         else:
             hosts = (f"{HOST_PREFIX}{i:04d}",) * len(templates)
         canaries.append(AuditCanary(i, names[2 * i], names[2 * i + 1], templates, hosts))
-    return AuditPlan(unit, adjacency, tuple(canaries), included)
+    return AuditDraw(unit, adjacency, tuple(canaries), included)
 
 
 # texts -> each text's summed next-token negative log-likelihood under the model
 SequenceNll = Callable[[list[str]], np.ndarray]
 
 
-def audit_scores(plan: AuditPlan, nll: SequenceNll) -> np.ndarray:
+def audit_scores(plan: AuditDraw, nll: SequenceNll) -> np.ndarray:
     """Per canary (higher: the secret looks learned): minus the summed NLL of its sentences with the
     secret; under substitution plus that with the decoy. One ``nll`` call for all canaries."""
     versions = 2 if plan.adjacency == "replace" else 1

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from uedp.privacy.accounting.rounds import EpsilonSchedule, RoundAccountant, plan_epsilons, planned_final
+from uedp.privacy.accounting.rounds import EpsilonSchedule, RoundAccountant, planned_final, schedule_epsilons
 from uedp.privacy.layer_randomness import DROPOUT_NOTE, no_global_draws
 from uedp.privacy.mechanisms.base import OnRound, RoundReport
 from uedp.privacy.mechanisms.checkpoint import Checkpointer, Restorable
@@ -58,12 +58,12 @@ class RunAccountant(Protocol):
     @property
     def rounds(self) -> int: ...
 
-    def plan(self, rounds: int, budget: float | None) -> EpsilonSchedule:
+    def schedule_for(self, rounds: int, budget: float | None) -> EpsilonSchedule:
         """The schedule of a run of ``rounds`` rounds under ``budget`` (None: no budget)."""
         ...
 
     def final(self, rounds: int, budget: float | None) -> float:
-        """The last figure of :meth:`plan`'s schedule (what the run states), planned no further than needed."""
+        """The last figure of :meth:`schedule_for`'s schedule (what the run states), planned no further than needed."""
         ...
 
     def spend(self) -> float | None:
@@ -83,7 +83,7 @@ class NoAccountant:
     rounds: int = 0
     epsilon: float = math.inf
 
-    def plan(self, rounds: int, budget: float | None) -> EpsilonSchedule:
+    def schedule_for(self, rounds: int, budget: float | None) -> EpsilonSchedule:
         return EpsilonSchedule(rounds, rounds if budget is None else 0)
 
     def final(self, rounds: int, budget: float | None) -> float:
@@ -116,8 +116,8 @@ class WorstCaseAccountant:
     def rounds(self) -> int:
         return min(a.rounds for a in self.cases.values())
 
-    def plan(self, rounds: int, budget: float | None) -> EpsilonSchedule:
-        return plan_epsilons(list(self.cases.values()), rounds, budget)
+    def schedule_for(self, rounds: int, budget: float | None) -> EpsilonSchedule:
+        return schedule_epsilons(list(self.cases.values()), rounds, budget)
 
     def final(self, rounds: int, budget: float | None) -> float:
         return planned_final(list(self.cases.values()), rounds, budget)
@@ -184,7 +184,7 @@ class RoundLoop:
             watch.load_state_dict(restored["divergence"])
         weights = self._trainable()
         watch.start(weight_norm(weights))
-        schedule = self.accountant.plan(self.rounds, self.max_epsilon)  # all the accounting, before round 1
+        schedule = self.accountant.schedule_for(self.rounds, self.max_epsilon)  # all the accounting, before round 1
         last, diverged = done, None
         for round_index in range(done + 1, schedule.last + 1):
             with (contextlib.nullcontext() if self.shared_draws_allowed else no_global_draws(self.scope, round_index)):

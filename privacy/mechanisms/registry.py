@@ -80,7 +80,7 @@ class BuildContext:
 
 
 @dataclass(frozen=True)
-class EpsilonPlan:
+class EpsilonQuote:
     """What ``uedp epsilon`` prints: the epsilon a configuration would report, before any data is read."""
 
     epsilon: float
@@ -116,7 +116,7 @@ class MechanismSpec:
     missed_entities: str | None = None
     # Whether the chosen entity categories change what is trained (noiseless: never).
     uses_categories: Callable[[Any], bool] = lambda p: True
-    plan: Callable[[Any, Population], EpsilonPlan] | None = None
+    quote: Callable[[Any, Population], EpsilonQuote] | None = None
     # Whether a target epsilon can be calibrated before the data is read (z does not depend on the
     # unit count): the CLI then checks it before any work starts.
     early_calibration: bool = False

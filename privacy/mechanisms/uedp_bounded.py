@@ -46,7 +46,7 @@ from uedp.privacy.attribution import AttributionGraph, HolderChoiceResult, choos
 from uedp.privacy.mechanisms.auto_holders import FIXED_NOISE_K, AutoHolders, choose_k, fixed_noise_choice
 from uedp.privacy.mechanisms.base import HostUnits, SamplesUnits, TrainData
 from uedp.privacy.mechanisms.params import UeDpBoundedParams
-from uedp.privacy.mechanisms.registry import BuildContext, EpsilonPlan
+from uedp.privacy.mechanisms.registry import BuildContext, EpsilonQuote
 from uedp.privacy.mechanisms.userdp import Selection, UserDp
 from uedp.privacy.population import Population
 from uedp.privacy.randomness import Randomness
@@ -239,7 +239,7 @@ def build(params: UeDpBoundedParams, context: BuildContext) -> UeDpBounded:
     return UeDpBounded(params, context.randomness)
 
 
-def plan(params: UeDpBoundedParams, population: Population) -> EpsilonPlan:
+def quote(params: UeDpBoundedParams, population: Population) -> EpsilonQuote:
     """What ``uedp epsilon`` prints for a configuration, before any data is read."""
     auto = ""
     mechanism = planned_auto(params, population.value) if params.holders_per_entity == "auto" else UeDpBounded(params)
@@ -254,7 +254,7 @@ def plan(params: UeDpBoundedParams, population: Population) -> EpsilonPlan:
     z, epsilon = mechanism.noise_multiplier, mechanism.epsilon()
     same_z = epsilon_after(poisson_gaussian_round(params.q_user, z), params.rounds, params.delta, "pld",
                            initial=population.event())
-    return EpsilonPlan(epsilon, z, (
+    return EpsilonQuote(epsilon, z, (
         f"uedp-bounded: epsilon = {epsilon:.4g} at delta = {params.delta:g} after {params.rounds} rounds, z = {z:.4g} "
         f"(pld, substitution; unit: one user and one detected entity; k = {params.holders_per_entity} holders per "
         "entity, the attribution graph public)",

@@ -228,7 +228,7 @@ def reproduce(
     Example: uedp reproduce uedp-conll --scale cpu --conll-dir ../shared/data/conll2003
     """
     data_home = prepare_runtime(home)
-    from uedp.experiments.common import CORPORA
+    from uedp.experiments.corpora import CORPORA
     from uedp.experiments.reproduce import EXPERIMENTS, command_line, default_out, rerender
     from uedp.experiments.reproduce import reproduce as run_experiment
 

@@ -40,7 +40,7 @@ from uedp.storage.catalog import require_ingested, require_tables
 @with_options(PLAN_OPTIONS)
 def epsilon(
     mechanism: str = typer.Option(..., help="A mechanism with a planner: "
-                                  + ", ".join(n for n, spec in registry.mechanisms().items() if spec.plan) + "."),
+                                  + ", ".join(n for n, spec in registry.mechanisms().items() if spec.quote) + "."),
     users: int = typer.Option(..., "--users", "--units", min=1, help="Number of privacy units: training users "
                               "(userdp; for uedp the writers with a sentence that names no detected entity) or "
                               "sequences (dpsgd)."),
@@ -85,9 +85,9 @@ def epsilon(
     if cpu_hours is not None and not choose_sampling:
         raise UedpError("--cpu-hours is the budget --choose-sampling splits: add --choose-sampling")
     spec = registry.get(mechanism) if mechanism in registry.names() else None
-    if spec is None or spec.plan is None:
+    if spec is None or spec.quote is None:
         raise UedpError(f"unknown mechanism {mechanism!r} for planning; valid: "
-                        + ", ".join(n for n, s in registry.mechanisms().items() if s.plan))
+                        + ", ".join(n for n, s in registry.mechanisms().items() if s.quote))
     values = {k: v for k, v in merged(config_file, settings, set_, LISTED).items()
               if k in MechanismSettings.model_fields or k == "steps"}  # a file may hold run settings too
     # Strict: a parameter this mechanism does not take is an error, not a silently different plan; the
@@ -114,7 +114,7 @@ def epsilon(
         plan = plan_training(config, PublicFacts(population, n_examples=users, train_users=users), describe=True)
     except ValueError as exc:
         raise UedpError(str(exc)) from None
-    assert plan.description is not None  # every mechanism with a planner (spec.plan) describes its plan
+    assert plan.description is not None  # every mechanism with a planner (spec.quote) describes its plan
     units = COUNTED_IN_WORDS[spec.counts or "users"]
     counted = "" if count_public or spec.counts is None else f" (incl. the DP count of {units}, noise std {noise:g})"
     lines = list(plan.description.lines)
@@ -146,7 +146,7 @@ def _chosen_sampling(spec: Any, params: Any, population: Any, user_updates: floa
     with it (``q_user`` and ``rounds``)."""
     from uedp.privacy.mechanisms.auto_sampling import choose_for
 
-    chosen, choice = choose_for(spec.plan, params, population, user_updates)
+    chosen, choice = choose_for(spec.quote, params, population, user_updates)
     typer.echo(choice.reason)
     for line in choice.table():
         typer.echo(line)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from uedp.privacy.mechanisms.params import UeDpParams
-from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, register
+from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonQuote, MechanismSpec, register
 from uedp.privacy.mechanisms.specs.userdp import check_user_level
 from uedp.privacy.statement import PrivacyUnit
 
@@ -21,7 +21,7 @@ def _build(params: UeDpParams, context: BuildContext) -> UeDp:
     return UeDp(params, context.counted(), context.randomness)
 
 
-def _plan(params: UeDpParams, population: Population) -> EpsilonPlan:
+def _quote(params: UeDpParams, population: Population) -> EpsilonQuote:
     from uedp.privacy.accounting.events import epsilon_after, poisson_gaussian_round
     from uedp.privacy.mechanisms.uedp import UeDp
 
@@ -30,7 +30,7 @@ def _plan(params: UeDpParams, population: Population) -> EpsilonPlan:
     cases = plan.epsilons(z)
     same = epsilon_after(poisson_gaussian_round(params.q_user, z), params.rounds, params.delta, params.accountant,
                          initial=population.event())
-    return EpsilonPlan(max(cases.values()), z, (
+    return EpsilonQuote(max(cases.values()), z, (
         f"{params.mechanism}: epsilon = {max(cases.values()):.4g} at delta = {params.delta:g} after {params.rounds} "
         f"rounds, z = {z:.4g} ({params.accountant}; unit: one user and one sensitive entity)",
         "  cases: " + ", ".join(f"{c} {e:.4g}" for c, e in cases.items())
@@ -52,5 +52,5 @@ for _name, _summary, _missed in (
         guarantee="central", build=_build, privacy_unit=PrivacyUnit("add/remove", "user+entity", UeDpParams.unit_words),
         counts="anchored writers", needs=lambda shape: frozenset({"entities"}),
         audit=AuditDesign("entity"),
-        missed_entities=_missed, plan=_plan, check=check_user_level, min_train_users=2,
+        missed_entities=_missed, quote=_quote, check=check_user_level, min_train_users=2,
     ))

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from uedp.privacy.mechanisms.params import UeDpBoundedParams
-from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, register
+from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonQuote, MechanismSpec, register
 from uedp.privacy.mechanisms.specs.userdp import check_user_level
 from uedp.privacy.statement import PrivacyUnit
 
@@ -23,10 +23,10 @@ def _build(params: UeDpBoundedParams, context: BuildContext) -> UeDpBounded:
     return build(params, context)
 
 
-def _plan(params: UeDpBoundedParams, population: Population) -> EpsilonPlan:
-    from uedp.privacy.mechanisms.uedp_bounded import plan
+def _quote(params: UeDpBoundedParams, population: Population) -> EpsilonQuote:
+    from uedp.privacy.mechanisms.uedp_bounded import quote
 
-    return plan(params, population)
+    return quote(params, population)
 
 
 def _data_warnings(mechanism: Any, entities: Mapping[str, Sequence[frozenset[str]]]) -> tuple[str, ...]:
@@ -46,5 +46,5 @@ register(MechanismSpec(
     needs=lambda shape: frozenset({"entities"}), audit=AuditDesign("entity", "replace"),
     missed_entities=" (uedp-bounded: their sentences are kept in every user and protected only as part of their "
                     "user's contribution)",
-    plan=_plan, check=check_user_level, min_train_users=2, data_warnings=_data_warnings,
+    quote=_quote, check=check_user_level, min_train_users=2, data_warnings=_data_warnings,
 ))

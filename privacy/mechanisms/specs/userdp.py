@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from uedp.privacy.mechanisms.params import UserDpParams
-from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonPlan, MechanismSpec, RunShape, register
+from uedp.privacy.mechanisms.registry import AuditDesign, BuildContext, EpsilonQuote, MechanismSpec, RunShape, register
 from uedp.privacy.statement import PrivacyUnit
 
 if TYPE_CHECKING:
@@ -20,12 +20,12 @@ def _build(params: UserDpParams, context: BuildContext) -> UserDp:
     return UserDp(params, context.counted(), context.randomness)
 
 
-def _plan(params: UserDpParams, population: Population) -> EpsilonPlan:
+def _quote(params: UserDpParams, population: Population) -> EpsilonQuote:
     from uedp.privacy.mechanisms.userdp import UserDp
 
     mechanism = UserDp(params, population)
     z, epsilon = mechanism.noise_multiplier, mechanism.epsilon()
-    return EpsilonPlan(epsilon, z, (f"userdp: epsilon = {epsilon:.4g} at delta = {params.delta:g} after {params.rounds} "
+    return EpsilonQuote(epsilon, z, (f"userdp: epsilon = {epsilon:.4g} at delta = {params.delta:g} after {params.rounds} "
                                     f"rounds, z = {z:.4g} ({params.accountant}; unit: one user)",
                                     *mechanism.adaptive_clip_lines(population)),
                        mechanism.noise_to_signal(population.value))
@@ -45,6 +45,6 @@ register(MechanismSpec(
     name="userdp", rank=30, summary="user-level DP by DP-FedAvg: per-user model deltas clipped and noised",
     params=UserDpParams, unit=UserDpParams.unit_words, guarantee="central", build=_build, counts="users",
     privacy_unit=PrivacyUnit("add/remove", "user", UserDpParams.unit_words),
-    audit=AuditDesign("user"), plan=_plan, check=check_user_level, min_train_users=2, early_calibration=True,
+    audit=AuditDesign("user"), quote=_quote, check=check_user_level, min_train_users=2, early_calibration=True,
     uses_categories=lambda p: False,  # no category changes what it trains: a sweep trains it once
 ))
