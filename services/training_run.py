@@ -27,6 +27,7 @@ from uedp.privacy.mechanisms.base import RoundReport, SamplesUnits
 from uedp.privacy.statement import PrivacyStatement
 from uedp.progress import progress as progress_bar
 from uedp.services.config import TrainConfig
+from uedp.services.start_scores import start_score
 from uedp.services.training_data import PreparedData
 from uedp.services.training_setup import Setup, loss_function
 
@@ -71,6 +72,9 @@ class Observer:
     def evaluating(self, sizes: dict[str, int]) -> None:
         """The held-out splits about to be scored, by name and number of examples (minutes on a large one)."""
 
+    def scoring_start(self, split: str, examples: int) -> None:
+        """The start is about to be scored on a held-out split before training (not remembered yet)."""
+
 
 class ProgressObserver(Observer):
     """A progress bar on the terminal (``enabled``), or lines to ``say`` (a Prefect flow run's log)."""
@@ -108,7 +112,16 @@ class ProgressObserver(Observer):
         """Said before the final evaluation, which takes minutes on a large corpus and shows no bar."""
         if not sizes or not (self.enabled or self.say is not None):
             return
-        line = f"{self.desc}: scoring the model on " + " and ".join(f"{n:,} {split} examples" for split, n in sizes.items())
+        self._line(f"{self.desc}: scoring the model on " + " and ".join(f"{n:,} {split} examples"
+                                                                        for split, n in sizes.items()))
+
+    def scoring_start(self, split: str, examples: int) -> None:
+        """Said before the start's own figure, which takes minutes on a large model and shows no bar."""
+        if self.enabled or self.say is not None:
+            self._line(f"{self.desc}: scoring the start on {examples:,} {split} examples before training "
+                       "(once per start and split: the next run from it reads the figure back)")
+
+    def _line(self, line: str) -> None:
         if self.say is not None:
             self.say(line)
         else:
@@ -121,8 +134,17 @@ def run(s: Setup, observers: Sequence[Observer] = ()) -> RunOutcome:
     gives the planner's split), read here once."""
     config = s.config
     pad_id = s.tokenizer.pad_token_id
+    def start_figure(split: str, examples: Sequence[Example]) -> float:
+        """The start's figure on a held-out split, before any round changes the model (remembered per start)."""
+        def score() -> float:
+            for observer in observers:
+                observer.scoring_start(split, len(examples))
+            return evaluate(s.model, examples, config, pad_id, s.device)
+
+        return start_score(s.scores_dir, s.start, config, split, examples, pad_id, score)
+
     for observer in observers:
-        observer.started(lambda: evaluate(s.model, s.data.valid, config, pad_id, s.device))
+        observer.started(lambda: start_figure("valid", s.data.valid))
     curve: list[tuple[int, float]] = []
     resumed_from, first = 0, True
 
@@ -139,8 +161,7 @@ def run(s: Setup, observers: Sequence[Observer] = ()) -> RunOutcome:
             observer.on_round(report)
 
     # The start's own test figure, before any round changes it: what fine-tuning is measured against.
-    start_test = (evaluate(s.model, s.data.test, config, pad_id, s.device)
-                  if config.starts_from_a_model and s.data.test else None)
+    start_test = start_figure("test", s.data.test) if config.starts_from_a_model and s.data.test else None
     trained = s.mechanism.train(s.model, s.data.train, loss_function(config), s.device, on_round, s.checkpoint)
     # a local-DP release's guarantee, or a synthetic corpus' generating run's, where the text is one
     statement = s.provenance.statement(trained.statement, config.mechanism) if s.provenance else trained.statement

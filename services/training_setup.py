@@ -8,6 +8,7 @@ training (:mod:`services.training_inputs`) and opened here by name. Nothing here
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -87,6 +88,7 @@ class Setup:
     start: Start | None = None  # where the weights came from (the statement names it public; LoRA's base)
     threads: ThreadChoice | None = None  # torch's intra-op threads and why (said before training)
     public: tuple[str, ...] = ()  # what else the statement treats as public (a search's hyperparameters)
+    scores_dir: Path | None = None  # where a start's held-out figures are remembered (services/start_scores.py)
 
     @property
     def release(self) -> SanitizeResult | None:
@@ -147,7 +149,8 @@ def set_up(home: DataHome, config: TrainConfig, ranks: Ranks) -> Setup:
                         trainable=trainable_count(model))
     plan = provenance.planned(plan_training(config, facts, randomness))
     return Setup(device, tokenizer, data, model, plan, checkpoint, provenance, caveats, audit, recall, start, threads,
-                 (*tuned_public(home, config), *declared_public_words(home, config.dataset)))
+                 (*tuned_public(home, config), *declared_public_words(home, config.dataset)),
+                 home.cache_dir("start-scores"))
 
 
 def check_trainable(home: DataHome, config: TrainConfig, data: PreparedData) -> None:

@@ -282,3 +282,36 @@ def test_a_run_from_a_model_says_what_that_model_scored_before_fine_tuning(demo_
     scored = evaluate(DataHome.from_env(demo_home), str(llama), "demo", "test", int(run.params["max_len"]))
     assert scored.perplexity == pytest.approx(start, rel=1e-6)
     # random weights have no start to score: tests/test_learning_signals.py checks starts_from_a_model is False
+
+
+def test_a_starts_figures_are_scored_once_and_read_back_by_the_next_run_from_it(demo_home: Path, llama: Path) -> None:
+    """A start's valid and test figures are remembered in the data home (services/start_scores.py): the next run
+    from the same start reads them back instead of scoring the model again (tens of minutes at 135M on a CPU)."""
+    args = ["train", "demo", "--home", str(demo_home), "--seeded", "--model", str(llama), "--mechanism", "noiseless",
+            "--steps", "1"]
+    first = runner.invoke(app, [*args, "--seed", "3"])
+    assert first.exit_code == 0, first.output
+    remembered = sorted((demo_home / "cache" / "start-scores").glob("*.json"))
+    figures = {json.loads(path.read_text(encoding="utf-8"))["split"]: path for path in remembered}
+    assert {"valid", "test"} <= set(figures)
+    client = MlflowClient(tracking_uri=f"sqlite:///{demo_home / 'mlflow.db'}")
+    logged = client.get_run(_run_id(first)).data.metrics["perplexity_test_start"]
+    assert json.loads(figures["test"].read_text(encoding="utf-8"))["value"] == pytest.approx(logged, rel=1e-9)
+    # Marked entries show which figure the next run reads: the remembered one, not a new score.
+    originals = {split: figures[split].read_text(encoding="utf-8") for split in ("valid", "test")}
+    try:
+        for split, value in (("valid", 1234.5), ("test", 6789.5)):
+            figures[split].write_text(json.dumps({"value": value, "split": split}), encoding="utf-8")
+        again = runner.invoke(app, [*args, "--seed", "4"])
+        assert again.exit_code == 0, again.output
+        assert "scoring the start" not in again.output
+        run = client.get_run(_run_id(again))
+        assert run.data.metrics["perplexity_test_start"] == 6789.5
+        assert [m.value for m in client.get_metric_history(run.info.run_id, "perplexity_valid") if m.step == 0] == [1234.5]
+        with_lora = runner.invoke(app, [*args, "--seed", "4", "--lora-rank", "3"])  # another adaptation: another key
+        assert with_lora.exit_code == 0, with_lora.output
+        assert "scoring the start on" in with_lora.output  # not remembered for this adaptation: scored, and said
+        assert client.get_run(_run_id(with_lora)).data.metrics["perplexity_test_start"] == pytest.approx(logged, rel=1e-6)
+    finally:
+        for split, text in originals.items():
+            figures[split].write_text(text, encoding="utf-8")
