@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -97,3 +97,36 @@ def finished_runs(home: Path, dataset: str) -> list[Any]:
         return []
     return [run for run in client.search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"])
             if run.info.status == "FINISHED"]
+
+
+CANARY_FIGURES = ("canary_exposure_mean", "canary_exposure_max", "canary_exposure_min", "canary_count")
+
+
+def canary_figures(ctx: Context, run_id: str, seed: int = 0) -> dict[str, float]:
+    """A run's canary exposures (``uedp attack --kind canary``): read back from the run when this data home
+    attacked it before with the same seed, else attacked now (and logged to the run by the attack). A page
+    interrupted after some of its attacks goes on without scoring their candidates again: from a 135M-parameter
+    start one attack scores tens of thousands of candidate sentences, tens of minutes on a CPU."""
+    from uedp.services.attack import attack_run
+
+    run = mlflow_client(ctx.home.root).get_run(run_id)
+    logged = run.data.metrics
+    if all(name in logged for name in CANARY_FIGURES) and run.data.tags.get("uedp.attack.seed") == str(seed):
+        return {name: float(logged[name]) for name in CANARY_FIGURES}
+    outcome = attack_run(ctx.home, run_id, ["canary"], device_name=ctx.device, seed=seed)
+    if "canary" in outcome.failed:
+        raise UedpError(f"{ctx.name}: the canary attack on run {run_id} failed: {outcome.failed['canary']}")
+    return {name: value for name, value in outcome.metrics.items() if name.startswith("canary_")}
+
+
+def measured_once(ctx: Context, run_id: str, name: str, measure: Callable[[], float]) -> float:
+    """A page's own measure of a run's model (``name``, a metric), logged to the run the first time and read back
+    after, so an interrupted page does not measure it again."""
+    from uedp.services.tracking import RunTracker
+
+    logged = mlflow_client(ctx.home.root).get_run(run_id).data.metrics
+    if name in logged:
+        return float(logged[name])
+    value = measure()
+    RunTracker.attach(ctx.home, run_id).log_metrics({name: value})
+    return value

@@ -30,7 +30,7 @@ from uedp.experiments.page import (
     perplexity_text,
     verdict_table,
 )
-from uedp.experiments.runs import run_sweep
+from uedp.experiments.runs import canary_figures, run_sweep
 from uedp.experiments.starts import (
     BASES,
     Start,
@@ -93,7 +93,6 @@ def render(ctx: Context, results: Results) -> Page:
 
 
 def run(ctx: Context) -> Page:
-    from uedp.services.attack import attack_run
 
     s = SCALES[ctx.scale]
     dataset, _ = ingest_conll_gold(ctx, s.first)
@@ -110,8 +109,7 @@ def run(ctx: Context) -> Page:
     record_start(results, start)
     for index, row in enumerate(results.runs):
         ctx.say(f"canary exposure of {row.label} ({row.family})")
-        outcome = attack_run(ctx.home, row.run_id, ["canary"], device_name=ctx.device, seed=0)
-        results.runs[index] = _with(row, {k: v for k, v in outcome.metrics.items() if k.startswith("canary_")})
+        results.runs[index] = _with(row, canary_figures(ctx, row.run_id))
     results.figures["private_token_share"] = private_token_share(ctx, dataset)
     results.figures["dataset"] = dataset
     return page(ctx, s, results)

@@ -38,7 +38,7 @@ from uedp.experiments.page import (
     perplexity_text,
     verdict_table,
 )
-from uedp.experiments.runs import run_sweep
+from uedp.experiments.runs import canary_figures, run_sweep
 from uedp.experiments.selective_conll import (
     FAMILIES,
     dpsgd_hides_canaries,
@@ -137,7 +137,6 @@ def render(ctx: Context, results: Results) -> Page:
 
 
 def run(ctx: Context) -> Page:
-    from uedp.services.attack import attack_run
     from uedp.services.sweep_config import SweepConfig
 
     s = SCALES[ctx.scale]
@@ -155,11 +154,7 @@ def run(ctx: Context) -> Page:
         results.runs += run_sweep(ctx, config, f"{model} {size}")
     for index, row in enumerate(results.runs):
         ctx.say(f"canary exposure of {row.label} ({row.family})")
-        outcome = attack_run(ctx.home, row.run_id, ["canary"], device_name=ctx.device, seed=0)
-        if "canary" in outcome.failed:
-            raise UedpError(f"{ctx.name}: the canary attack on run {row.run_id} failed: {outcome.failed['canary']}")
-        results.runs[index] = replace(row, extra={**row.extra, **{k: v for k, v in outcome.metrics.items()
-                                                                  if k.startswith("canary_")}})
+        results.runs[index] = replace(row, extra={**row.extra, **canary_figures(ctx, row.run_id)})
     results.figures.update(corpus_figures(ctx, dataset))
     results.figures.update(dataset=dataset, dialogs=dialogs)
     return page(ctx, s, results)

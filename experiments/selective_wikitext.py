@@ -24,6 +24,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from uedp.experiments.claims import Claim, Verdict, clearly_above, exposure_unme
 from uedp.experiments.common import Context, Results
 from uedp.experiments.corpora import blank_pipeline, corpus_folder, write_if_changed
 from uedp.experiments.page import Page, budget_at, markdown_table, number, verdict_table
-from uedp.experiments.runs import run_sweep
+from uedp.experiments.runs import canary_figures, measured_once, run_sweep
 from uedp.experiments.starts import (
     BASES,
     Start,
@@ -237,7 +238,6 @@ def build_tokenizer(ctx: Context, s: Settings, split: Layout) -> tuple[Path, int
 
 
 def run(ctx: Context) -> Page:
-    from uedp.services.attack import attack_run
     from uedp.services.sweep_config import SweepConfig
 
     s = SCALES[ctx.scale]
@@ -270,9 +270,9 @@ def run(ctx: Context) -> Page:
     record_start(results, start)
     for index, row in enumerate(results.runs):
         ctx.say(f"canary exposure of {row.label}: the marked canary and the missed secrets")
-        outcome = attack_run(ctx.home, row.run_id, ["canary"], device_name=ctx.device, seed=0)
-        extra = {k: v for k, v in outcome.metrics.items() if k.startswith("canary_")}
-        extra["marked_canary_exposure"] = marked_canary_exposure(ctx, row.run_id)
+        extra = canary_figures(ctx, row.run_id)
+        extra["marked_canary_exposure"] = measured_once(ctx, row.run_id, "marked_canary_exposure",
+                                                        partial(marked_canary_exposure, ctx, row.run_id))
         results.runs[index] = replace(row, extra={**row.extra, **extra})
     results.figures.update(dataset=dataset, vocabulary=words, tokenizer=tokenizer.name, train_source=split.train_source,
                            vocabulary_source=split.vocabulary_source,

@@ -119,6 +119,26 @@ def test_ci_scale_runs_the_experiment_and_its_claims_hold(home, wikitext_dir: Pa
     assert tokenizer.tokenize("In 341752 the old station .") == ["In", "3", "4", "1", "7", "5", "2", "the", "old",
                                                                   "station", "."]
     assert not list(out.parent.glob(".page.tmp-*"))
+    # An interrupted page goes on without attacking a run again: its logged figures are read back.
+    from uedp.experiments.common import Context
+    from uedp.experiments.runs import canary_figures, measured_once
+    from uedp.services import attack
+
+    def attacked_again(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("attacked a run whose figures it logged")
+
+    monkeypatch.setattr(attack, "attack_run", attacked_again)
+    ctx = Context("selective-wikitext", "ci", home, wikitext_dir)
+    for run in data["runs"]:
+        figures = canary_figures(ctx, run["run_id"])
+        assert figures["canary_exposure_mean"] == pytest.approx(run["extra"]["canary_exposure_mean"])
+        assert measured_once(ctx, run["run_id"], "marked_canary_exposure", lambda: -1.0) == pytest.approx(
+            run["extra"]["marked_canary_exposure"])
+    first = data["runs"][0]["run_id"]
+    assert measured_once(ctx, first, "a_new_measure", lambda: 2.5) == 2.5
+    assert measured_once(ctx, first, "a_new_measure", lambda: -1.0) == 2.5  # logged once, then read back
+    with pytest.raises(AssertionError, match="attacked a run"):  # another seed: not what was logged
+        canary_figures(ctx, first, seed=1)
 
 
 def test_the_digit_policy_marks_every_digit_run_and_nothing_else() -> None:
