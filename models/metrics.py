@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from uedp.models.batching import IGNORE, Example, batches
+from uedp.models.batching import IGNORE, Example, batches, collate
 
 
 def next_token_targets(batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -132,6 +132,59 @@ def sequence_nll(model: torch.nn.Module, sequences: Sequence[torch.Tensor], pad_
         out.append(torch.stack([nll.sum(1).double(), (targets != IGNORE).sum(1).double()], dim=1).cpu())
     model.train(was_training)
     return torch.cat(out) if out else torch.zeros((0, 2), dtype=torch.float64)
+
+
+def common_prefix_length(sequences: Sequence[torch.Tensor]) -> int:
+    """How many leading tokens every sequence shares, leaving each at least one token of its own."""
+    first = sequences[0]
+    length = min(len(s) for s in sequences) - 1
+    for s in sequences[1:]:
+        differs = (s[:length] != first[:length]).nonzero()
+        length = int(differs[0]) if len(differs) else length
+    return max(length, 0)
+
+
+@torch.no_grad()
+def sequence_nll_shared_prefix(model: torch.nn.Module, sequences: Sequence[torch.Tensor], pad_id: int,
+                               device: torch.device, batch_size: int = 256) -> torch.Tensor:
+    """:func:`sequence_nll` for sequences that share a long token prefix (the candidates of a canary: "Call me
+    on 555-" then four digits), the prefix read once and kept in the model's key/value cache. Each sequence's
+    summed NLL is the prefix's (the same for all) plus its own tokens' given the prefix: the same figure up to
+    float rounding, for a fraction of the compute (the candidates' own tokens only). A model without a cache
+    (the LSTM), or sequences with less than two shared tokens, are scored whole by :func:`sequence_nll`."""
+    import copy
+
+    from uedp.models.sampling import keeps_a_cache
+
+    shared = common_prefix_length(sequences) if sequences else 0
+    if shared < 2 or not keeps_a_cache(model):
+        return sequence_nll(model, sequences, pad_id, device, batch_size)
+    was_training = model.training
+    model.eval()
+    try:
+        prefix = sequences[0][:shared].to(device)[None]
+        read = model(input_ids=prefix, attention_mask=torch.ones_like(prefix), use_cache=True)
+        prefix_nll = F.cross_entropy(read.logits[0, :-1].float(), prefix[0, 1:], reduction="sum").double()
+        last = read.logits[:, -1:].float()  # what predicts each sequence's first own token
+        out = []
+        for start in range(0, len(sequences), batch_size):
+            batch = collate([s[shared:] for s in sequences[start:start + batch_size]], pad_id)
+            ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
+            rows = ids.size(0)
+            cache = copy.deepcopy(read.past_key_values)
+            cache.batch_repeat_interleave(rows)
+            positions = torch.arange(shared, shared + ids.size(1), device=device).expand(rows, -1)
+            logits = model(input_ids=ids, attention_mask=torch.cat([torch.ones(rows, shared, dtype=mask.dtype,
+                                                                              device=device), mask], dim=1),
+                           position_ids=positions, past_key_values=cache, use_cache=True).logits.float()
+            predicting = torch.cat([last.expand(rows, -1, -1), logits[:, :-1]], dim=1)
+            targets = batch["labels"].to(device)
+            nll = F.cross_entropy(predicting.transpose(1, 2), targets, ignore_index=IGNORE, reduction="none")
+            out.append(torch.stack([nll.sum(1).double() + prefix_nll,
+                                    (targets != IGNORE).sum(1).double() + (shared - 1)], dim=1).cpu())
+        return torch.cat(out)
+    finally:
+        model.train(was_training)
 
 
 def baseline_errors(labels: Sequence[int], n_classes: int) -> dict[str, float]:

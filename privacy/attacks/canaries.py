@@ -167,13 +167,16 @@ def exposure(canary: Canary, log_perplexity: LogPerplexity, exact_limit: int = 2
 
 
 def model_log_perplexity(model: torch.nn.Module, tokenizer, device: torch.device, max_len: int = 96) -> LogPerplexity:  # type: ignore[no-untyped-def]
-    """Summed next-token NLL of each text under a causal LM, encoded as in training."""
+    """Summed next-token NLL of each text under a causal LM, encoded as in training. A canary's candidates share
+    their template's opening tokens: those are read once per batch of candidates (a model's key/value cache),
+    which gives the same figures for a fraction of the compute at 135M parameters."""
+    from uedp.models import metrics
     from uedp.models.batching import encode
-    from uedp.models.metrics import sequence_nll
 
     def score(texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros(0)
-        return sequence_nll(model, encode(tokenizer, texts, max_len), tokenizer.pad_token_id, device)[:, 0].numpy()
+        sequences = encode(tokenizer, texts, max_len)
+        return metrics.sequence_nll_shared_prefix(model, sequences, tokenizer.pad_token_id, device)[:, 0].numpy()
 
     return score
