@@ -68,13 +68,12 @@ def test_sequences_without_a_shared_prefix_are_read_whole() -> None:
     assert torch.equal(sequence_nll_shared_prefix(model, sequences, TOKENIZER.pad_token_id, torch.device("cpu")), whole)
 
 
-@pytest.mark.parametrize("kind", ["llama+lora", "gpt2"])
-def test_an_exact_exposure_is_the_same_with_the_prefix_shared(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_exact_exposure_is_the_same_with_the_prefix_shared(monkeypatch: pytest.MonkeyPatch) -> None:
     """The canary attack's exact rank over all 10^4 phone candidates, as `uedp attack` computes it (prefix shared),
     equals the rank from whole reads."""
     from uedp.models import metrics
 
-    model = MODELS[kind]
+    model = MODELS["llama+lora"]  # a real checkpoint's kind, adapted as the pages' SmolLM2 rows are
     canary = Canary("phone", "4821", 4821, PHONE.template.format(secret="4821"), "", 1)
     score = model_log_perplexity(model, TOKENIZER, torch.device("cpu"), 96)
     shared = exposure(canary, score)
