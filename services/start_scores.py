@@ -8,7 +8,7 @@ of a page that starts from the same model and by every resume of an interrupted 
 A figure is remembered under the content key of everything it is a function of: the start's weights (the
 content hash the statement already names), how the run adapts them before training (LoRA's rank, scale
 and target layers: its update starts at zero, so the start scores as itself, but the key does not rely on
-it), the split's token ids, the padding id, and the code that scores (``models/metrics.py``). A changed
+it), the split's token ids, the padding id, and the source of the functions that score (``SCORING``). A changed
 dataset, start or scoring code is scored afresh. Only language models are remembered: a classifier from
 a language-model start gets a freshly drawn head, so its first figure is a function of the run's seed.
 
@@ -19,6 +19,7 @@ already an MLflow metric of the runs that scored it; the folder sits in the data
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from uedp.models import metrics
+from uedp.models import batching, metrics
 from uedp.models.batching import Example
 from uedp.services.config import TrainConfig
 from uedp.services.initial_model import Start
@@ -34,8 +35,18 @@ from uedp.services.initial_model import Start
 SCORES_VERSION = 1
 
 
+# What computes a figure: a language model's token-weighted perplexity over padded batches. Their source is
+# hashed into every key, so a change to how a split is scored scores afresh while an edit elsewhere in the
+# same modules (another metric, another attack) keeps what was remembered.
+SCORING = (metrics.perplexity, metrics.causal_lm_nll, metrics.next_token_targets, batching.batches,
+           batching.collate, batching.IGNORE)
+
+
 def _code_identity() -> str:
-    return hashlib.sha256(Path(metrics.__file__).read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    for part in SCORING:
+        digest.update(inspect.getsource(part).encode() if callable(part) else repr(part).encode())
+    return digest.hexdigest()
 
 
 def examples_digest(examples: Sequence[Example]) -> str:

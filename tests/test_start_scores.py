@@ -92,3 +92,15 @@ def test_a_damaged_entry_is_scored_again_and_rewritten(tmp_path: Path) -> None:
 def test_an_infinite_figure_reads_back_as_infinite(tmp_path: Path) -> None:
     start_score(tmp_path, START, CONFIG, "test", EXAMPLES, 0, Scorer(float("inf")))
     assert start_score(tmp_path, START, CONFIG, "test", EXAMPLES, 0, Scorer(1.0)) == float("inf")
+
+
+def test_the_code_identity_covers_the_scoring_functions_and_only_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    from uedp.models import metrics
+    from uedp.services import training_run
+
+    assert training_run.perplexity is metrics.perplexity  # what a run's figure is computed by is in SCORING
+    assert metrics.perplexity in start_scores.SCORING and metrics.sequence_nll not in start_scores.SCORING
+    before = start_scores._code_identity()
+    assert start_scores._code_identity() == before
+    monkeypatch.setattr(start_scores, "SCORING", (*start_scores.SCORING[:-1], -99))  # another padding label
+    assert start_scores._code_identity() != before
