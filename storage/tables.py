@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from uedp.errors import UedpError
 from uedp.storage.schemas import SCHEMA_VERSION
 
 DATA_FILE = "data.parquet"
@@ -50,7 +51,14 @@ def read_manifest(table_dir: Path) -> dict[str, Any] | None:
     path = table_dir / MANIFEST_FILE
     if not path.is_file() or not (table_dir / DATA_FILE).is_file():
         return None
-    manifest: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UedpError(f"{path}: not a table manifest ({exc}); the table was damaged after it was written: "
+                        "write it again (ingest, detect, sanitize or generate the dataset again)") from None
+    if not isinstance(manifest, dict):
+        raise UedpError(f"{path}: not a table manifest (a JSON {type(manifest).__name__}, not an object); "
+                        "write the table again")
     return manifest
 
 
