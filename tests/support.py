@@ -38,6 +38,22 @@ def tiny_gpt2(seed: int = 0) -> torch.nn.Module:
     return build_gpt2("tiny", len(TOKENIZER), TOKENIZER.eos_token_id)
 
 
+def tiny_causal_models() -> dict[str, torch.nn.Module]:
+    """One tiny model of each kind uedp samples and scores with the byte-level vocabulary: a GPT-2, a Llama, a
+    LoRA-wrapped Llama whose adapters change its outputs, and the LSTM (the one without a key/value cache)."""
+    from uedp.models.factory import build_model
+    from uedp.models.lora import LoraSettings, with_lora
+
+    torch.manual_seed(0)
+    llama = build_model("llama", "tiny", TOKENIZER)
+    torch.manual_seed(0)
+    lora = with_lora(build_model("llama", "tiny", TOKENIZER), LoraSettings(rank=2, alpha=4.0))
+    for name, param in lora.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(param, std=0.5)  # adapters that change the outputs
+    return {"gpt2": tiny_gpt2(), "llama": llama, "llama+lora": lora, "lstm": build_model("lstm", "tiny", TOKENIZER)}
+
+
 def fedavg_data(users: int = 12, per_user: int = 4) -> TrainData:
     """``users`` users with ``per_user`` short sentences each, encoded for the tiny GPT-2."""
     texts = {f"u{u}": [f"user {u} wrote message {i} about Leeds" for i in range(per_user)] for u in range(users)}

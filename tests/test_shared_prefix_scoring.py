@@ -9,29 +9,15 @@ import pytest
 import torch
 
 from uedp.models.batching import encode
-from uedp.models.factory import build_model
-from uedp.models.lora import LoraSettings, with_lora
 from uedp.models.metrics import common_prefix_length, sequence_nll, sequence_nll_shared_prefix
 from uedp.privacy.attacks.canaries import Canary, canary_format, exposure, model_log_perplexity
 
-from support import TOKENIZER, tiny_gpt2
+from support import TOKENIZER, tiny_causal_models
 
 PHONE = canary_format("phone")
 
 
-def _models() -> dict[str, torch.nn.Module]:
-    torch.manual_seed(0)
-    llama = build_model("llama", "tiny", TOKENIZER)
-    torch.manual_seed(0)
-    lora = with_lora(build_model("llama", "tiny", TOKENIZER), LoraSettings(rank=2, alpha=4.0))
-    for name, param in lora.named_parameters():
-        if "lora_B" in name:
-            torch.nn.init.normal_(param, std=0.5)  # adapters that change the outputs
-    torch.manual_seed(0)
-    return {"gpt2": tiny_gpt2(), "llama": llama, "llama+lora": lora, "lstm": build_model("lstm", "tiny", TOKENIZER)}
-
-
-MODELS = _models()
+MODELS = tiny_causal_models()
 
 
 def _candidates(count: int) -> list[torch.Tensor]:

@@ -43,7 +43,7 @@ from uedp.storage.home import DataHome
 from uedp.storage.ingest import IngestOptions, ingest
 from uedp.storage.tables import read_manifest, read_table
 
-from support import demo_halves, tiny_checkpoint, tiny_gpt2, write
+from support import demo_halves, tiny_causal_models, tiny_checkpoint, tiny_gpt2, write
 
 runner = CliRunner()
 SMALL = ["--threads", "1", "--checkpoint-every", "0", "--log-model"]
@@ -483,24 +483,6 @@ def test_a_refused_prompts_dataset_puts_nothing_private_in_prefect_and_tells_the
     assert not [t for _, _, t in shared if t.strip() in said], said  # no text
 
 
-def _generation_models() -> dict[str, torch.nn.Module]:
-    """A GPT-2, a Llama and a LoRA-wrapped Llama (each with the byte-level vocabulary), and the LSTM."""
-    from uedp.models.factory import build_model
-    from uedp.models.lora import LoraSettings, with_lora
-
-    from support import TOKENIZER as BYTES
-
-    torch.manual_seed(0)
-    llama = build_model("llama", "tiny", BYTES)
-    torch.manual_seed(0)
-    lora = with_lora(build_model("llama", "tiny", BYTES), LoraSettings(rank=2, alpha=4.0))
-    for name, param in lora.named_parameters():
-        if "lora_B" in name:
-            torch.nn.init.normal_(param, std=0.5)  # adapters that change the outputs
-    return {"gpt2": tiny_gpt2(), "llama": llama, "llama+lora": lora,
-            "lstm": build_model("lstm", "tiny", BYTES)}
-
-
 def _uncached(model: torch.nn.Module, prompt: list[int], eos: int, steps: int) -> list[int]:
     """Greedy tokens by reading the whole prefix at every step, one prompt alone: the reference."""
     ids = torch.tensor([prompt])
@@ -520,7 +502,7 @@ def test_cached_batched_generation_continues_each_prompt_as_the_whole_prefix_doe
     lengths in one batch equal each prompt's continuation read whole, alone, at every step."""
     from uedp.models.sampling import keeps_a_cache
 
-    model = _generation_models()[kind].eval()
+    model = tiny_causal_models()[kind].eval()
     tokenizer = byte_level_tokenizer()
     eos = int(tokenizer.eos_token_id)
     prompts = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in ("Peter Okafor of", "The", "A bank in Leeds said")]
