@@ -110,8 +110,11 @@ def canary_figures(ctx: Context, run_id: str, seed: int = 0) -> dict[str, float]
     from uedp.services.attack import attack_run
 
     run = mlflow_client(ctx.home.root).get_run(run_id)
-    logged = run.data.metrics
-    if all(name in logged for name in CANARY_FIGURES) and run.data.tags.get("uedp.attack.seed") == str(seed):
+    logged, tags = run.data.metrics, run.data.tags
+    # The run's last attack was a canary attack with this seed (a later attack of another kind or seed re-tags
+    # the run: then the figures are measured again rather than trusted).
+    last = tags.get("uedp.attack.seed") == str(seed) and "canary" in tags.get("uedp.attack.kinds", "").split(",")
+    if last and all(name in logged for name in CANARY_FIGURES):
         return {name: float(logged[name]) for name in CANARY_FIGURES}
     outcome = attack_run(ctx.home, run_id, ["canary"], device_name=ctx.device, seed=seed)
     if "canary" in outcome.failed:

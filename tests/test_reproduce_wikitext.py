@@ -139,6 +139,11 @@ def test_ci_scale_runs_the_experiment_and_its_claims_hold(home, wikitext_dir: Pa
     assert measured_once(ctx, first, "a_new_measure", lambda: -1.0) == 2.5  # logged once, then read back
     with pytest.raises(AssertionError, match="attacked a run"):  # another seed: not what was logged
         canary_figures(ctx, first, seed=1)
+    from uedp.experiments.runs import mlflow_client
+
+    mlflow_client(home.root).set_tag(first, "uedp.attack.kinds", "mia")  # attacked since by another kind
+    with pytest.raises(AssertionError, match="attacked a run"):
+        canary_figures(ctx, first)
 
 
 def test_the_digit_policy_marks_every_digit_run_and_nothing_else() -> None:
