@@ -161,3 +161,29 @@ def test_uedp_epsilon_splits_hours_of_this_machine_into_rounds_and_users() -> No
     assert twice.exit_code == 2 and "give the compute budget once" in twice.stderr
     unsplit = runner.invoke(app, [*args, "--cpu-hours", "1", "--tokens-per-second", "9"])
     assert unsplit.exit_code == 2 and "add --choose-sampling" in unsplit.stderr
+
+
+def test_the_planner_keeps_the_rounds_a_model_needs_to_learn() -> None:
+    """The least noise-to-signal alone picks the fewest rounds of the most users; --min-rounds keeps at least as
+    many server steps as asked (a noiseless run's steps), and says the floor it chose under."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from uedp.commands import app
+
+    runner = CliRunner()
+    args = ["epsilon", "--mechanism", "userdp", "--users", "200", "--target-epsilon", "8", "--set", "accountant=rdp",
+            "--count-public", "--choose-sampling", "--user-updates", "6000"]
+    found = {}
+    for floor in ("10", "60"):
+        result = runner.invoke(app, [*args, "--min-rounds", floor])
+        assert result.exit_code == 0, result.output
+        chosen = re.search(r"q_user ([0-9.]+) and (\d+) rounds chosen.*noise-to-signal \(([0-9.]+)\).*at least (\d+) "
+                           r"rounds", result.output)
+        assert chosen is not None, result.output
+        found[floor] = (int(chosen.group(2)), float(chosen.group(3)), int(chosen.group(4)))
+    assert found["10"][0] < 60 <= found["60"][0] and found["60"][2] == 60
+    assert found["60"][1] > found["10"][1]  # more steps cost noise per step: the planner says so, it does not hide it
+    too_many = runner.invoke(app, [*args, "--min-rounds", "100000"])
+    assert too_many.exit_code != 0 and "100000 rounds" in too_many.output

@@ -140,7 +140,7 @@ def _reason(best: SamplingCandidate, seen: list[SamplingCandidate], budget: floa
 
 
 def choose_for(plan: Callable[[Any, Any], Any], params: Any, population: Any, budget: float | None = None,
-               rank_accountant: str | None = None) -> tuple[Any, SamplingChoice]:
+               rank_accountant: str | None = None, min_rounds: int = MIN_ROUNDS) -> tuple[Any, SamplingChoice]:
     """A user-level configuration's ``params`` with ``q_user`` and ``rounds`` replaced by the planner's split of
     ``budget`` (default: the configuration's own, rounds x q_user x the count of users), planned by the
     mechanism's ``plan(params, population)``. ``rank_accountant`` ranks the candidates with another
@@ -158,5 +158,5 @@ def choose_for(plan: Callable[[Any, Any], Any], params: Any, population: Any, bu
         return planned.noise_multiplier, planned.noise_to_signal
 
     budget = budget or budget_of(params.rounds, params.q_user, population.value)
-    choice = choose_sampling(plan_at, population.value, budget)
+    choice = choose_sampling(plan_at, population.value, budget, min_rounds=min_rounds)
     return params.model_copy(update={"q_user": choice.q_user, "rounds": choice.rounds}), choice

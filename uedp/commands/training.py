@@ -30,6 +30,7 @@ from uedp.detection.categories import DEFAULT_CATEGORIES
 from uedp.errors import UedpError
 from uedp.options import default_of, merged, with_options
 from uedp.privacy.mechanisms import registry
+from uedp.privacy.mechanisms.auto_sampling import MIN_ROUNDS
 from uedp.services.config import MechanismSettings, RunSettings, TrainConfig
 from uedp.services.sweep_config import SweepConfig
 from uedp.storage.catalog import require_ingested, require_tables
@@ -62,6 +63,9 @@ def epsilon(
                                                       "(benchmarks/train_throughput.py)", show_default=False),
     max_len: int = typer.Option(RunSettings.model_fields["max_len"].default, "--max-len", min=8, help="--cpu-hours: "
                                 "the longest sequence (sentence or chunk) a user update reads, in tokens"),
+    min_rounds: int = typer.Option(MIN_ROUNDS, "--min-rounds", min=1, help="--choose-sampling: the fewest rounds a "
+                                   "split may have. The least noise-to-signal alone favours few rounds of many users; "
+                                   "a model needs enough server steps to learn (a noiseless run's steps are a guide)"),
     config_file: Optional[Path] = CONFIG_OPTION,
     set_: Optional[list[str]] = SET_OPTION,
     **settings: Any,
@@ -109,7 +113,7 @@ def epsilon(
             if cpu_hours is not None and tokens_per_second is not None:
                 user_updates = _time_budget(config.params, cpu_hours, tokens_per_second, max_len)
             config = config.model_copy(update={"params": _chosen_sampling(spec, config.params, population,
-                                                                          user_updates)})
+                                                                          user_updates, min_rounds)})
         # The plan training builds, from the count given here: the figure printed is the plan's epsilon.
         plan = plan_training(config, PublicFacts(population, n_examples=users, train_users=users), describe=True)
     except ValueError as exc:
@@ -141,12 +145,12 @@ def _time_budget(params: Any, hours: float, tokens_per_second: float, max_len: i
     return budget.user_updates
 
 
-def _chosen_sampling(spec: Any, params: Any, population: Any, user_updates: float | None) -> Any:
+def _chosen_sampling(spec: Any, params: Any, population: Any, user_updates: float | None, min_rounds: int) -> Any:
     """``uedp epsilon --choose-sampling``: print the planner's split of the budget and return the parameters
     with it (``q_user`` and ``rounds``)."""
     from uedp.privacy.mechanisms.auto_sampling import choose_for
 
-    chosen, choice = choose_for(spec.quote, params, population, user_updates)
+    chosen, choice = choose_for(spec.quote, params, population, user_updates, min_rounds=min_rounds)
     typer.echo(choice.reason)
     for line in choice.table():
         typer.echo(line)
