@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from uedp.errors import UedpError
 from uedp.experiments.claims import Claim, Verdict, clearly_above, exposure_unmeasurable, judge
@@ -100,6 +100,14 @@ SCALES = {
 }
 
 
+class PrivateBatches(NamedTuple):
+    """How the private rows from a start read the text, when not as the noiseless ones do."""
+
+    batch_size: int
+    steps: int
+    public_steps: int  # selective's redacted phase
+
+
 @dataclass(frozen=True)
 class StartSettings:
     """The rows from a pretrained start (``--start``): the start's own tokenizer and model, fewer steps than
@@ -115,14 +123,14 @@ class StartSettings:
     # more than three (`uedp epsilon --mechanism dpsgd --users 2030 --count-public --target-epsilon 4.9 --delta
     # 8e-5`: noise-to-signal 0.0314 at batch 16 and 150 steps, past the 0.03 where measured runs stopped
     # learning; 0.0094 at batch 64 and 40 steps), for the same number of sequences read. None: as above.
-    private: tuple[int, int, int] | None = None  # (batch size, steps, selective's public steps)
+    private: PrivateBatches | None = None
 
     def groups(self) -> list[tuple[list[str], dict[str, float]]]:
         """The start's sweeps: the mechanisms and the settings each trains with."""
         same = {"steps": self.steps, "public_steps": self.public_steps, "batch_size": self.batch_size, "lr": self.lr}
         if self.private is None:
             return [(["noiseless", "deid", "dpsgd", "selective"], same)]
-        batch, steps, public = self.private
+        batch, steps, public = self.private.batch_size, self.private.steps, self.private.public_steps
         return [(["noiseless", "deid"], same),
                 (["dpsgd", "selective"], {**same, "batch_size": batch, "steps": steps, "public_steps": public})]
 
@@ -132,7 +140,7 @@ class StartSettings:
         if self.private is None:
             return said + (f" (selective: {self.public_steps} steps on the redacted text first, then DP-SGD on the "
                            "whole text, the paper's two-phase form for transformers)")
-        batch, steps, public = self.private
+        batch, steps, public = self.private.batch_size, self.private.steps, self.private.public_steps
         return (said + f" for noiseless and deid; dpsgd {steps} steps of batch {batch}, and selective {public} steps "
                 f"of batch {batch} on the redacted text, then {steps} under DP-SGD on the whole text (the paper's "
                 "two-phase form for transformers). The private rows read about as many sentences as the others, in "
@@ -143,7 +151,7 @@ class StartSettings:
 
 
 FROM_START = {"ci": StartSettings(steps=4, public_steps=2, batch_size=4, lr=1e-2),
-              "cpu": StartSettings(steps=150, public_steps=75, batch_size=16, lr=2e-3, private=(64, 40, 20)),
+              "cpu": StartSettings(steps=150, public_steps=75, batch_size=16, lr=2e-3, private=PrivateBatches(batch_size=64, steps=40, public_steps=20)),
               "gpu": StartSettings(steps=2000, public_steps=1000, batch_size=32, lr=5e-4)}
 NEAR_NOISELESS = 1.15  # the target from a pretrained start: dpsgd and selective within 15% of noiseless
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import tomllib
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from support import REPO
@@ -363,16 +364,25 @@ def test_the_interface_rule_catches_planted_violations(tmp_path: Path) -> None:
                      f"{planted}:4 getattr on a mechanism's parameters", f"{planted}:4 hasattr on a mechanism's parameters"]
 
 
+def nodes(mods: dict[str, Path], exempt: Callable[[str], bool] = lambda module: False) -> Iterator[tuple[Path, ast.AST]]:
+    """Every syntax node of the modules a rule covers (those ``exempt`` does not name), with its file."""
+    for module, path in mods.items():
+        if not exempt(module):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                yield path, node
+
+
+def in_storage(module: str) -> bool:
+    return component(module) == "uedp.storage"
+
+
 # Storage names every folder of the data home (DataHome's named locations); elsewhere a path is never built from
 # the home's root (``home.root / "cache"``), so moving a folder is one change and `uedp` agrees with itself.
 def paths_built_from_the_home_root(mods: dict[str, Path]) -> list[str]:
     found = []
-    for module, path in mods.items():
-        if component(module) == "uedp.storage":
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and _is_home_root(node.left):
-                found.append(f"{path}:{node.lineno} builds a path from the data home's root")
+    for path, node in nodes(mods, in_storage):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and _is_home_root(node.left):
+            found.append(f"{path}:{node.lineno} builds a path from the data home's root")
     return found
 
 
@@ -401,16 +411,13 @@ def test_the_named_locations_rule_catches_a_planted_path(tmp_path: Path) -> None
 # is neither imported nor called, so how a field is spelt inside manifest.json is known in one place.
 def manifests_read_outside_storage(mods: dict[str, Path]) -> list[str]:
     found = []
-    for module, path in mods.items():
-        if component(module) == "uedp.storage":
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and any(alias.name == "read_manifest" for alias in node.names):
-                found.append(f"{path}:{node.lineno} imports read_manifest")
-            elif isinstance(node, ast.Call) and (
-                    (isinstance(node.func, ast.Name) and node.func.id == "read_manifest")
-                    or (isinstance(node.func, ast.Attribute) and node.func.attr == "read_manifest")):
-                found.append(f"{path}:{node.lineno} reads a manifest")
+    for path, node in nodes(mods, in_storage):
+        if isinstance(node, ast.ImportFrom) and any(alias.name == "read_manifest" for alias in node.names):
+            found.append(f"{path}:{node.lineno} imports read_manifest")
+        elif isinstance(node, ast.Call) and (
+                (isinstance(node.func, ast.Name) and node.func.id == "read_manifest")
+                or (isinstance(node.func, ast.Attribute) and node.func.attr == "read_manifest")):
+            found.append(f"{path}:{node.lineno} reads a manifest")
     return found
 
 
@@ -432,12 +439,9 @@ def test_the_manifest_rule_catches_a_planted_read(tmp_path: Path) -> None:
 # service that wrote its own would miss MLFLOW_TRACKING_URI and the home's layout.
 def sqlite_addresses_outside_storage(mods: dict[str, Path]) -> list[str]:
     found = []
-    for module, path in mods.items():
-        if component(module) == "uedp.storage":
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("sqlite:///"):
-                found.append(f"{path}:{node.lineno} spells an MLflow store's address")
+    for path, node in nodes(mods, in_storage):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("sqlite:///"):
+            found.append(f"{path}:{node.lineno} spells an MLflow store's address")
     return found
 
 
@@ -461,14 +465,11 @@ LAUNCH = frozenset({"uedp.services.launch", "uedp.services.torchrun", "uedp.serv
 
 def trainings_started_outside_the_launch(mods: dict[str, Path]) -> list[str]:
     found = []
-    for module, path in mods.items():
-        if module in LAUNCH:
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and any(alias.name == "train_configuration" for alias in node.names):
-                found.append(f"{path}:{node.lineno} imports train_configuration (use services.launch.run_training)")
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "train_configuration":
-                found.append(f"{path}:{node.lineno} calls train_configuration (use services.launch.run_training)")
+    for path, node in nodes(mods, LAUNCH.__contains__):
+        if isinstance(node, ast.ImportFrom) and any(alias.name == "train_configuration" for alias in node.names):
+            found.append(f"{path}:{node.lineno} imports train_configuration (use services.launch.run_training)")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "train_configuration":
+            found.append(f"{path}:{node.lineno} calls train_configuration (use services.launch.run_training)")
     return found
 
 
@@ -494,12 +495,11 @@ THE_PLAN = frozenset({"TrainingPlan"})
 
 def other_plans(mods: dict[str, Path]) -> list[str]:
     found = []
-    for path in mods.values():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ClassDef) and node.name.endswith("Plan") and node.name not in THE_PLAN:
-                found.append(f"{path}:{node.lineno} class {node.name}")
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in ("plan", "_plan"):
-                found.append(f"{path}:{node.lineno} def {node.name}")
+    for path, node in nodes(mods):
+        if isinstance(node, ast.ClassDef) and node.name.endswith("Plan") and node.name not in THE_PLAN:
+            found.append(f"{path}:{node.lineno} class {node.name}")
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in ("plan", "_plan"):
+            found.append(f"{path}:{node.lineno} def {node.name}")
     return found
 
 
