@@ -128,6 +128,7 @@ def _nll(model: torch.nn.Module):  # type: ignore[no-untyped-def]
     return lambda texts: sequence_nll(model, encode(TOKENIZER, texts, 64), TOKENIZER.pad_token_id, CPU).numpy()
 
 
+@pytest.mark.slow
 def test_canary_exposure_is_high_without_noise_and_low_with_strong_dp(trained) -> None:  # type: ignore[no-untyped-def]
     exposures = {}
     for name, (model, _) in trained["models"].items():

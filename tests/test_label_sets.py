@@ -129,6 +129,7 @@ def test_a_malformed_labels_file_is_one_line_naming_file_and_entry(home, content
     assert "\n" not in str(raised.value)
 
 
+@pytest.mark.slow
 def test_cli_label_maps_adds_saves_and_later_commands_resolve_the_same_names(home, tmp_path: Path) -> None:
     files = [write(tmp_path / "tiny.train", corpus()), write(tmp_path / "tiny.testa", corpus(4)),
              write(tmp_path / "tiny.testb", corpus(4))]
@@ -187,6 +188,7 @@ def test_a_recognizer_label_outside_the_taxonomy_in_worker_processes(home, tmp_p
     assert _entities(home, "parcels") == {("1Z999AA10123456784", "TRACKING_NUMBER")}
 
 
+@pytest.mark.slow
 def test_a_run_with_categories_is_refused_when_the_labels_changed_after_detection(home, tmp_path: Path) -> None:
     """group=PERSON at detection, then group=ORG: a run with --categories PER would still train on the group
     entities stored as PERSON and say it protects persons' names by the new mapping. Detecting again fixes it."""
