@@ -19,6 +19,7 @@ from uedp.commands.common import (
     INTERRUPTED,
     _one_line,
     csv_list,
+    flowing_help,
     remember_accounting_in_home,
     short_number,
     user_errors,
@@ -130,3 +131,28 @@ def test_lists_and_numbers_as_the_commands_read_and_print_them() -> None:
     assert csv_list(None) == [] and csv_list("") == [] and csv_list(" , ") == []
     assert short_number(float("inf")) == "inf" and short_number(8.0) == "8" and short_number(0.123456) == "0.123"
     assert short_number(12345.6, digits=2) == "1.2e+04"
+
+
+def test_help_paragraphs_flow_and_examples_lists_and_verbatim_blocks_keep_their_breaks() -> None:
+    doc = ("First line.\n\nA paragraph written\nover three\nsource lines.\n\n"
+           "Items:\n- one\n  continued\n- two\n\n\bverbatim\nblock\n\nExample:\n    uedp train demo\n    uedp sweep demo")
+    assert flowing_help(doc) == ("First line.\n\nA paragraph written over three source lines.\n\n"
+                                 "Items:\n- one\n  continued\n- two\n\n\bverbatim\nblock\n\n"
+                                 "Example:\n    uedp train demo\n    uedp sweep demo")
+
+
+def test_a_commands_help_reads_as_flowing_paragraphs_in_the_terminal() -> None:
+    """Every command's docstring is handed to Typer joined (Typer keeps the line breaks of every paragraph
+    after the first): a paragraph wraps at the terminal's width, not where its source lines ended."""
+    from typer.testing import CliRunner
+
+    from uedp.commands import load
+
+    app = load()
+    result = CliRunner().invoke(app, ["train", "--help"], env={"COLUMNS": "100"}, terminal_width=100)
+    assert result.exit_code == 0
+    assert "(defaults from the configuration, shown below)" in " ".join(result.stdout.split())
+    lines = [line.strip() for line in result.stdout.splitlines()]
+    assert "shown" not in lines and "resumes" not in lines  # no word left alone where a source line ended
+    helps = [info.help for info in app.registered_commands]
+    assert all(h and "\n" not in h.split("\n\n")[0] for h in helps)

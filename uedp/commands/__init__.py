@@ -41,11 +41,12 @@ __all__ = ["COMMAND_GROUPS", "GROUPS", "app", "load", "main"]
 def load(command: str | None = None) -> typer.Typer:
     """The app with the group that defines ``command`` registered, or every group (an unknown or no command:
     Click then lists or names them all). Groups registered later keep the listing order of :data:`GROUPS`."""
-    from uedp.commands.common import app
+    from uedp.commands.common import app, flow_help_of
 
     groups = (COMMAND_GROUPS[command],) if command in COMMAND_GROUPS else GROUPS
     for group in groups:
         importlib.import_module(f"{__name__}.{group}")
+    flow_help_of(app)
     if len(groups) > 1:  # one process that ran a single group first, then asked for all: list them in order
         app.registered_commands.sort(key=lambda info: GROUPS.index(_group_of(info.callback)))
     return app

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import logging
 import math
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Optional, TypeVar
@@ -173,3 +175,40 @@ def csv_list(value: str | None) -> list[str]:
 
 def short_number(value: float, digits: int = 3) -> str:
     return "inf" if math.isinf(value) else f"{value:.{digits}g}"
+
+
+_LIST_ITEM = re.compile(r"(?:[-*]|\d+\.) ")
+
+
+def flowing_help(doc: str) -> str:
+    """A command's docstring as help whose paragraphs flow to the terminal's width.
+
+    Typer joins the lines of a help text's first paragraph but keeps every line break of the others, so a
+    paragraph written over several source lines printed ragged (a word alone on a line wherever a source
+    line ended past the terminal's width). Here the lines of each paragraph are joined; a paragraph Click
+    marks verbatim (``\\b``), indented lines (an example) and list items keep their breaks."""
+    paragraphs = []
+    for paragraph in doc.split("\n\n"):
+        if paragraph.startswith("\b"):
+            paragraphs.append(paragraph)
+            continue
+        lines: list[str] = []
+        for line in paragraph.split("\n"):
+            keeps_break = not lines or line.startswith(" ") or _LIST_ITEM.match(line) or lines[-1].startswith(" ")
+            if keeps_break:
+                lines.append(line)
+            else:
+                lines[-1] = f"{lines[-1]} {line.strip()}"
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)
+
+
+def flow_help_of(group: typer.Typer) -> None:
+    """Give every command of ``group`` (and of its sub-groups) its docstring as flowing help, unless it
+    states a help text of its own."""
+    for info in group.registered_commands:
+        if info.help is None and info.callback is not None:
+            info.help = flowing_help(inspect.getdoc(info.callback) or "")
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            flow_help_of(sub.typer_instance)
