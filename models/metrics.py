@@ -56,11 +56,12 @@ def per_sequence_lm_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor])
 def perplexity(
     model: torch.nn.Module, sequences: Sequence[torch.Tensor], pad_id: int, device: torch.device, batch_size: int = 32
 ) -> float:
-    """Token-weighted perplexity of ``model`` over ``sequences``."""
+    """Token-weighted perplexity of ``model`` over ``sequences``, read in batches of like lengths (a sum:
+    the order changes nothing but the padding each batch computes)."""
     was_training = model.training
     model.eval()
     total_nll, total_tokens = 0.0, 0
-    for batch in batches(sequences, batch_size, pad_id):
+    for batch in batches(sorted(sequences, key=len), batch_size, pad_id):
         batch = {k: v.to(device) for k, v in batch.items()}
         nll, count = causal_lm_nll(model, batch)
         total_nll += float(nll)
@@ -120,18 +121,24 @@ def classification_error(model: torch.nn.Module, examples: Sequence[Example], pa
 def sequence_nll(model: torch.nn.Module, sequences: Sequence[torch.Tensor], pad_id: int, device: torch.device,
                  batch_size: int = 256) -> torch.Tensor:
     """Summed next-token NLL of each sequence (its log-perplexity times its length), in input order;
-    and with it each sequence's number of predicted tokens, as a (n, 2) tensor of float64."""
+    and with it each sequence's number of predicted tokens, as a (n, 2) tensor of float64. Read in batches
+    of like lengths, put back in input order."""
     was_training = model.training
     model.eval()
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
     out = []
-    for batch in batches(sequences, batch_size, pad_id):
+    for batch in batches([sequences[i] for i in order], batch_size, pad_id):
         batch = {k: v.to(device) for k, v in batch.items()}
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         targets = next_token_targets(batch)
         nll = F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), targets, ignore_index=IGNORE, reduction="none")
         out.append(torch.stack([nll.sum(1).double(), (targets != IGNORE).sum(1).double()], dim=1).cpu())
     model.train(was_training)
-    return torch.cat(out) if out else torch.zeros((0, 2), dtype=torch.float64)
+    if not out:
+        return torch.zeros((0, 2), dtype=torch.float64)
+    in_input_order = torch.empty((len(order), 2), dtype=torch.float64)
+    in_input_order[torch.tensor(order)] = torch.cat(out)
+    return in_input_order
 
 
 def common_prefix_length(sequences: Sequence[torch.Tensor]) -> int:

@@ -4,11 +4,25 @@ run must draw exactly the batches the uninterrupted one would have."""
 
 from __future__ import annotations
 
+import math
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
 
-from uedp.models.batching import IGNORE, ShuffledBatches, batches, collate, encode, encode_with_private_mask
+from uedp.models.batching import (
+    IGNORE,
+    PADDING_SHARE,
+    ShuffledBatches,
+    batches,
+    collate,
+    encode,
+    encode_with_private_mask,
+    example_length,
+    like_length_groups,
+)
+from uedp.models.metrics import perplexity, sequence_nll
 
 from support import TOKENIZER
 
@@ -78,3 +92,68 @@ def test_a_resumed_sampler_draws_the_batches_the_uninterrupted_one_would_have(st
     resumed = ShuffledBatches(7, 3, torch.Generator().manual_seed(999))  # another seed: the state decides
     resumed.load_state_dict(state)
     assert [resumed.next() for _ in range(12 - stop)] == expected[stop:]
+
+
+def _sequences(lengths: list[int]) -> list[torch.Tensor]:
+    return [torch.full((n,), i + 1, dtype=torch.long) for i, n in enumerate(lengths)]
+
+
+def _padded(groups: list[list[torch.Tensor]]) -> int:
+    return sum(len(group) * max(len(e) for e in group) for group in groups)
+
+
+@pytest.mark.parametrize("most", [None, 1, 3, 16])
+def test_like_length_groups_hold_every_example_once_padded_by_at_most_the_share(most: int | None) -> None:
+    lengths = np.random.default_rng(0).integers(2, 65, size=64).tolist()
+    examples = _sequences(lengths)
+    groups = like_length_groups(examples, most)
+    flat = [e for group in groups for e in group]
+    assert sorted(id(e) for e in flat) == sorted(id(e) for e in examples)  # each once, none copied
+    assert [len(e) for e in flat] == sorted(lengths)  # shortest first
+    for group in groups:
+        assert most is None or len(group) <= most
+        real = sum(len(e) for e in group)
+        assert len(group) * max(len(e) for e in group) <= (1 + PADDING_SHARE) * real
+    # the point of it: one padded batch of these computes far more than the groups
+    assert _padded(groups) < 0.7 * _padded([examples])
+
+
+def test_like_length_groups_of_classification_pairs_and_of_nothing() -> None:
+    pairs = [(torch.ones(n, dtype=torch.long), n % 2) for n in (5, 30, 6, 31)]
+    groups = like_length_groups(pairs)
+    assert [[example_length(e) for e in g] for g in groups] == [[5, 6], [30, 31]]
+    assert like_length_groups([]) == []
+
+
+def test_equal_lengths_make_one_group_and_a_cap_splits_it() -> None:
+    examples = _sequences([8] * 10)
+    assert [len(g) for g in like_length_groups(examples)] == [10]
+    assert [len(g) for g in like_length_groups(examples, most=4)] == [4, 4, 2]
+
+
+class CountingLm(torch.nn.Module):
+    """A tiny causal LM that counts the token positions it computes, padding included."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.head = torch.nn.Embedding(70, 8), torch.nn.Linear(8, 70)
+        self.positions = 0
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> SimpleNamespace:
+        self.positions += input_ids.numel()
+        return SimpleNamespace(logits=self.head(self.embed(input_ids)))
+
+
+def test_evaluation_reads_like_lengths_together_and_gives_each_sequence_its_own_figure() -> None:
+    lengths = np.random.default_rng(1).integers(2, 60, size=40).tolist()
+    sequences = _sequences(lengths)
+    model = CountingLm()
+    scores = sequence_nll(model, sequences, 0, torch.device("cpu"), batch_size=8)
+    alone = torch.cat([sequence_nll(model, [s], 0, torch.device("cpu")) for s in sequences])
+    torch.testing.assert_close(scores, alone, rtol=1e-6, atol=1e-4)  # input order kept, each as if read alone
+    model.positions = 0
+    mean_nll = float(scores[:, 0].sum() / scores[:, 1].sum())
+    assert perplexity(model, sequences, 0, torch.device("cpu"), batch_size=8) == pytest.approx(math.exp(mean_nll))
+    in_input_order = sum(8 * max(lengths[i:i + 8]) for i in range(0, 40, 8))
+    assert model.positions < 0.7 * in_input_order  # like lengths together: far less padding computed

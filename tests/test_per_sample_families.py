@@ -294,10 +294,18 @@ def test_the_exact_path_equals_each_examples_own_backward_pass_and_skips_non_fin
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_micro_batches_give_the_one_batch_clipped_sum(family: str) -> None:
+    """DP-SGD sums a batch in groups of like lengths (at most ``max_physical_batch`` each where set): the sum
+    is each example's own clipped gradient, added, and the one-pass sum over the whole padded batch."""
     model = _model(family, lora=False)
-    examples = _examples((9, 5, 12, 3, 7, 1, 10))
+    examples = _examples((9, 5, 12, 3, 7, 4, 10, 2, 11))
     params = _trainable(model)
-    clip = float(_norms(_own_gradients(model, examples)).median())
+    own = _own_gradients(model, examples)
+    clip = float(_norms(own).median())
+    one_pass = GhostClipping(model, "mean")
+    try:
+        whole = one_pass.clipped_sum(per_sequence_lm_loss, collate(examples, PAD), len(examples), clip)
+    finally:
+        one_pass.close()
 
     def summed(max_physical_batch: int | None, engine: str) -> list[torch.Tensor]:
         mechanism = DpSgd(DpSgdParams(clip=clip, max_physical_batch=max_physical_batch), Population.declared(100))
@@ -309,8 +317,10 @@ def test_micro_batches_give_the_one_batch_clipped_sum(family: str) -> None:
             clipping.close()
 
     for engine in ("ghost", "exact"):
-        for mine, truth in zip(summed(3, engine), summed(None, engine)):
-            assert torch.allclose(mine, truth, rtol=1e-6, atol=1e-12), engine
+        for grouped in (summed(3, engine), summed(None, engine)):
+            _assert_close(grouped, _clipped(own, clip))
+            for mine, truth in zip(grouped, whole):
+                assert torch.allclose(mine, truth, rtol=1e-6, atol=1e-12), engine
 
 
 def test_non_reentrant_activation_checkpointing_gives_the_same_clipped_sum_and_reentrant_is_refused() -> None:

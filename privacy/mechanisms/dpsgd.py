@@ -18,7 +18,7 @@ from typing import Any, Literal
 import dp_accounting
 import torch
 
-from uedp.models.batching import collate
+from uedp.models.batching import collate, like_length_groups
 from uedp.models.device import autocast
 from uedp.models.parallel import Ranks
 from uedp.models.training import adam
@@ -171,15 +171,16 @@ class DpSgd:
                              pad_id: int) -> list[torch.Tensor]:
         """``sum_i clip(g_i, clip)`` per parameter (flat clipping over all trainable parameters).
 
-        With ``max_physical_batch`` the batch is summed in micro-batches of at most that many sequences:
-        each example is clipped on its own, so the sum is the same; only the memory of a pass changes."""
+        The batch is summed in micro-batches of like lengths (:func:`models.batching.like_length_groups`), of at
+        most ``max_physical_batch`` sequences where it is set: each example is clipped on its own, so the sum is
+        the same; a pass computes less padding, and holds less memory."""
         def loss(model: torch.nn.Module, batch_inputs: dict[str, torch.Tensor]) -> torch.Tensor:
             with autocast(device):  # the forward pass only: clipping works in float32
                 return loss_fn(model, batch_inputs)
 
         # Added in at least float32, so that micro-batches of a bf16 model round no more than one batch.
         total: list[torch.Tensor] | None = None
-        for micro_batch in _micro_batches(batch, self.params.max_physical_batch):
+        for micro_batch in like_length_groups(batch, self.params.max_physical_batch):
             inputs = {k: v.to(device) for k, v in collate(micro_batch, pad_id).items()}
             parts = clipping.clipped_sum(loss, inputs, len(micro_batch), self.params.clip)
             if total is None:
@@ -190,9 +191,3 @@ class DpSgd:
         if total is None:  # an empty batch (Poisson sampling drew no sequence): the noise alone
             return [torch.zeros_like(param) for param in params]
         return [summed.to(param.dtype) for summed, param in zip(total, params)]
-
-
-def _micro_batches(batch: list[Any], size: int | None) -> list[list[Any]]:
-    """The batch in consecutive pieces of at most ``size`` examples (one piece without a size; none when empty)."""
-    step = size or max(len(batch), 1)
-    return [batch[start:start + step] for start in range(0, len(batch), step)]
