@@ -7,6 +7,8 @@ sums each sequence's NLL, so both may read the batch in groups of like lengths
 
 * DP-SGD's clipped gradient sum of ``--batches`` random batches of ``--batch-size`` sentences: one padded
   pass against the groups (seconds, the ratio, and the largest difference relative to the sum's norm);
+* a noiseless step (the token-mean loss) on ``--batches`` batches of ``--noiseless-batch-size`` sentences:
+  one padded pass against the groups, each part weighted by its tokens (seconds and the ratio);
 * evaluation of the first ``--eval-sentences`` test sentences: in input order against sorted by length
   (seconds, the ratio, and the two perplexities).
 
@@ -34,8 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_throughput import build, parse
 
 from uedp.models.batching import batches, collate, encode, like_length_groups
-from uedp.models.metrics import causal_lm_nll, per_sequence_lm_loss, perplexity
+from uedp.models.metrics import causal_lm_loss, causal_lm_nll, per_sequence_lm_loss, perplexity
 from uedp.models.threads import use_threads
+from uedp.models.training import like_length_step, optimizer_step
 from uedp.privacy.mechanisms.dpsgd import DpSgd
 from uedp.privacy.mechanisms.params import DpSgdParams
 from uedp.privacy.per_sample import per_sample_clipping
@@ -84,6 +87,7 @@ def main() -> None:
     parser.add_argument("--conll-dir", type=Path, default=Path("../shared/data/conll2003"))
     parser.add_argument("--batch-size", type=int, default=64, help="sentences a DP-SGD batch")
     parser.add_argument("--batches", type=int, default=3)
+    parser.add_argument("--noiseless-batch-size", type=int, default=16, help="sentences a noiseless batch")
     parser.add_argument("--eval-sentences", type=int, default=256)
     parser.add_argument("--max-len", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2, help="the median is shown")
@@ -128,6 +132,22 @@ def main() -> None:
               for x, y in zip(whole, parts))  # type: ignore[call-overload]
     print(f"  DP-SGD clipped sum: one padded pass {slow:6.2f} s, like-length groups {fast:6.2f} s: "
           f"{slow / fast:.2f}x; largest difference {gap:.1e} of the sum's norm")
+
+    small = [picker.sample(train, args.noiseless_batch_size) for _ in range(args.batches)]
+    frozen = torch.optim.SGD(params, lr=0.0)  # the same weights for both ways
+
+    def padded_steps() -> None:
+        for batch in small:
+            optimizer_step(model, frozen, collate(batch, pad), causal_lm_loss, CPU)
+
+    def grouped_steps() -> None:
+        for batch in small:
+            like_length_step(model, frozen, batch, pad, causal_lm_loss, CPU)
+
+    slow, _ = timed(args.repeats, padded_steps)
+    fast, _ = timed(args.repeats, grouped_steps)
+    print(f"  noiseless step, batches of {args.noiseless_batch_size}: one padded pass {slow:6.2f} s, like-length "
+          f"groups {fast:6.2f} s: {slow / fast:.2f}x")
 
     model.eval()
     slow, before = timed(args.repeats, lambda: perplexity_in_input_order(model, test, pad))

@@ -119,6 +119,11 @@ def like_length_groups(examples: Sequence[Example], most: int | None = None,
     return groups
 
 
+def padded_tokens(groups: Sequence[Sequence[Example]]) -> int:
+    """Token positions a pass over each group computes: its examples times its longest."""
+    return sum(len(group) * max(map(example_length, group)) for group in groups if group)
+
+
 def batches(
     sequences: Sequence[Example], batch_size: int, pad_id: int,
     generator: torch.Generator | np.random.Generator | None = None,

@@ -6,13 +6,13 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from uedp.models.batching import IGNORE, Example, batches, collate
+from uedp.models.batching import IGNORE, Example, batches, collate, example_length
 
 
 def next_token_targets(batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -50,6 +50,20 @@ def per_sequence_lm_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor])
     targets = next_token_targets(batch)
     nll = F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), targets, ignore_index=IGNORE, reduction="none").sum(1)
     return (nll / (targets != IGNORE).sum(1).clamp(min=1)).mean()
+
+
+def _predicted_tokens(examples: Sequence[Example]) -> int:
+    """Tokens a causal LM is scored on in these examples: all but each one's first."""
+    return sum(max(example_length(e) - 1, 0) for e in examples)
+
+
+def batch_weight(loss_fn: Callable[..., torch.Tensor]) -> Callable[[Sequence[Example]], int] | None:
+    """What ``loss_fn`` averages over in a batch of examples (predicted tokens for the token mean, examples for a
+    mean over examples), so that a batch's loss is the weighted mean of its parts' losses; None for a loss
+    not listed here (its batch is then read in one pass)."""
+    weights: dict[Callable[..., torch.Tensor], Callable[[Sequence[Example]], int]] = {
+        causal_lm_loss: _predicted_tokens, per_sequence_lm_loss: len, classification_loss: len}
+    return weights.get(loss_fn)
 
 
 @torch.no_grad()

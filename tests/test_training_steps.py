@@ -9,14 +9,17 @@ is the plain step, the shares cover a batch once, and Adam is torch's fused upda
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from uedp.errors import UedpError
-from uedp.models.batching import Example, collate
+from uedp.models.batching import Example, collate, like_length_groups, padded_tokens
 from uedp.models.device import autocast, resolve_device
+from uedp.models.metrics import batch_weight, causal_lm_loss, per_sequence_lm_loss
 from uedp.models.parallel import Ranks
-from uedp.models.training import adam, data_parallel_step, optimizer_step
+from uedp.models.training import SPLIT_SAVING, adam, data_parallel_step, like_length_step, optimizer_step
 
 CPU = torch.device("cpu")
 
@@ -98,3 +101,70 @@ def test_autocast_changes_nothing_on_the_cpu() -> None:
     with autocast(CPU):
         out = layer(torch.ones(1, 3))
     assert out.dtype == torch.float32
+
+
+def _varied() -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(2)
+    return [torch.randint(1, 12, (n,), generator=generator) for n in (2, 9, 3, 14, 4, 15, 1, 8, 30, 5)]
+
+
+class CausalTiny(TinyLm):
+    """TinyLm as a Hugging Face causal LM is called (``logits`` of every position)."""
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                position_ids: torch.Tensor | None = None) -> SimpleNamespace:
+        return SimpleNamespace(logits=self.head(self.embed(input_ids)))
+
+
+@pytest.mark.parametrize("loss_fn", [causal_lm_loss, per_sequence_lm_loss])
+def test_a_step_in_like_length_groups_is_the_one_padded_pass_step(loss_fn) -> None:  # type: ignore[no-untyped-def]
+    """SGD, whose step is proportional to the gradient (Adam's first step would hide a wrong weighting)."""
+    torch.manual_seed(0)
+    grouped, plain = CausalTiny(), CausalTiny()
+    plain.load_state_dict(grouped.state_dict())
+    examples = _varied()
+    groups = like_length_groups(examples)
+    assert len(groups) > 2 and padded_tokens([examples]) >= SPLIT_SAVING * padded_tokens(groups)  # really split
+    grouped_loss = like_length_step(grouped, torch.optim.SGD(grouped.parameters(), lr=0.5), examples, 0, loss_fn, CPU)
+    plain_loss = optimizer_step(plain, torch.optim.SGD(plain.parameters(), lr=0.5), collate(examples, 0), loss_fn, CPU)
+    assert grouped_loss == pytest.approx(plain_loss, rel=1e-5)
+    for a, b in zip(grouped.parameters(), plain.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_wrong_weighting_would_be_caught() -> None:
+    """The comparison above is not vacuous: weighting the parts equally moves the weights elsewhere."""
+    torch.manual_seed(0)
+    model = CausalTiny()
+    examples = _varied()
+    whole = torch.autograd.grad(causal_lm_loss(model, collate(examples, 0)), list(model.parameters()))
+    groups = like_length_groups(examples)
+    equal = [sum(g) / len(groups) for g in zip(*(torch.autograd.grad(causal_lm_loss(model, collate(group, 0)),
+                                                                  list(model.parameters())) for group in groups))]
+    assert any(not torch.allclose(a, b, rtol=1e-3) for a, b in zip(whole, equal))
+
+
+def test_a_loss_without_a_known_weight_takes_one_padded_pass() -> None:
+    def opaque(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return causal_lm_loss(model, batch)
+
+    assert batch_weight(opaque) is None and batch_weight(causal_lm_loss) is not None
+    torch.manual_seed(0)
+    first, second = CausalTiny(), CausalTiny()
+    second.load_state_dict(first.state_dict())
+    examples = _varied()
+    like_length_step(first, torch.optim.SGD(first.parameters(), lr=0.5), examples, 0, opaque, CPU)
+    optimizer_step(second, torch.optim.SGD(second.parameters(), lr=0.5), collate(examples, 0), opaque, CPU)
+    for a, b in zip(first.parameters(), second.parameters()):
+        assert torch.equal(a, b)  # the same pass, bit for bit
+
+
+def test_a_batch_of_like_lengths_is_read_in_one_pass() -> None:
+    """Little padding to save: one pass, bit for bit the plain step (a pass has a fixed cost of its own)."""
+    torch.manual_seed(0)
+    first, second = CausalTiny(), CausalTiny()
+    second.load_state_dict(first.state_dict())
+    examples = [torch.randint(1, 12, (n,)) for n in (10, 11, 12, 13, 14, 15, 16)]
+    like_length_step(first, torch.optim.SGD(first.parameters(), lr=0.5), examples, 0, causal_lm_loss, CPU)
+    optimizer_step(second, torch.optim.SGD(second.parameters(), lr=0.5), collate(examples, 0), causal_lm_loss, CPU)
+    assert all(torch.equal(a, b) for a, b in zip(first.parameters(), second.parameters()))

@@ -8,9 +8,9 @@ import math
 
 import torch
 
-from uedp.models.batching import ShuffledBatches, collate
+from uedp.models.batching import ShuffledBatches
 from uedp.models.parallel import Ranks
-from uedp.models.training import adam, data_parallel_step, optimizer_step
+from uedp.models.training import adam, data_parallel_step, like_length_step
 from uedp.privacy.mechanisms.base import (
     NO_CHECKPOINT,
     Checkpointer,
@@ -57,7 +57,7 @@ class Noiseless:
             if ranks.world > 1:
                 loss = data_parallel_step(model, optimizer, batch, data.pad_id, loss_fn, device, ranks)
             else:
-                loss = optimizer_step(model, optimizer, collate(batch, data.pad_id), loss_fn, device)
+                loss = like_length_step(model, optimizer, batch, data.pad_id, loss_fn, device)
             return RoundOutput(loss, len(batch))
 
         loop = RoundLoop(scope, p.steps, NoAccountant(), Randomness.seeded(self.seed), word="step",
