@@ -129,6 +129,15 @@ def batches(
     generator: torch.Generator | np.random.Generator | None = None,
 ) -> Iterator[dict[str, torch.Tensor]]:
     """Batches in order, or shuffled with ``generator`` (a torch or a numpy generator)."""
+    for examples in example_batches(sequences, batch_size, generator):
+        yield collate(examples, pad_id)
+
+
+def example_batches(
+    sequences: Sequence[Example], batch_size: int,
+    generator: torch.Generator | np.random.Generator | None = None,
+) -> Iterator[list[Example]]:
+    """:func:`batches` before collation: the examples of each batch, in the same order for the same draws."""
     if generator is None:
         order = list(range(len(sequences)))
     elif isinstance(generator, np.random.Generator):
@@ -136,7 +145,7 @@ def batches(
     else:
         order = torch.randperm(len(sequences), generator=generator).tolist()
     for start in range(0, len(order), batch_size):
-        yield collate([sequences[i] for i in order[start : start + batch_size]], pad_id)
+        yield [sequences[i] for i in order[start : start + batch_size]]
 
 
 class ShuffledBatches:

@@ -28,9 +28,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from uedp.models.batching import Example, batches, pack_consecutive
+from uedp.models.batching import Example, example_batches, pack_consecutive
 from uedp.models.parallel import Ranks
-from uedp.models.training import LossFn, optimizer_step
+from uedp.models.training import LossFn, like_length_step
 from uedp.privacy.mechanisms.base import TrainData
 from uedp.privacy.primitives import assign_flat_, clip_factor, flatten, gaussian_noise
 from uedp.privacy.randomness import RandomSource
@@ -151,15 +151,15 @@ class LocalTrainer:
         """K local SGD steps from ``theta``, batches in the order ``stream`` draws; returns ``theta_u - theta``."""
         assign_flat_(self.params, theta)
         optimizer = torch.optim.SGD(self.params, lr=self.local_lr)
-        for batch in itertools.islice(self._cycle(sequences, stream), self.local_steps):
-            optimizer_step(self.worker, optimizer, batch, self.loss_fn, self.device)
+        for examples in itertools.islice(self._cycle(sequences, stream), self.local_steps):
+            like_length_step(self.worker, optimizer, examples, self.pad_id, self.loss_fn, self.device)
         return flatten(self.params).sub_(theta)
 
-    def _cycle(self, sequences: Sequence[Example], stream: RandomSource) -> Iterator[dict[str, torch.Tensor]]:
+    def _cycle(self, sequences: Sequence[Example], stream: RandomSource) -> Iterator[list[Example]]:
         """The user's local batches, endlessly, in the order its own stream draws: of its sentences, or of
         chunks packed from them (a function of this user's sentences only, so the delta's sensitivity is
         unchanged: one user's clipped delta either way)."""
         if self.chunk_tokens:
             sequences = pack_consecutive(sequences, self.chunk_tokens)
         while True:
-            yield from batches(sequences, self.local_batch_size, self.pad_id, stream)
+            yield from example_batches(sequences, self.local_batch_size, stream)

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad, vmap
 
-from uedp.models.batching import IGNORE, Example
+from uedp.models.batching import IGNORE, Example, collate
 from uedp.privacy.mechanisms.fedavg import ClippedSum, LocalTrainer
 from uedp.privacy.primitives import clip_factor
 from uedp.privacy.randomness import RandomSource
@@ -64,7 +64,7 @@ class VectorizedLocalTrainer(LocalTrainer):
         params = self._unflatten(theta, len(users))
         step_grad = vmap(grad(self._loss))
         for k in range(self.local_steps):
-            ids, labels = self._stack([user_steps[k] for user_steps in steps])
+            ids, labels = self._stack([collate(user_steps[k], self.pad_id) for user_steps in steps])
             grads = step_grad(params, ids.to(self.device), labels.to(self.device))
             params = {name: params[name] - self.local_lr * grads[name] for name in self.names}
         flat = torch.cat([params[name].reshape(len(users), -1) for name in self.names], dim=1)
