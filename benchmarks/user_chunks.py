@@ -2,15 +2,16 @@
 text a round reads per second, on CoNLL-2003's writers (one per document), in one run.
 
 A user-level update (here user-level DP-SGD, ``--local-update gradient``: one batch per sampled user) reads
-``--local-batch-size`` sequences. CoNLL's sentences are short, so a batch of them is mostly padding up to
-its longest sentence; chunks of a writer's consecutive sentences, up to ``--max-len`` tokens, fill it. Both
-trainers draw their batches from the same per-user streams; only the sequences differ.
+``--local-batch-size`` sequences. CoNLL's sentences are short and uneven, so a batch of them pads up to its
+longest sentence (a step splits a batch into groups of like lengths where that saves enough:
+``models.training.step_groups``); chunks of a writer's consecutive sentences, up to ``--max-len`` tokens, fill
+it. Both trainers draw their batches from the same per-user streams; only the sequences differ.
 
     python benchmarks/user_chunks.py --conll ../shared/data/conll2003/eng.train [--model gpt2:small]
     python benchmarks/user_chunks.py --conll ... --model causal-lm:/tmp/smolhome/bases/smollm2+lora8 --q-user 0.01
 
 ``--model`` is ``kind:size[+loraR]`` as in ``benchmarks/train_throughput.py`` (a preset, or ``causal-lm:FOLDER``
-with the folder's own tokenizer). Prints, per mode: text tokens and padded tokens an update reads, seconds a
+with the folder's own tokenizer). Prints, per mode: text tokens and padded tokens an update computes, seconds a
 round (median of ``--repeats``, the modes interleaved), text tokens a second, and the ratio to sentences.
 """
 
@@ -28,9 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from train_throughput import build, parse
 
-from uedp.models.batching import encode
+from uedp.models.batching import encode, example_length, padded_tokens
 from uedp.models.metrics import causal_lm_loss
 from uedp.models.threads import use_threads
+from uedp.models.training import step_groups
 from uedp.privacy.mechanisms.fedavg import LocalTrainer
 from uedp.privacy.primitives import flatten
 from uedp.storage.formats.conll import conll_records
@@ -79,8 +81,8 @@ def main() -> None:
     read: dict[str, tuple[int, int]] = {}
     for mode, trainer in trainers.items():  # what one update reads: its first batch, drawn as training draws it
         batches = [next(trainer._cycle(user, stream)) for user, stream in zip(users, streams())]
-        read[mode] = (sum(int(b["attention_mask"].sum()) for b in batches),
-                      sum(b["input_ids"].numel() for b in batches))
+        read[mode] = (sum(example_length(e) for b in batches for e in b),  # text, and what the step computes
+                      sum(padded_tokens(step_groups(b, causal_lm_loss)) for b in batches))
     seconds: dict[str, list[float]] = {mode: [] for mode in MODES}
     for _ in range(args.repeats):
         for mode, trainer in trainers.items():  # interleaved: the machine's noise falls on both alike

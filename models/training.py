@@ -44,22 +44,36 @@ def optimizer_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, bat
 SPLIT_SAVING = 1.5
 
 
+def step_groups(examples: Sequence[Example], loss_fn: LossFn) -> list[list[Example]]:
+    """The passes :func:`like_length_step` computes for ``examples``: groups of like lengths
+    (:func:`models.batching.like_length_groups`), or the whole batch as one where ``loss_fn``'s weight is
+    unknown, nothing would be weighed, or the groups would save little padding (:data:`SPLIT_SAVING`)."""
+    whole = [list(examples)]
+    weight = batch_weight(loss_fn)
+    if weight is None:
+        return whole
+    groups = like_length_groups(examples)
+    if (len(groups) < 2 or sum(weight(group) for group in groups) == 0
+            or padded_tokens(whole) < SPLIT_SAVING * padded_tokens(groups)):
+        return whole
+    return groups
+
+
 def like_length_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, examples: Sequence[Example],
                      pad_id: int, loss_fn: LossFn, device: torch.device) -> float:
     """One step on ``examples`` with the gradient of ``loss_fn`` over the whole batch, computed in groups of like
-    lengths (:func:`models.batching.like_length_groups`: a batch padded to its longest sentence computes mostly
-    padding); returns the batch's loss.
+    lengths (:func:`step_groups`: a batch padded to its longest sentence computes mostly padding); returns the
+    batch's loss.
 
     The batch's loss is the mean of its parts' losses weighted by what each averages over (predicted tokens
     or examples: :func:`models.metrics.batch_weight`), so the gradient is the one-pass gradient up to float
-    rounding. A loss without a known weight, a batch with nothing to weigh, or one whose groups would save
-    little padding (:data:`SPLIT_SAVING`) takes one padded pass."""
+    rounding (with dropout, in expectation: each pass draws its own masks)."""
+    groups = step_groups(examples, loss_fn)
     weight = batch_weight(loss_fn)
-    groups = like_length_groups(examples) if weight is not None else []
-    weights = [weight(group) for group in groups] if weight is not None else []
-    total = sum(weights)
-    if len(groups) < 2 or total == 0 or padded_tokens([list(examples)]) < SPLIT_SAVING * padded_tokens(groups):
+    if len(groups) == 1 or weight is None:
         return optimizer_step(model, optimizer, collate(examples, pad_id), loss_fn, device)
+    weights = [weight(group) for group in groups]
+    total = sum(weights)
     optimizer.zero_grad(set_to_none=True)
     batch_loss = 0.0
     for group, part in zip(groups, weights):

@@ -38,7 +38,8 @@ def test_sentences_are_stripped_and_none_is_empty() -> None:
 
 def test_a_paragraph_longer_than_the_window_is_cut_at_a_sentence_end_and_loses_nothing(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sentences, "WINDOW", 60)
+    sentences.sentencizer()  # built (and cached) at the real window first: a pipeline capped at 120 characters
+    monkeypatch.setattr(sentences, "WINDOW", 60)  # must not outlive this test in the worker's cache
     text = " ".join(f"Sentence number {i} ends here." for i in range(12))
     windows = list(sentences._windows(text))
     assert len(windows) > 1 and "".join(windows) == text

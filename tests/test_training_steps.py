@@ -19,7 +19,14 @@ from uedp.models.batching import Example, collate, like_length_groups, padded_to
 from uedp.models.device import autocast, resolve_device
 from uedp.models.metrics import batch_weight, causal_lm_loss, per_sequence_lm_loss
 from uedp.models.parallel import Ranks
-from uedp.models.training import SPLIT_SAVING, adam, data_parallel_step, like_length_step, optimizer_step
+from uedp.models.training import (
+    SPLIT_SAVING,
+    adam,
+    data_parallel_step,
+    like_length_step,
+    optimizer_step,
+    step_groups,
+)
 
 CPU = torch.device("cpu")
 
@@ -157,6 +164,20 @@ def test_a_loss_without_a_known_weight_takes_one_padded_pass() -> None:
     optimizer_step(second, torch.optim.SGD(second.parameters(), lr=0.5), collate(examples, 0), opaque, CPU)
     for a, b in zip(first.parameters(), second.parameters()):
         assert torch.equal(a, b)  # the same pass, bit for bit
+
+
+def test_groups_that_would_save_little_padding_are_read_in_one_pass() -> None:
+    """Two groups whose passes would compute more than 1/1.5 of one padded pass: the plain step, bit for bit."""
+    torch.manual_seed(0)
+    first, second = CausalTiny(), CausalTiny()
+    second.load_state_dict(first.state_dict())
+    examples = [torch.randint(1, 12, (n,)) for n in [10] * 6 + [14] * 6]
+    groups = like_length_groups(examples)
+    assert len(groups) == 2 and padded_tokens([examples]) < SPLIT_SAVING * padded_tokens(groups)
+    assert step_groups(examples, causal_lm_loss) == [examples]
+    like_length_step(first, torch.optim.SGD(first.parameters(), lr=0.5), examples, 0, causal_lm_loss, CPU)
+    optimizer_step(second, torch.optim.SGD(second.parameters(), lr=0.5), collate(examples, 0), causal_lm_loss, CPU)
+    assert all(torch.equal(a, b) for a, b in zip(first.parameters(), second.parameters()))
 
 
 def test_a_batch_of_like_lengths_is_read_in_one_pass() -> None:
