@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from train_throughput import build, parse
+from train_throughput import build, tokenizer_for
 
 from uedp.models.batching import encode
 from uedp.models.metrics import common_prefix_length, sequence_nll, sequence_nll_shared_prefix
@@ -41,10 +41,7 @@ def main() -> None:
     args = parser.parse_args()
     use_threads(args.threads)
 
-    from uedp.models.tokenization import byte_level_tokenizer, load_tokenizer
-
-    kind, size, _ = parse(args.model)
-    tokenizer = load_tokenizer(size) if kind == "causal-lm" else byte_level_tokenizer()
+    tokenizer = tokenizer_for(args.model)
     model = build(args.model, tokenizer).eval()
     phone = canary_format("phone")
     step = max(1, phone.size // args.candidates)

@@ -33,7 +33,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from train_throughput import build, parse
+from train_throughput import build, tokenizer_for
 
 from uedp.models.batching import batches, collate, encode, like_length_groups
 from uedp.models.metrics import causal_lm_loss, causal_lm_nll, per_sequence_lm_loss, perplexity
@@ -43,23 +43,14 @@ from uedp.privacy.mechanisms.dpsgd import DpSgd
 from uedp.privacy.mechanisms.params import DpSgdParams
 from uedp.privacy.per_sample import per_sample_clipping
 from uedp.privacy.population import Population
+from uedp.storage.formats.conll import conll_records
 
 CPU = torch.device("cpu")
 
 
 def conll_sentences(path: Path) -> list[str]:
-    """The sentences of a CoNLL-2003 file, tokens joined by spaces."""
-    sentences, tokens = [], []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip() or line.startswith("-DOCSTART-"):
-            if tokens:
-                sentences.append(" ".join(tokens))
-                tokens = []
-            continue
-        tokens.append(line.split()[0])
-    if tokens:
-        sentences.append(" ".join(tokens))
-    return sentences
+    """The sentences of a CoNLL-2003 file, as ingest reads them."""
+    return [record.text for record in conll_records(path)]
 
 
 def timed(repeats: int, run: Callable[[], object]) -> tuple[float, object]:
@@ -95,10 +86,7 @@ def main() -> None:
     args = parser.parse_args()
     use_threads(args.threads)
 
-    from uedp.models.tokenization import byte_level_tokenizer, load_tokenizer
-
-    kind, size, _ = parse(args.model)
-    tokenizer = load_tokenizer(size) if kind == "causal-lm" else byte_level_tokenizer()
+    tokenizer = tokenizer_for(args.model)
     model = build(args.model, tokenizer)
     pad = tokenizer.pad_token_id
     train = encode(tokenizer, conll_sentences(args.conll_dir / "eng.train"), args.max_len)

@@ -125,6 +125,14 @@ def config_size(kind: str, size: str) -> str:
     return "tiny" if size in BENCHMARK_SIZES.get(kind, {}) else size
 
 
+def tokenizer_for(spec: str) -> Any:
+    """The tokenizer a ``kind:size[+loraR]`` model reads: a folder's own for ``causal-lm:FOLDER``, else bytes."""
+    from uedp.models.tokenization import byte_level_tokenizer, load_tokenizer
+
+    kind, size, _ = parse(spec)
+    return load_tokenizer(size) if kind == "causal-lm" else byte_level_tokenizer()
+
+
 def build(spec: str, tokenizer: Any) -> Any:
     """The model of ``kind:size[+loraR]``: a preset, a benchmark size or a folder, seeded alike every time."""
     import torch

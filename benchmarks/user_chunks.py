@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from train_throughput import build, parse
+from train_throughput import build, tokenizer_for
 
 from uedp.models.batching import encode, example_length, padded_tokens
 from uedp.models.metrics import causal_lm_loss
@@ -45,13 +45,6 @@ def writers(conll: Path) -> list[list[str]]:
     for record in conll_records(conll):
         documents.setdefault(record.user, []).append(record.text)
     return list(documents.values())
-
-
-def tokenizer_for(spec: str):  # type: ignore[no-untyped-def]
-    from uedp.models.tokenization import byte_level_tokenizer, load_tokenizer
-
-    kind, size, _ = parse(spec)
-    return load_tokenizer(size) if kind == "causal-lm" else byte_level_tokenizer()
 
 
 def main() -> None:
