@@ -102,7 +102,8 @@ def reproduce(name: str, scale: Scale, home: DataHome, data_dir: Path, out: Path
     shown = command or ["uedp", "reproduce", name, "--scale", scale, CORPORA[experiment.corpus].option, str(data_dir),
                         *(["--conll-dir", str(conll_dir)] if conll_dir and experiment.corpus != "conll" else []),
                         *(["--start", start] if start != SCRATCH else [])]
-    made_by = (f"Made by `{shlex.join(shown)}` ({scale} scale) in **{minutes:.1f} minutes** on {machine()}, "
+    made_by = (f"Made by `{shlex.join(shown)}` ({scale} scale) in **{minutes:.1f} minutes**"
+               f"{reused_runs_said(minutes, page.results.runs)} on {machine()}, "
                f"{threads} torch thread(s), device {device}, on {datetime.now(UTC):%Y-%m-%d}. "
                "Every run is in MLflow under the data home (`uedp serve`). The claims below are checked by the "
                "command itself on these figures; the test suite (`tests/test_reproduce*.py`) runs the ci scale and "
@@ -112,6 +113,17 @@ def reproduce(name: str, scale: Scale, home: DataHome, data_dir: Path, out: Path
     page.corpus = experiment.corpus
     page.write(out)
     return page
+
+
+def reused_runs_said(minutes: float, runs: list[RunRow]) -> str:
+    """What a resumed page's wall time leaves out: a command run again trains only what is missing, so its own
+    minutes can be a fraction of the training behind the page (a page from a 135M start: hours over several
+    invocations). Said where the runs' own wall times add up to more than the command took."""
+    run_minutes = sum(run.seconds for run in runs) / 60
+    if run_minutes <= 1.1 * minutes:
+        return ""
+    return (f" (this invocation; it reused runs finished by earlier ones, and the runs' own wall times, MLflow's "
+            f"start to end, add up to {run_minutes:.0f} minutes)")
 
 
 RERENDERED = " This page was re-rendered from `results.json` on "

@@ -7,6 +7,7 @@ No training: a page's figures come back from its results.json, as `--page-only` 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -77,3 +78,18 @@ def test_a_results_file_of_another_kind_is_refused_naming_it(tmp_path: Path) -> 
         rerender("uedp-conll", DataHome(tmp_path / "home"), out)
     with pytest.raises(UedpError, match=r"not found: --page-only rebuilds a page"):
         rerender("uedp-conll", DataHome(tmp_path / "home"), tmp_path / "nothing-here")
+
+
+def test_a_resumed_pages_wall_time_says_it_left_out_the_runs_it_reused() -> None:
+    """A page command run again trains only what is missing: its own minutes must not pass for the page's
+    training (the WikiText page's last invocation took 91 minutes of runs that took hours in all)."""
+    from uedp.experiments.reproduce import reused_runs_said
+
+    def runs(*seconds: float) -> list[RunRow]:
+        return [RunRow("noiseless", "gpt2 tiny", None, math.inf, 1.0, s, "r") for s in seconds]
+
+    assert reused_runs_said(30.0, runs(600, 600, 300)) == ""  # 25 minutes of runs in a 30-minute command
+    said = reused_runs_said(10.0, runs(3000, 3000))
+    assert "reused runs finished by earlier ones" in said and "add up to 100 minutes" in said
+    committed = (RESULTS / "selective-wikitext" / "README.md").read_text(encoding="utf-8")
+    assert "reused runs finished by earlier ones" in committed  # that page was made so, and says it
