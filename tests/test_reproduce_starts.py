@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,9 +51,10 @@ def test_uedp_conll_from_the_public_base_keeps_scratch_rows_beside_the_base_rows
     assert start["kind"] == "base" and start["run_id"] and start["uniform"] == 400
     families = {run["family"] for run in data["runs"]}
     assert families == {"gpt2 tiny", start["family"]}
-    for family in families:  # every mechanism from both starts
-        assert {r["label"] for r in data["runs"] if r["family"] == family} == {
-            "noiseless", "deid", "userdp", "uedp", "uedp-naive", "uedp-bounded-k1"}
+    paper = {"noiseless", "deid", "userdp", "uedp", "uedp-naive", "uedp-bounded-k1"}
+    assert {r["label"] for r in data["runs"] if r["family"] == "gpt2 tiny"} == paper
+    # from the start every mechanism again, and the example-level dpsgd beside them
+    assert {r["label"] for r in data["runs"] if r["family"] == start["family"]} == paper | {"dpsgd"}
     from_base = [r for r in data["runs"] if r["family"] == start["family"]]
     assert all(r["run_id"] != s["run_id"] for r in from_base for s in data["runs"] if s["family"] == "gpt2 tiny")
     # the shared rows: the user-level page's keys, each run once, named by its start
@@ -60,7 +62,8 @@ def test_uedp_conll_from_the_public_base_keeps_scratch_rows_beside_the_base_rows
     assert len(rows) == len(data["runs"]) and all(set(SHARED_ROW_KEYS) <= set(row) for row in rows)
     assert {row["start"] for row in rows} == {"scratch", "base"} and {row["corpus"] for row in rows} == {"conll"}
     assert {(row["mechanism"], row["variant"]) for row in rows if row["start"] == "base"} == {
-        ("noiseless", ""), ("deid", ""), ("userdp", ""), ("uedp", ""), ("uedp-naive", ""), ("uedp-bounded", "k1")}
+        ("noiseless", ""), ("deid", ""), ("dpsgd", ""), ("userdp", ""), ("uedp", ""), ("uedp-naive", ""),
+        ("uedp-bounded", "k1")}
     assert all(row["seed"] == 0 and row["perplexity_test"] > 1 for row in rows)
     # the base's runs are MLflow runs started from the pretraining run, with its BPE vocabulary
     from mlflow.tracking import MlflowClient
@@ -139,7 +142,7 @@ def test_a_checkpoint_folder_is_a_start_with_its_own_tokenizer(page_home, shared
     start = data["figures"]["start"]
     assert start["kind"] == "checkpoint" and start["family"] == "gpt2-download (checkpoint)"
     assert start["uniform"] == len(tokenizer) and start["before"] > 1
-    assert sum(r["family"] == start["family"] for r in data["runs"]) == 6
+    assert sum(r["family"] == start["family"] for r in data["runs"]) == 7  # the six of the paper, and dpsgd
 
 
 def test_start_choice_defaults_and_refusals(tmp_path: Path) -> None:
@@ -232,3 +235,50 @@ def test_claims_are_judged_on_each_start_apart() -> None:
     assert started is not None
     verdicts = {v.statement: v for v in judge(claims(SCALES["cpu"], start), started, "cpu")}
     assert verdicts["every private model is better than the pretrained start before fine-tuning"].holds
+
+
+def test_a_packaged_starts_rows_are_cut_to_fit_a_cpu_and_say_so() -> None:
+    """From SmolLM2 a federated row costs an hour of 2 cores: the cpu scale gives each writer one local step and
+    leaves uedp-naive out, the Reuters base's rows keep theirs, and the page says what was cut."""
+    from uedp.experiments.uedp_conll import (
+        FROM_START,
+        _cuts_said,
+        from_start,
+        start_mechanisms,
+        start_sweeps,
+    )
+
+    packaged = Start("packaged", "smollm2", {}, 49152.0, "web text", before=133.0, name="smollm2")
+    base = Start("base", "gpt2 small from the Reuters base", {}, 8192.0, "Reuters", before=269.0, run_id="r" * 32)
+    assert from_start("cpu", packaged).local_steps == 1 and from_start("cpu", base) == FROM_START["cpu"]
+    assert from_start("gpu", packaged) == FROM_START["gpu"]  # a GPU runs the whole rule
+    assert "dpsgd" in start_mechanisms(packaged) and "uedp-naive" not in start_mechanisms(packaged)
+    assert {"dpsgd", "uedp-naive"} <= set(start_mechanisms(base))
+    said = _cuts_said("cpu", packaged)
+    assert "one local step per sampled writer instead of 3" in said and "no uedp-naive rows" in said
+    assert _cuts_said("cpu", base) == "" and _cuts_said("gpu", packaged).count("local step") == 0
+    # epsilon 8 first, with the rows that have no epsilon; epsilon 2 after, the private rows only
+    sweeps = start_sweeps(from_start("cpu", packaged), start_mechanisms(packaged))
+    assert [at.epsilons for at, _ in sweeps] == [(8.0,), (2.0,)]
+    assert sweeps[0][1] == list(start_mechanisms(packaged))
+    assert sweeps[1][1] == ["dpsgd", "userdp", "uedp", "uedp-bounded"]
+    assert [at.epsilons for at, _ in start_sweeps(FROM_START["ci"], ["noiseless", "dpsgd"])] == [()]
+
+
+def test_dpsgd_near_noiseless_from_a_start_is_judged_at_the_largest_epsilon() -> None:
+    from uedp.experiments.uedp_conll import SCALES, claims
+
+    start = Start("packaged", "smollm2", {}, 49152.0, "web text", before=133.0, name="smollm2")
+
+    def verdict(dpsgd_at_8: float) -> Any:
+        runs = [RunRow("noiseless", "smollm2", None, float("inf"), 40.0, 1.0, "n"),
+                RunRow("dpsgd", "smollm2", 8.0, 8.0, dpsgd_at_8, 1.0, "d8"),
+                RunRow("dpsgd", "smollm2", 2.0, 2.0, 90.0, 1.0, "d2")]
+        found = {v.statement: v for v in judge(claims(SCALES["cpu"], start, with_dpsgd=True), Results(runs), "cpu")}
+        return next(v for s, v in found.items() if s.startswith("dpsgd at the largest target epsilon"))
+
+    near = verdict(44.0)
+    assert near.holds and "epsilon 8: dpsgd" in near.ours and "1.10x" in near.ours
+    assert not verdict(50.0).holds  # 1.25x; epsilon 2's 90 is not what it judges
+    statements = [c.statement for c in claims(SCALES["cpu"], start)]
+    assert not any(s.startswith("dpsgd at the largest") for s in statements)  # pages without dpsgd rows
