@@ -29,7 +29,7 @@ worth what it gives against that, and against the start untouched.
 From SmolLM2-135M instead (``--start smollm2``: ``uedp base smollm2`` in ``--base-home``, every run LoRA adapters
 of ``--lora-rank``; its runs in a data home of their own under ``--home``):
 
-    python experiments/synthetic_conll.py --start smollm2 --epsilons 8,3 --home /work/synth \\
+    python experiments/synthetic_conll.py --start smollm2 --epsilons 8,3 --workers 1 --home /work/synth \\
         --base-home /work/smolhome --out docs/results/synthetic-conll-smollm2
 
 It writes ``results.md``, ``results.png``, ``results.json`` and ``command.txt`` under ``--out``; a rerun with
@@ -118,9 +118,9 @@ def matches(row: Row, params: dict[str, str]) -> bool:
             and int(params.get("seed", 0)) == row.seed)
 
 
-def trained_run(home: Path, row: Row) -> str | None:
-    """The finished run of ``row`` on CoNLL in the page's data home, if there is one."""
-    for run in finished_runs(home, DATASET):
+def trained_run(home: Path, row: Row, dataset: str = DATASET) -> str | None:
+    """The finished run of ``row`` on ``dataset`` in the page's data home, if there is one."""
+    for run in finished_runs(home, dataset):
         if matches(row, run.data.params) and "perplexity_test" in run.data.metrics:
             return str(run.info.run_id)
     return None
@@ -132,10 +132,12 @@ def measures(home: Path, row: Row) -> dict[str, object] | None:
     return kept if "utility" in kept and "leakage" in kept else None
 
 
-def run_row(home: Path, row: Row, base: ReutersBase, count: int, prompt_words: int, utility_steps: int) -> None:
-    """Train (unless finished), then generate and measure (unless measured; the real row generates nothing)."""
+def run_row(home: Path, row: Row, base: ReutersBase, count: int, prompt_words: int, utility_steps: int,
+            threads: int = 1) -> None:
+    """Train (unless finished), then generate and measure (unless measured; the real row generates nothing).
+    A packaged start's runs save a resumable checkpoint every 10 steps (a step costs seconds there)."""
     log = home / "commands.log"
-    common = ["--threads", "1", "--checkpoint-every", "0", *base.flags()]
+    common = ["--threads", str(threads), "--checkpoint-every", "0" if base.name == "base" else "10", *base.flags()]
     run_id = trained_run(home, row) or None
     if run_id is None:
         out = uedp("train", DATASET, *train_flags(row, utility_steps), *common, home=home, threads=1, log=log)
@@ -183,7 +185,7 @@ def _number(value: object) -> float:
     return float(value)
 
 
-def _eps(value: object) -> str:
+def epsilon_text(value: object) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isinf(value)) else f"{float(value):.3g}"  # type: ignore[arg-type]
 
 
@@ -206,9 +208,9 @@ def results_page(out: Path, rows: list[dict[str, object]], base: ReutersBase, se
         lines.append(f"| real train split (no corpus) | - | {r['seed']} | none | - | {ppl:.1f} | "
                      f"{'yes' if ppl < before else 'no'} |")
     for r in corpora:
-        unit = f"{_eps(r['epsilon'])} ({str(r['unit']).split(':')[0]})" if r["target_epsilon"] is not None else "none"
+        unit = f"{epsilon_text(r['epsilon'])} ({str(r['unit']).split(':')[0]})" if r["target_epsilon"] is not None else "none"
         synthetic = float(r["perplexity_real_test"])  # type: ignore[arg-type]
-        lines.append(f"| {r['mechanism']} | {_eps(r['target_epsilon'])} | {r['seed']} | {unit} | "
+        lines.append(f"| {r['mechanism']} | {epsilon_text(r['target_epsilon'])} | {r['seed']} | {unit} | "
                      f"{float(r['perplexity_test']):.1f} | {synthetic:.1f} | {'yes' if synthetic < before else 'no'} |")  # type: ignore[arg-type]
     lines += ["", "## Leakage: what each corpus shares with the private training text", "",
               "Reference: as many sentences of the test split (held-out writers, never trained on). Figures are "
@@ -218,7 +220,7 @@ def results_page(out: Path, rows: list[dict[str, object]], base: ReutersBase, se
               "train sentence of 4+ words (reference) | train entity surfaces found (reference) |",
               "|---|---:|---:|---:|---:|---:|"]
     for r in corpora:
-        lines.append(f"| {r['mechanism']} | {_eps(r['target_epsilon'])} | {r['seed']} | "
+        lines.append(f"| {r['mechanism']} | {epsilon_text(r['target_epsilon'])} | {r['seed']} | "
                      f"{float(r['leakage_ngram_overlap']):.2%} ({float(r['leakage_ngram_overlap_reference']):.2%}) | "  # type: ignore[arg-type]
                      f"{r['leakage_copied_sentences']} ({r['leakage_copied_sentences_reference']}) | "
                      f"{r['leakage_entity_surfaces']} ({r['leakage_entity_surfaces_reference']}) |")
@@ -238,7 +240,7 @@ def _figure(out: Path, rows: list[dict[str, object]], before: float, real: list[
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{r['mechanism']}\n" + (f"eps {_eps(r['target_epsilon'])}" if r["target_epsilon"] is not None else
+    labels = [f"{r['mechanism']}\n" + (f"eps {epsilon_text(r['target_epsilon'])}" if r["target_epsilon"] is not None else
                                        "no guarantee") + (f", seed {r['seed']}" if r["seed"] else "") for r in rows]
     xs = range(len(rows))
     fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(rows)), 4.2))
@@ -279,7 +281,8 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=1000, help="texts per synthetic corpus")
     parser.add_argument("--prompt-words", type=int, default=2)
     parser.add_argument("--utility-steps", type=int, default=300, help="noiseless steps on each synthetic corpus")
-    parser.add_argument("--workers", type=int, default=2, help="rows run side by side, one torch thread each")
+    parser.add_argument("--workers", type=int, default=2, help="rows run side by side, one torch thread each (1: "
+                        "one row at a time on two threads, for a packaged start)")
     parser.add_argument("--page-only", action="store_true", help="rewrite the page from the runs in --home")
     args = parser.parse_args()
     started = time.perf_counter()
@@ -308,8 +311,9 @@ def main() -> None:
         uedp("ingest", "reuters21578", str(args.public_dir / "reut2-000.sgm"), "--name", PROMPTS, home=home,
              threads=1, log=log)
         with ThreadPoolExecutor(args.workers) as pool:
-            for done in [pool.submit(run_row, home, row, base, args.count, args.prompt_words, args.utility_steps)
-                         for row in rows]:
+            threads = 2 if args.workers == 1 else 1  # the rows share the machine's two cores
+            for done in [pool.submit(run_row, home, row, base, args.count, args.prompt_words, args.utility_steps,
+                                     threads) for row in rows]:
                 done.result()
     base = ReutersBase(**json.loads(base_file.read_text(encoding="utf-8")))
     results_page(args.out, collect(home, rows, base.name), base, settings)

@@ -84,3 +84,38 @@ def test_results_carry_the_shared_keys_and_the_page_shows_the_real_yardstick(tmp
     saved = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
     assert [r["mechanism"] for r in saved["rows"]] == [REAL, "dpsgd"] and saved["base"]["name"] == "smollm2"
     assert (tmp_path / "results.png").stat().st_size > 10_000
+
+
+def _accuracy(corpus: float, real: float = 0.9, real_run: str = "c" * 32) -> dict[str, object]:
+    measured = _measured(50.0)
+    return {"accuracy": {"accuracy_real_test": corpus, "run_id": "k" * 32, "steps": 300, "real_run_id": real_run,
+                         "real_accuracy_real_test": real}, "leakage": measured["leakage"]}
+
+
+def test_labelled_rows_read_each_item_after_its_code_and_are_judged_against_the_noiseless_corpus(
+        tmp_path: Path) -> None:
+    from uedp.experiments.synthetic_agnews import labelled_flags, points_below, real_rows
+    from uedp.experiments.synthetic_agnews import page_row as labelled_row
+    from uedp.experiments.synthetic_agnews import results_page as labelled_page
+
+    assert labelled_flags(Row("dpsgd", 8.0), 300)[-1] == "--control-codes"
+    metrics = {"perplexity_test": 30.0, "final_epsilon": 8.0}
+    rows = [labelled_row(Row("noiseless", None), "smollm2", "n" * 32, {"perplexity_test": 20.0}, {}, _accuracy(0.85)),
+            labelled_row(Row("dpsgd", 8.0), "smollm2", "d" * 32, metrics, {"privacy_unit": "one training sequence"},
+                         _accuracy(0.83)),
+            labelled_row(Row("userdp", 8.0), "smollm2", "u" * 32, metrics, {"privacy_unit": "one user: all"},
+                         _accuracy(0.70)),
+            labelled_row(Row("userdp", 8.0, 1), "smollm2", "v" * 32, metrics, {"privacy_unit": "one user: all"},
+                         _accuracy(0.70, real_run="e" * 32))]
+    for row in rows:
+        assert set(row) >= SHARED - {"perplexity_real_test"} | {"accuracy_real_test"} and row["corpus"] == "agnews"
+    assert round(points_below(rows, rows[1]) or 0, 6) == 2.0 and round(points_below(rows, rows[2]) or 0, 6) == 15.0
+    assert points_below(rows, rows[3]) is None  # seed 1 has no noiseless corpus measured
+    real = real_rows(rows, "smollm2")  # one real-train classifier per run, whichever corpus measured it
+    assert [(r["mechanism"], r["run_id"], r["accuracy_real_test"]) for r in real] == [
+        (REAL, "c" * 32, 0.9), (REAL, "e" * 32, 0.9)]
+    labelled_page(tmp_path, real + rows, SMOL, {"count": 2000, "utility_steps": 300, "items_per_user": 15})
+    text = (tmp_path / "results.md").read_text(encoding="utf-8")
+    assert "| dpsgd | 8 | 0 | 8 (one training sequence) | 83.0% | +2.0 | met (<= 3) |" in text
+    assert "| userdp | 8 | 0 | 8 (one user) | 70.0% | +15.0 | missed (<= 6) |" in text
+    assert "| real train split (no corpus) | - | 0 | none | 90.0% | - | - |" in text
