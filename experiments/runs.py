@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ def run_sweep(ctx: Context, config: Any, family: str, start: str = "scratch") ->
     except SweepFailed as exc:
         raise UedpError(f"{ctx.name}: {exc}") from None
     names = run_names_and_seconds(ctx.home, [r.run_id for r in outcome.runs])
+    per_byte = logged_figures(ctx.home, [r.run_id for r in outcome.runs], PER_BYTE)
     items = config.items()
     planned = {item.config.run_name(): item for item in items}
     # A reused run may carry the shorter name an older uedp gave it: taken only where one configuration has it.
@@ -38,6 +39,7 @@ def run_sweep(ctx: Context, config: Any, family: str, start: str = "scratch") ->
     for result in outcome.runs:
         name, seconds = names.get(result.run_id, ("", math.nan))
         extra = {k: float(v) for k, v in result.privacy_extra.items() if isinstance(v, (int, float))}
+        extra |= per_byte.get(result.run_id, {})
         item = planned.get(name)
         rows.append(RunRow(result.shown_as, family, item.target if item else None, result.epsilon, result.utility_test,
                            seconds, result.run_id, extra, result.mechanism,
@@ -76,6 +78,25 @@ def run_names_and_seconds(home: DataHome, run_ids: list[str]) -> dict[str, tuple
         info = client.get_run(run_id).info
         seconds = (info.end_time - info.start_time) / 1000 if info.end_time and info.start_time else math.nan
         out[run_id] = (info.run_name or "", seconds)
+    return out
+
+
+# A language model's test figures in bits per byte (services.training_run): pages that set starts of different
+# vocabularies side by side compare them on these.
+PER_BYTE = ("bits_per_byte_test", "bits_per_byte_test_start")
+
+
+def logged_figures(home: DataHome, run_ids: list[str], names: Sequence[str]) -> dict[str, dict[str, float]]:
+    """Each run's logged metrics of ``names`` (those it has: a run made before a metric existed lacks it)."""
+    from mlflow.tracking import MlflowClient
+
+    from uedp.services.tracking import tracking_uri
+
+    client = MlflowClient(tracking_uri=tracking_uri(home))
+    out = {}
+    for run_id in run_ids:
+        metrics = client.get_run(run_id).data.metrics
+        out[run_id] = {name: float(metrics[name]) for name in names if name in metrics}
     return out
 
 

@@ -168,6 +168,14 @@ def _sweep(ctx: Context, dataset: str, s: Settings, model: dict[str, Any],
         threads=ctx.threads, **{"checkpoint_every": 0, **model}))
 
 
+def _per_byte_said(started: Results) -> str:
+    if not any("bits_per_byte_test" in row.extra for row in started.runs):
+        return ""
+    return ("\n\nBits per byte (the test NLL in bits over the UTF-8 bytes of the text each row scores, a text's end "
+            "one byte) compare these rows with the from-scratch table's, whose tokens are bytes; perplexities per "
+            "token do not compare across vocabularies.")
+
+
 def _dpsgd_said(started: Results) -> str:
     return " (and dpsgd, sampled per sentence)" if any(r.label == "dpsgd" for r in started.runs) else ""
 
@@ -278,7 +286,7 @@ def page(ctx: Context, s: Settings, results: Results) -> Page:
             f"{_dpsgd_said(started)}: {f.steps} steps of {f.batch_size}; federated mechanisms: {f.rounds} rounds, "
             f"q_user {f.q_user:g}, {f.local_steps} local steps; the rest as from scratch.{_cuts_said(ctx.scale, start)}"
             "\n\n![perplexity against epsilon from the start](perplexity-start.png)\n\n" + _run_table(started, start)
-            + "\n\n" + FROM_START_READING]
+            + _per_byte_said(started) + "\n\n" + FROM_START_READING]
     curves = results.figures["epsilon_curves"]
     curve_rows = [[_label(m, s.holders), *(number(e) for _, e in curves[m]),
                    str(PAPER_EPSILON_AT_50.get(m, "-"))] for m in CURVE_MECHANISMS]
@@ -314,16 +322,23 @@ def page(ctx: Context, s: Settings, results: Results) -> Page:
 
 
 def _run_table(results: Results, start: Start | None) -> str:
+    """The rows of one start. Where its runs logged bits per byte (those made since the figure existed), a
+    column of it: the one figure that compares a start's rows with another vocabulary's."""
     uniform = start.uniform if start else UNIFORM_BYTE_PERPLEXITY
+    per_byte = any("bits_per_byte_test" in row.extra for row in results.runs)
+    start_bytes = next((row.extra["bits_per_byte_test_start"] for row in results.runs
+                        if "bits_per_byte_test_start" in row.extra), None)
     rows = [] if start is None else [["(the start, before fine-tuning)", "-", "-", perplexity_text(start.before, uniform),
+                                      *([number(start_bytes, 3) if start_bytes else "-"] if per_byte else []),
                                       "-", "-", f"`{start.run_id[:8]}`" if start.run_id else "-"]]
     for row in sorted(results.runs, key=lambda r: (_ORDER.get(r.label.split("-k")[0], 9), r.target or 0, r.label)):
         rows.append([row.label, "-" if row.target is None else f"{row.target:g}", number(row.epsilon),
                      perplexity_text(row.perplexity, uniform),
+                     *([number(row.extra.get("bits_per_byte_test", math.nan), 3)] if per_byte else []),
                      f"{row.extra['data_share_used']:.1%}" if "data_share_used" in row.extra else "all",
                      f"{row.seconds:.0f} s", f"`{row.run_id[:8]}`"])
-    return markdown_table(["mechanism", "target epsilon", "accounted epsilon", "test perplexity", "data used",
-                           "wall time", "MLflow run"], rows)
+    return markdown_table(["mechanism", "target epsilon", "accounted epsilon", "test perplexity",
+                           *(["bits per byte"] if per_byte else []), "data used", "wall time", "MLflow run"], rows)
 
 
 _ORDER = {"noiseless": 0, "deid": 1, "dpsgd": 2, "userdp": 3, "uedp": 4, "uedp-naive": 5, "uedp-bounded": 6}

@@ -87,6 +87,39 @@ def perplexity(
     return math.exp(mean) if mean < 700 else math.inf  # a destroyed model has an infinite perplexity
 
 
+def predicted_bytes(tokenizer: Any, sequences: Sequence[torch.Tensor]) -> int | None:
+    """The UTF-8 bytes of the text a causal LM predicts in ``sequences``: each one's tokens after its first, as
+    :func:`perplexity` scores them, with a text's end (its EOS) counted as one byte as :func:`text_scores`
+    counts it. For a byte-level tokenizer only (GPT-2's scheme, SmolLM2's, uedp's byte tokenizer: every token
+    spells bytes); None for any other (a word vocabulary with ``<unk>``), where a per-byte figure would count
+    made-up text."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or type(backend.decoder).__name__ != "ByteLevel":
+        return None
+    # A byte-level vocabulary writes each byte as one character (GPT-2's byte-to-unicode table), so a token's
+    # string is as long as the bytes it spells, a character split across tokens included.
+    special, eos = set(tokenizer.all_special_ids), tokenizer.eos_token_id
+    spelt = functools.lru_cache(maxsize=None)(
+        lambda token: (1 if token == eos else 0) if token in special else len(tokenizer.convert_ids_to_tokens(token)))
+    return sum(spelt(token) for sequence in sequences for token in sequence[1:].tolist())
+
+
+def bits_per_byte(perplexity_value: float, tokens: int, n_bytes: int | None) -> float | None:
+    """A perplexity over ``tokens`` predicted tokens as bits per UTF-8 byte of the text they spell: the same
+    text's figure whatever its tokenizer, so models of different vocabularies compare (a perplexity per
+    token does not: a byte model predicts five tokens where a BPE model predicts one). None without bytes.
+    A run's figure leaves each text's first token out, as its perplexity does; ``uedp evaluate``'s
+    (:func:`text_scores`) scores it too, after an EOS, so the two differ slightly on the same text."""
+    if not n_bytes or not math.isfinite(perplexity_value):
+        return None
+    return math.log2(perplexity_value) * tokens / n_bytes
+
+
+def predicted_tokens(sequences: Sequence[torch.Tensor]) -> int:
+    """The tokens :func:`perplexity` scores in ``sequences``: all but each one's first."""
+    return sum(max(len(sequence) - 1, 0) for sequence in sequences)
+
+
 def _classifier_logits(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     # Explicit per-row position and token-type ids where the encoder takes them: Opacus needs every
     # embedding input to carry the batch dimension to compute per-example gradients (the models' own

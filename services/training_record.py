@@ -109,7 +109,11 @@ class RunRecorder(Observer):
         tracker.log_metrics({baseline_metric(metric, name): value for name, value in outcome.baselines.items()}
                             | ({f"{metric}_test_start": outcome.start_test} if outcome.start_test is not None else {}))
         tracker.log_metrics({metric: outcome.test, f"{metric}_test": outcome.test, "final_epsilon": statement.epsilon}
-                            | ({"detector_recall": s.recall.value} if s.recall and s.recall.value is not None else {}))
+                            | ({"detector_recall": s.recall.value} if s.recall and s.recall.value is not None else {})
+                            | {name: value for name, value in (("bits_per_byte_test", outcome.bits_per_byte_test),
+                                                               ("bits_per_byte_test_start",
+                                                                outcome.bits_per_byte_test_start))
+                               if value is not None})
         words = statement_words(statement)
         tracker.log_params({"noise_multiplier_used": statement.noise_multiplier, "accountant_used": statement.accountant,
                             "epsilon_reported": words["epsilon"],

@@ -17,9 +17,12 @@ from tqdm.auto import tqdm
 from uedp.models.batching import Example
 from uedp.models.metrics import (
     baseline_errors,
+    bits_per_byte,
     classification_error,
     output_vocabulary_size,
     perplexity,
+    predicted_bytes,
+    predicted_tokens,
     uniform_perplexity,
     unigram_perplexity,
 )
@@ -51,6 +54,10 @@ class RunOutcome:
     # (round, epsilon) at every round reported with a finite epsilon: the run's shown rounds, each figure
     # exact, none above the final one (privacy.accounting.rounds.EpsilonSchedule)
     curve: tuple[tuple[int, float], ...] = ()
+    # A language model's test and start figures in bits per byte of the text scored, where its tokenizer
+    # spells bytes (models.metrics.predicted_bytes): comparable across vocabularies; None elsewhere.
+    bits_per_byte_test: float | None = None
+    bits_per_byte_test_start: float | None = None
 
 
 class Observer:
@@ -172,12 +179,24 @@ def run(s: Setup, observers: Sequence[Observer] = ()) -> RunOutcome:
         observer.finished()
         observer.evaluating({split: len(examples) for split, examples in (("valid", s.data.valid), ("test", s.data.test))
                              if examples})
+    test = evaluate(s.model, s.data.test, config, pad_id, s.device)
+    per_byte = per_byte_of(s, config)
     return RunOutcome(
         statement, trained.sampling, config.utility_metric,
-        valid=evaluate(s.model, s.data.valid, config, pad_id, s.device),
-        test=evaluate(s.model, s.data.test, config, pad_id, s.device),
+        valid=evaluate(s.model, s.data.valid, config, pad_id, s.device), test=test,
         baselines=baselines_on(s.data, s.model, pad_id), resumed_from=resumed_from, start_test=start_test,
-        curve=tuple(curve))
+        curve=tuple(curve), bits_per_byte_test=per_byte(test),
+        bits_per_byte_test_start=per_byte(start_test) if start_test is not None else None)
+
+
+def per_byte_of(s: Setup, config: TrainConfig) -> Callable[[float], float | None]:
+    """How a test perplexity of this run reads in bits per byte of the test text (None: a classifier, no test
+    split, or a tokenizer that does not spell bytes)."""
+    sequences = _sequences(s.data.test)
+    if config.task == "classification" or not sequences:
+        return lambda _: None
+    tokens, n_bytes = predicted_tokens(sequences), predicted_bytes(s.tokenizer, sequences)
+    return lambda value: bits_per_byte(value, tokens, n_bytes)
 
 
 def evaluate(model: torch.nn.Module, examples: Sequence[Example], config: TrainConfig, pad_id: int,

@@ -281,6 +281,10 @@ def test_a_run_from_a_model_says_what_that_model_scored_before_fine_tuning(demo_
     # the figure `uedp evaluate` gives the same folder on the same split
     scored = evaluate(DataHome.from_env(demo_home), str(llama), "demo", "test", int(run.params["max_len"]))
     assert scored.perplexity == pytest.approx(start, rel=1e-6)
+    # and in bits per byte, the run's own figure and the start's (uedp evaluate also scores each text's first
+    # token, after an EOS: close, not equal)
+    per_byte = run.metrics["bits_per_byte_test_start"]
+    assert per_byte == pytest.approx(scored.bits_per_byte, rel=0.02) and run.metrics["bits_per_byte_test"] != per_byte
     # random weights have no start to score: tests/test_learning_signals.py checks starts_from_a_model is False
 
 

@@ -75,6 +75,10 @@ def test_uedp_conll_from_the_public_base_keeps_scratch_rows_beside_the_base_rows
     # the page: both tables, both figures, the start's perplexity before fine-tuning, what is public
     text = (out / "README.md").read_text(encoding="utf-8")
     assert "(the start, before fine-tuning)" in text and "Treated as public: Reuters-21578" in text
+    # bits per byte beside each row of both starts: the figure that compares the byte rows with the BPE rows
+    assert all(run["extra"]["bits_per_byte_test"] > 0 for run in data["runs"])
+    assert all(run["extra"]["bits_per_byte_test_start"] > 0 for run in from_base)
+    assert text.count("| bits per byte |") == 2 and "compare these rows with the from-scratch table's" in text
     assert "--start base" in text and (out / "perplexity-start.png").stat().st_size > 10_000
     assert any(v.statement.startswith("from the Reuters base: ") for v in page.verdicts)
     failed = [v.statement for v in page.verdicts if not v.holds]
