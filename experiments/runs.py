@@ -83,7 +83,7 @@ def run_names_and_seconds(home: DataHome, run_ids: list[str]) -> dict[str, tuple
 
 # A language model's test figures in bits per byte (services.training_run): pages that set starts of different
 # vocabularies side by side compare them on these.
-PER_BYTE = ("bits_per_byte_test", "bits_per_byte_test_start")
+PER_BYTE = ("bits_per_byte_test", "bits_per_byte_test_start", "bytes_scored_test")
 
 
 def logged_figures(home: DataHome, run_ids: list[str], names: Sequence[str]) -> dict[str, dict[str, float]]:

@@ -65,11 +65,11 @@ def run_row(home: Path, row: Row, base: ReutersBase, count: int, utility_steps: 
     run_id = trained_run(home, row, DATASET)
     if run_id is None:
         out = uedp("train", DATASET, *labelled_flags(row, utility_steps), "--threads", "2", "--checkpoint-every",
-                   "10", *base.flags(), home=home, threads=1, log=log)
+                   "10", *base.flags(), home=home, threads=2, log=log)
         run_id = out.split("MLflow run: ")[1].split()[0]
     if measures(home, row) is None:
         uedp("generate", run_id, "--output", row.name, "--count", str(count), "--labels", ",".join(LABELS),
-             "--measure", "--utility-steps", str(utility_steps), "--device", "cpu", home=home, threads=1, log=log)
+             "--measure", "--utility-steps", str(utility_steps), "--device", "cpu", home=home, threads=2, log=log)
 
 
 def page_row(row: Row, start: str, run_id: str, metrics: dict[str, float], params: dict[str, str],
@@ -195,7 +195,7 @@ def main() -> None:
     args = parser.parse_args()
     started = time.perf_counter()
     home = args.home / f"{DATASET}-{args.start}"
-    base_file = args.home / f"{args.start}-start-len{args.max_len}.json"
+    base_file = args.home / f"{args.start}-start-len{args.max_len}-lora{args.lora_rank}.json"
     rows = plan_rows(args.mechanisms.split(","), [float(e) for e in args.epsilons.split(",")],
                      [int(seed) for seed in args.seeds.split(",")])
     settings = {"count": args.count, "utility_steps": args.utility_steps, "items_per_user": args.items_per_user}

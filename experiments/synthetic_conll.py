@@ -82,11 +82,13 @@ class Row:
 
 
 def plan_rows(mechanisms: list[str], epsilons: list[float], seeds: Sequence[int] = (0,)) -> list[Row]:
-    """Seed 0 first, and within a seed the real and noiseless yardsticks, then each target epsilon from the
-    largest (an interrupted page has whole budgets)."""
+    """Seed 0 first, and within a seed the yardsticks, then each target epsilon from the largest (an
+    interrupted page has whole budgets). The real row once, at the first seed: the utility measure trains
+    every corpus' model with seed 0, and the real row is trained as it is."""
     rows = []
-    for seed in seeds:
-        rows += [Row(m, None, seed) for m in (REAL, "noiseless") if m in mechanisms]
+    for index, seed in enumerate(seeds):
+        rows += [Row(m, None, 0 if m == REAL else seed) for m in (REAL, "noiseless") if m in mechanisms
+                 and (m != REAL or index == 0)]
         for target in sorted(epsilons, reverse=True):
             rows += [Row(m, target, seed) for m in PRIVATE if m in mechanisms]
     return rows
@@ -140,12 +142,12 @@ def run_row(home: Path, row: Row, base: ReutersBase, count: int, prompt_words: i
     common = ["--threads", str(threads), "--checkpoint-every", "0" if base.name == "base" else "10", *base.flags()]
     run_id = trained_run(home, row) or None
     if run_id is None:
-        out = uedp("train", DATASET, *train_flags(row, utility_steps), *common, home=home, threads=1, log=log)
+        out = uedp("train", DATASET, *train_flags(row, utility_steps), *common, home=home, threads=threads, log=log)
         run_id = out.split("MLflow run: ")[1].split()[0]
     if row.mechanism != REAL and measures(home, row) is None:
         uedp("generate", run_id, "--output", row.name, "--count", str(count), "--prompts", PROMPTS,
              "--prompt-words", str(prompt_words), "--measure", "--utility-steps", str(utility_steps), "--device", "cpu",
-             home=home, threads=1, log=log)
+             home=home, threads=threads, log=log)
 
 
 def collect(home: Path, rows: list[Row], start: str) -> list[dict[str, object]]:
@@ -289,7 +291,9 @@ def main() -> None:
     # Each start's runs in a data home of their own: a finished row of one start is never taken for another's.
     home = args.home / ("conll" if args.start == "base" else f"conll-{args.start}")
     log = home / "commands.log"
-    base_file = args.home / ("reuters-base.json" if args.start == "base" else f"{args.start}-start.json")
+    # A packaged start's folder and figures, measured once (minutes for a 135M model) for its length and rank.
+    base_file = args.home / ("reuters-base.json" if args.start == "base"
+                             else f"{args.start}-start-len{args.max_len}-lora{args.lora_rank}.json")
     rows = plan_rows(args.mechanisms.split(","), [float(e) for e in args.epsilons.split(",")],
                      [int(seed) for seed in args.seeds.split(",")])
     settings = {"count": args.count, "prompt_words": args.prompt_words, "utility_steps": args.utility_steps}

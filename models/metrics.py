@@ -105,11 +105,14 @@ def predicted_bytes(tokenizer: Any, sequences: Sequence[torch.Tensor]) -> int | 
 
 
 def bits_per_byte(perplexity_value: float, tokens: int, n_bytes: int | None) -> float | None:
-    """A perplexity over ``tokens`` predicted tokens as bits per UTF-8 byte of the text they spell: the same
-    text's figure whatever its tokenizer, so models of different vocabularies compare (a perplexity per
-    token does not: a byte model predicts five tokens where a BPE model predicts one). None without bytes.
-    A run's figure leaves each text's first token out, as its perplexity does; ``uedp evaluate``'s
-    (:func:`text_scores`) scores it too, after an EOS, so the two differ slightly on the same text."""
+    """A perplexity over ``tokens`` predicted tokens as bits per UTF-8 byte of the text they spell, a unit that
+    does not depend on the tokenizer, so models of different vocabularies compare (a perplexity per token does
+    not: a byte model predicts five tokens where a BPE model predicts one). None without bytes.
+
+    The text is what the run scored, which is not quite the same text across tokenizers: each text's first
+    token is context, never scored (a byte for a byte model, a word-piece for BPE), and a text past the
+    run's ``max_len`` tokens is cut (96 tokens are 96 bytes for a byte model). ``uedp evaluate``'s figure
+    (:func:`text_scores`) scores the first token too, after an EOS, so the two differ slightly."""
     if not n_bytes or not math.isfinite(perplexity_value):
         return None
     return math.log2(perplexity_value) * tokens / n_bytes

@@ -112,7 +112,8 @@ class RunRecorder(Observer):
                             | ({"detector_recall": s.recall.value} if s.recall and s.recall.value is not None else {})
                             | {name: value for name, value in (("bits_per_byte_test", outcome.bits_per_byte_test),
                                                                ("bits_per_byte_test_start",
-                                                                outcome.bits_per_byte_test_start))
+                                                                outcome.bits_per_byte_test_start),
+                                                               ("bytes_scored_test", outcome.bytes_scored_test))
                                if value is not None})
         words = statement_words(statement)
         tracker.log_params({"noise_multiplier_used": statement.noise_multiplier, "accountant_used": statement.accountant,

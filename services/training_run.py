@@ -58,6 +58,7 @@ class RunOutcome:
     # spells bytes (models.metrics.predicted_bytes): comparable across vocabularies; None elsewhere.
     bits_per_byte_test: float | None = None
     bits_per_byte_test_start: float | None = None
+    bytes_scored_test: int | None = None  # the UTF-8 bytes those figures are over (a page says how much it read)
 
 
 class Observer:
@@ -180,23 +181,23 @@ def run(s: Setup, observers: Sequence[Observer] = ()) -> RunOutcome:
         observer.evaluating({split: len(examples) for split, examples in (("valid", s.data.valid), ("test", s.data.test))
                              if examples})
     test = evaluate(s.model, s.data.test, config, pad_id, s.device)
-    per_byte = per_byte_of(s, config)
+    tokens, n_bytes = scored_bytes(s, config)
     return RunOutcome(
         statement, trained.sampling, config.utility_metric,
         valid=evaluate(s.model, s.data.valid, config, pad_id, s.device), test=test,
         baselines=baselines_on(s.data, s.model, pad_id), resumed_from=resumed_from, start_test=start_test,
-        curve=tuple(curve), bits_per_byte_test=per_byte(test),
-        bits_per_byte_test_start=per_byte(start_test) if start_test is not None else None)
+        curve=tuple(curve), bits_per_byte_test=bits_per_byte(test, tokens, n_bytes),
+        bits_per_byte_test_start=bits_per_byte(start_test, tokens, n_bytes) if start_test is not None else None,
+        bytes_scored_test=n_bytes)
 
 
-def per_byte_of(s: Setup, config: TrainConfig) -> Callable[[float], float | None]:
-    """How a test perplexity of this run reads in bits per byte of the test text (None: a classifier, no test
-    split, or a tokenizer that does not spell bytes)."""
+def scored_bytes(s: Setup, config: TrainConfig) -> tuple[int, int | None]:
+    """The tokens a test perplexity of this run is over, and the UTF-8 bytes they spell (None: a classifier, no
+    test split, or a tokenizer that does not spell bytes), so the figure also reads in bits per byte."""
     sequences = _sequences(s.data.test)
     if config.task == "classification" or not sequences:
-        return lambda _: None
-    tokens, n_bytes = predicted_tokens(sequences), predicted_bytes(s.tokenizer, sequences)
-    return lambda value: bits_per_byte(value, tokens, n_bytes)
+        return 0, None
+    return predicted_tokens(sequences), predicted_bytes(s.tokenizer, sequences)
 
 
 def evaluate(model: torch.nn.Module, examples: Sequence[Example], config: TrainConfig, pad_id: int,

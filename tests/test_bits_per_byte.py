@@ -36,7 +36,11 @@ def test_on_a_bpe_vocabulary_it_is_the_summed_nll_in_bits_over_the_bytes_scored(
     tokenizer = train_bpe_tokenizer([t for t in TEXTS for _ in range(20)], 300)
     sequences = encode(tokenizer, TEXTS, 128)
     n_bytes = predicted_bytes(tokenizer, sequences)
-    assert n_bytes is not None and n_bytes > predicted_tokens(sequences)  # a BPE token spells several bytes
+    # the bytes of each text but its first token's, and one for its end
+    firsts = [tokenizer.decode([int(sequence[0])]) for sequence in sequences]
+    assert all(text.startswith(first) for text, first in zip(TEXTS, firsts))  # none of these splits a character
+    assert n_bytes == sum(len(t.encode("utf-8")) - len(f.encode("utf-8")) + 1 for t, f in zip(TEXTS, firsts))
+    assert n_bytes > predicted_tokens(sequences)  # a BPE token spells several bytes
     model = _model(len(tokenizer))
     value = perplexity(model, sequences, tokenizer.pad_token_id, torch.device("cpu"))
     total = 0.0

@@ -6,6 +6,7 @@ and uedp-bounded, fully and with LoRA; crashed and resumed; its logged adapter l
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 from pathlib import Path
@@ -284,7 +285,11 @@ def test_a_run_from_a_model_says_what_that_model_scored_before_fine_tuning(demo_
     # and in bits per byte, the run's own figure and the start's (uedp evaluate also scores each text's first
     # token, after an EOS: close, not equal)
     per_byte = run.metrics["bits_per_byte_test_start"]
-    assert per_byte == pytest.approx(scored.bits_per_byte, rel=0.02) and run.metrics["bits_per_byte_test"] != per_byte
+    assert per_byte == pytest.approx(scored.bits_per_byte, rel=0.02)
+    # both over the same tokens and bytes: their ratio is the ratio of the log perplexities
+    assert run.metrics["bits_per_byte_test"] / per_byte == pytest.approx(
+        math.log(run.metrics["perplexity_test"]) / math.log(start), rel=1e-6)
+    assert run.metrics["bytes_scored_test"] > 0
     # random weights have no start to score: tests/test_learning_signals.py checks starts_from_a_model is False
 
 
