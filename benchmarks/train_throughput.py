@@ -20,7 +20,8 @@ GPU; on CPU the peak growth of the process' resident memory during the run (samp
 A model is ``kind:size``: a preset (``gpt2:small``, ``llama:tiny``), a benchmark size built from a config
 (``gpt2:25m``, ``gpt2:100m``, ``llama:25m``, ``llama:100m``: random weights are enough for throughput), or
 a checkpoint folder (``causal-lm:FOLDER``); ``+loraR`` adds LoRA adapters of rank R (only they train).
-``dpsgd:opacus`` / ``dpsgd:exact`` pick the per-example engine. ``fedavg`` is userdp's rounds with its
+``dpsgd:opacus`` / ``dpsgd:exact`` pick the per-example engine; ``@bf16`` runs a mechanism with ``--precision
+bf16`` (``noiseless@bf16``: beside noiseless, the ratio is bf16's speed-up). ``fedavg`` is userdp's rounds with its
 clipping and noise switched off (a benchmark-only baseline): userdp and uedp-bounded are compared with it
 when it is measured (what their privacy costs per round), step-based mechanisms with noiseless. Aims (issue
 35): dpsgd >= 0.8x noiseless, LoRA >= 0.9x, userdp and uedp-bounded >= 0.95x noiseless FedAvg.
@@ -187,7 +188,7 @@ def main() -> None:
 
     import torch
 
-    from uedp.models.device import resolve_device
+    from uedp.models.device import resolve_device, training_precision
     from uedp.models.threads import use_threads
     from uedp.models.tokenization import load_tokenizer
     from uedp.privacy.population import Population
@@ -217,9 +218,11 @@ def main() -> None:
                     model = build(model_name, tokenizer).to(device)
                     sizes[model_name] = (sum(p.numel() for p in model.parameters()),
                                          sum(p.numel() for p in model.parameters() if p.requires_grad))
-                    seconds, setup, tokens, peak, work = run_once(config, prepared[mechanism], model, device,
-                                                                  build_mechanism, loss_function, Population,
-                                                                  Randomness, fedavg=mechanism == "fedavg")
+                    with training_precision(config.precision):  # "noiseless@bf16": the run's --precision
+                        seconds, setup, tokens, peak, work = run_once(config, prepared[mechanism], model, device,
+                                                                      build_mechanism, loss_function, Population,
+                                                                      Randomness,
+                                                                      fedavg=mechanism.split("@")[0] == "fedavg")
                     measured = results.setdefault((model_name, mechanism), Measured(work))
                     measured.tokens.append(tokens)
                     measured.seconds.append(seconds)
@@ -232,10 +235,12 @@ def main() -> None:
 
 
 def configuration(mechanism: str, kind: str, size: str, args: argparse.Namespace, device: str) -> Any:
-    """The configuration a mechanism (``dpsgd:opacus``: with that per-example engine) is benchmarked with."""
+    """The configuration a mechanism (``dpsgd:opacus``: with that per-example engine; ``dpsgd@bf16``: with that
+    ``--precision``) is benchmarked with."""
     from uedp.privacy.mechanisms import registry
     from uedp.services.config import TrainConfig
 
+    mechanism, _, precision = mechanism.partition("@")
     name, _, per_sample = mechanism.partition(":")
     name = "userdp" if name == "fedavg" else name  # its rounds, run without clipping and noise (run_once)
     rounds = "rounds" in registry.get(name).params.model_fields
@@ -243,7 +248,8 @@ def configuration(mechanism: str, kind: str, size: str, args: argparse.Namespace
         name, dataset="demo", model=kind, model_size=size, rounds=args.rounds if rounds else None, steps=args.steps,
         public_steps=max(args.steps // 2, 1), batch_size=args.batch_size, noise_multiplier=1.0, q_user=args.q_user,
         local_steps=args.local_steps,
-        holders_per_entity=2, **({"per_sample": per_sample} if per_sample else {}), checkpoint_every=0, device=device)
+        holders_per_entity=2, **({"per_sample": per_sample} if per_sample else {}), checkpoint_every=0, device=device,
+        precision=precision or "auto")
 
 
 @contextlib.contextmanager

@@ -37,6 +37,7 @@ class Context:
     conll_dir: Path | None = None
     start: str = "scratch"  # starts.py: scratch, base or a checkpoint folder (pages that take a start)
     public_dir: Path | None = None  # the public base's corpus (Reuters-21578); None: $UEDP_REUTERS_DIR or ../shared
+    precision: str = "auto"  # every run's --precision (bf16: the CPU's bf16 autocast in training)
 
 
 @dataclass(frozen=True)

@@ -82,12 +82,14 @@ def default_out(name: str, scale: Scale) -> Path:
 
 def reproduce(name: str, scale: Scale, home: DataHome, data_dir: Path, out: Path, device: str = "auto",
               threads: int = 1, say: Callable[[str], None] = print, command: list[str] | None = None,
-              conll_dir: Path | None = None, start: str = SCRATCH, public_dir: Path | None = None) -> Page:
+              conll_dir: Path | None = None, start: str = SCRATCH, public_dir: Path | None = None,
+              precision: str = "auto") -> Page:
     """Run one experiment at one scale and write its page into ``out`` (whole, or not at all).
     ``data_dir`` is the folder of the experiment's corpus (``Experiment.corpus``); ``conll_dir``
     CoNLL-2003's, for an experiment that learns from it besides (its own corpus' folder otherwise).
     ``start`` (scratch, base, a checkpoint folder, or auto: ``starts.start_choice``) adds rows from a
-    pretrained start beside the from-scratch ones; ``public_dir`` is the base's public corpus."""
+    pretrained start beside the from-scratch ones; ``public_dir`` is the base's public corpus; ``precision``
+    every run's ``--precision``."""
     if name not in EXPERIMENTS:
         raise UedpError(f"unknown experiment {name!r}; valid: {', '.join(EXPERIMENTS)}")
     if scale not in SCALES:
@@ -95,16 +97,19 @@ def reproduce(name: str, scale: Scale, home: DataHome, data_dir: Path, out: Path
     experiment = EXPERIMENTS[name]
     start = start_choice(start, scale, experiment.takes_start)
     conll = data_dir if experiment.corpus == "conll" else conll_dir
-    ctx = Context(name, scale, home, data_dir, device, threads, say, conll, start, public_dir)
+    ctx = Context(name, scale, home, data_dir, device, threads, say, conll, start, public_dir, precision)
     started = time.monotonic()
     page = experiment.run(ctx)
     minutes = (time.monotonic() - started) / 60
     shown = command or ["uedp", "reproduce", name, "--scale", scale, CORPORA[experiment.corpus].option, str(data_dir),
                         *(["--conll-dir", str(conll_dir)] if conll_dir and experiment.corpus != "conll" else []),
-                        *(["--start", start] if start != SCRATCH else [])]
+                        *(["--start", start] if start != SCRATCH else []),
+                        *(["--precision", precision] if precision != "auto" else [])]
     made_by = (f"Made by `{shlex.join(shown)}` ({scale} scale) in **{minutes:.1f} minutes**"
                f"{reused_runs_said(minutes, page.results.runs)} on {machine()}, "
-               f"{threads} torch thread(s), device {device}, on {datetime.now(UTC):%Y-%m-%d}. "
+               f"{threads} torch thread(s), device {device}"
+               f"{'' if precision == 'auto' else f', training forward passes in {precision}'}, on "
+               f"{datetime.now(UTC):%Y-%m-%d}. "
                "Every run is in MLflow under the data home (`uedp serve`). The claims below are checked by the "
                "command itself on these figures; the test suite (`tests/test_reproduce*.py`) runs the ci scale and "
                "requires its claims to hold.")

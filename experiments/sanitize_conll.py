@@ -93,7 +93,7 @@ def run(ctx: Context) -> Page:
                          target_epsilons=list(s.epsilons), seeds=list(s.seeds), grid={"keep": list(s.keep)},
                          model="gpt2", model_size=s.model_size, steps=s.steps, batch_size=s.batch_size,
                          embeddings=str(vectors), k=s.k, attack_model=str(attacker),
-                         randomness=s.randomness, device=ctx.device, threads=ctx.threads, checkpoint_every=0))
+                         randomness=s.randomness, device=ctx.device, threads=ctx.threads, precision=ctx.precision, checkpoint_every=0))
     # The thesis' names: custext (token level, T) and custext+ (stopwords kept, T+).
     results = Results([replace(row, label=row.label.replace("-keep=none", "").replace("-keep=stopwords", "+"))
                        for row in run_sweep(ctx, config, f"gpt2 {s.model_size}")])

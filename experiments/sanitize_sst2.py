@@ -220,7 +220,7 @@ def run(ctx: Context) -> Page:
         home=str(ctx.home.root), dataset=data.dataset, mechanisms=["noiseless", "custext", "santext"],
         target_epsilons=list(s.epsilons), seeds=list(s.seeds), model="bert", model_size=s.model_size,
         tokenizer=str(tokenizer), max_len=s.max_len, steps=s.steps, batch_size=s.batch_size, lr=s.lr,
-        embeddings=str(vectors), k=s.k, randomness=s.randomness, device=ctx.device, threads=ctx.threads,
+        embeddings=str(vectors), k=s.k, randomness=s.randomness, device=ctx.device, threads=ctx.threads, precision=ctx.precision,
         checkpoint_every=0))
     rows = run_sweep(ctx, config, f"bert {s.model_size}")
     # A classifier's held-out figure is its error rate (the sweep's utility); the page reports accuracy.

@@ -123,7 +123,7 @@ def _sweep(ctx: Context, dataset: str, s: Settings, mechanisms: list[str], model
         seeds=list(s.seeds), target_epsilons=[] if s.noise_multiplier else [s.epsilon],
         noise_multiplier=s.noise_multiplier, steps=s.steps, public_steps=s.public_steps, batch_size=s.batch_size,
         canaries=s.canaries, canary_repeats=s.canary_repeats, randomness=s.randomness, device=ctx.device,
-        threads=ctx.threads, **{"checkpoint_every": 0, **model}))
+        threads=ctx.threads, precision=ctx.precision, **{"checkpoint_every": 0, **model}))
 
 
 def _with(row: Any, extra: dict[str, float]) -> Any:

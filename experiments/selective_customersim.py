@@ -149,7 +149,7 @@ def run(ctx: Context) -> Page:
             seeds=list(s.seeds), target_epsilons=[] if s.noise_multiplier else [s.epsilon],
             noise_multiplier=s.noise_multiplier, model=model, model_size=size, steps=s.steps,
             public_steps=s.public_steps, batch_size=s.batch_size, max_len=s.max_len, canaries=s.canaries,
-            canary_repeats=s.canary_repeats, randomness=s.randomness, device=ctx.device, threads=ctx.threads,
+            canary_repeats=s.canary_repeats, randomness=s.randomness, device=ctx.device, threads=ctx.threads, precision=ctx.precision,
             checkpoint_every=0))
         results.runs += run_sweep(ctx, config, f"{model} {size}")
     for index, row in enumerate(results.runs):

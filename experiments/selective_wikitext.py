@@ -287,7 +287,7 @@ def run(ctx: Context) -> Page:
                 model="lstm", model_size=s.lstm_size, tokenizer=str(tokenizer), steps=s.steps,
                 batch_size=s.batch_size, lr=s.lr, delta=s.delta, max_len=s.max_len, canaries=s.canaries,
                 canary_repeats=s.canary_repeats, canary_formats=[MISSED_FORMAT], randomness=s.randomness,
-                device=ctx.device, threads=ctx.threads, checkpoint_every=0)
+                device=ctx.device, threads=ctx.threads, precision=ctx.precision, checkpoint_every=0)
     # The paper's clipping bounds differ by mechanism (DPSGD C = 0.1, S-DPSGD C = 1e-3): two sweeps (noiseless
     # and deid clip nothing).
     groups: list[tuple[list[str], dict[str, float]]] = [

@@ -283,7 +283,7 @@ def run(ctx: Context) -> Page:
             model=family.kind, model_size=family.size, max_len=family.max_len, steps=family.steps, lr=family.lr,
             batch_size=family.batch_size, rounds=s.rounds, q_user=s.q_user, q_entity=PAPER_RATES["q_entity"],
             q_extended=family.q_extended, local_steps=s.local_steps, randomness=s.randomness,
-            device=ctx.device, threads=ctx.threads, checkpoint_every=0))
+            device=ctx.device, threads=ctx.threads, precision=ctx.precision, checkpoint_every=0))
         results.runs += run_sweep(ctx, config, family.name)
     ctx.say("epsilon against rounds at the paper's sampling rates")
     results.figures.update(data=data, ner=ner_scores, epsilon_curves=epsilon_curves(

@@ -166,7 +166,7 @@ def _sweep(ctx: Context, dataset: str, s: Settings, model: dict[str, Any],
         noise_multiplier=s.noise_multiplier, grid={"holders_per_entity": [s.holders]}, steps=s.steps,
         rounds=s.rounds, q_user=s.q_user, q_entity=PAPER_RATES["q_entity"], q_extended=PAPER_RATES["q_extended"],
         local_steps=s.local_steps, batch_size=s.batch_size, randomness=s.randomness, device=ctx.device,
-        threads=ctx.threads, **{"checkpoint_every": 0, **model}))
+        threads=ctx.threads, precision=ctx.precision, **{"checkpoint_every": 0, **model}))
 
 
 def _per_byte_said(scratch: Results, started: Results) -> str:

@@ -14,6 +14,8 @@ Task = Literal["lm", "classification"]
 # The size presets of every model kind (SIZE_PRESETS says which kind has which): a choice list in forms.
 SizePreset = Literal["tiny", "small", "base", "large", "paper"]
 # Where training runs: a choice list in forms (resolve_device checks that the machine has it).
+# The training forward pass' precision (models.device.training_precision).
+Precision = Literal["auto", "float32", "bf16"]
 Device = Literal["auto", "cpu", "cuda", "cuda:0", "cuda:1", "cuda:2", "cuda:3", "cuda:4", "cuda:5", "cuda:6",
                  "cuda:7"]
 

@@ -15,6 +15,7 @@ import torch
 from tqdm.auto import tqdm
 
 from uedp.models.batching import Example
+from uedp.models.device import training_precision
 from uedp.models.metrics import (
     baseline_errors,
     bits_per_byte,
@@ -170,7 +171,8 @@ def run(s: Setup, observers: Sequence[Observer] = ()) -> RunOutcome:
 
     # The start's own test figure, before any round changes it: what fine-tuning is measured against.
     start_test = start_figure("test", s.data.test) if config.starts_from_a_model and s.data.test else None
-    trained = s.mechanism.train(s.model, s.data.train, loss_function(config), s.device, on_round, s.checkpoint)
+    with training_precision(config.precision):  # the forward passes of training only: evaluation stays float32
+        trained = s.mechanism.train(s.model, s.data.train, loss_function(config), s.device, on_round, s.checkpoint)
     # a local-DP release's guarantee, or a synthetic corpus' generating run's, where the text is one
     statement = s.provenance.statement(trained.statement, config.mechanism) if s.provenance else trained.statement
     statement = replace(statement, caveats=(*statement.caveats, *s.caveats),

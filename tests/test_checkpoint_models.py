@@ -293,6 +293,17 @@ def test_a_run_from_a_model_says_what_that_model_scored_before_fine_tuning(demo_
     # random weights have no start to score: tests/test_learning_signals.py checks starts_from_a_model is False
 
 
+def test_a_checkpoint_trains_privately_in_bf16_on_the_cpu_when_asked(demo_home: Path, llama: Path) -> None:
+    """``--precision bf16``: the CPU's bf16 autocast in training (tests/test_mixed_precision.py checks clipping
+    under it); the run logs its precision, and evaluation stays float32."""
+    result = runner.invoke(app, ["train", "demo", "--home", str(demo_home), "--seeded", "--model", str(llama),
+                                 "--lora-rank", "2", "--mechanism", "dpsgd", "--noise-multiplier", "1.0",
+                                 "--steps", "2", "--precision", "bf16"])
+    assert result.exit_code == 0, result.output
+    run = MlflowClient(tracking_uri=f"sqlite:///{demo_home / 'mlflow.db'}").get_run(_run_id(result)).data
+    assert run.params["precision"] == "bf16" and math.isfinite(run.metrics["perplexity_test"])
+
+
 def test_a_starts_figures_are_scored_once_and_read_back_by_the_next_run_from_it(demo_home: Path, llama: Path) -> None:
     """A start's valid and test figures are remembered in the data home (services/start_scores.py): the next run
     from the same start reads them back instead of scoring the model again (tens of minutes at 135M on a CPU)."""

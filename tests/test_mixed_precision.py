@@ -12,6 +12,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from uedp.models.batching import collate, encode
+from uedp.models.device import autocast, training_precision
 from uedp.models.metrics import per_sequence_lm_loss
 from uedp.privacy.mechanisms import dpsgd as dpsgd_module
 from uedp.privacy.mechanisms.dpsgd import DpSgd, DpSgdParams
@@ -77,25 +78,30 @@ def test_bf16_forward_gives_float64_norms_near_the_float32_ones_and_float32_clip
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_under_bf16_adding_one_example_moves_dpsgds_clipped_sum_by_at_most_clip(
         family: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """DP-SGD's own path (DpSgd.clipped_gradient_sum) with its autocast switched to CPU bf16: every example is
-    clipped (clip far below the norms), D' = D + one example moves the sum by at most clip (up to float32
-    rounding), and a single example's contribution has norm clip."""
-    monkeypatch.setattr(dpsgd_module, "autocast", lambda device: cpu_bf16())
+    """DP-SGD's own path (DpSgd.clipped_gradient_sum) under a run's ``--precision bf16`` (the CPU's own bf16
+    autocast, models.device.training_precision): every example is clipped (clip far below the norms),
+    D' = D + one example moves the sum by at most clip (up to float32 rounding), and a single example's
+    contribution has norm clip."""
     clip = 1e-3
     mechanism = DpSgd(DpSgdParams(steps=1, batch_size=len(TEXTS), clip=clip, noise_multiplier=1.0),
                       Population.declared(len(TEXTS)), Randomness.secure())
     model = _model(family)
     params = [p for p in model.parameters() if p.requires_grad]
     clipping = per_sample_clipping(model, "ghost")
+    forward_dtypes: list[torch.dtype] = []
+    hook = model.get_output_embeddings().register_forward_hook(lambda m, i, out: forward_dtypes.append(out.dtype))
     try:
         flat = []
-        for texts in (TEXTS[1:], TEXTS, TEXTS[:1]):
-            sums = mechanism.clipped_gradient_sum(clipping, params, encode(TOKENIZER, texts, 64),
-                                                  per_sequence_lm_loss, CPU, TOKENIZER.pad_token_id)
-            assert all(s.dtype == torch.float32 for s in sums)
-            flat.append(torch.cat([s.flatten() for s in sums]).double())
+        with training_precision("bf16"):
+            for texts in (TEXTS[1:], TEXTS, TEXTS[:1]):
+                sums = mechanism.clipped_gradient_sum(clipping, params, encode(TOKENIZER, texts, 64),
+                                                      per_sequence_lm_loss, CPU, TOKENIZER.pad_token_id)
+                assert all(s.dtype == torch.float32 for s in sums)
+                flat.append(torch.cat([s.flatten() for s in sums]).double())
     finally:
         clipping.close()
+        hook.remove()
+    assert forward_dtypes and set(forward_dtypes) == {torch.bfloat16}  # the forward pass did run in bf16
     moved = float(torch.linalg.vector_norm(flat[1] - flat[0]))
     # up to the float32 rounding of the other examples' contributions, summed in another batch shape
     assert 0.5 * clip < moved <= clip * (1 + 1e-3)
@@ -125,3 +131,40 @@ def test_under_bf16_dpsgds_noise_is_float32_with_standard_deviation_z_clip(monke
     assert float(noise.std()) == pytest.approx(z * clip, rel=0.02)
     # float32 noise takes ~2^24 distinct magnitudes; bf16-rounded noise would take a few hundred
     assert torch.unique(noise[:20_000].float()).numel() > 19_000
+
+
+@pytest.mark.filterwarnings("ignore:CUDA is not available")  # autocast("cuda") is only built here, never entered
+def test_a_runs_precision_chooses_the_training_forward_pass_and_nothing_else() -> None:
+    """``--precision``: auto keeps today's choice (bf16 on CUDA, float32 on a CPU), bf16 asks for it on any device,
+    float32 refuses it on a GPU too; the choice is the run's context, gone after it and unseen by other threads."""
+    import threading
+
+    layer, x = torch.nn.Linear(8, 8), torch.randn(2, 8)
+
+    def forward_dtype() -> torch.dtype:
+        with autocast(CPU):
+            return layer(x).dtype
+
+    assert forward_dtype() == torch.float32  # auto on a CPU
+    with training_precision("bf16"):
+        assert forward_dtype() == torch.bfloat16
+        seen: list[torch.dtype] = []
+        worker = threading.Thread(target=lambda: seen.append(forward_dtype()))
+        worker.start()
+        worker.join()
+        assert seen == [torch.float32]  # another thread (another run's task) keeps its own
+    assert forward_dtype() == torch.float32  # reset on the way out
+    with training_precision("float32"):
+        assert isinstance(autocast(torch.device("cuda")), contextlib.nullcontext)
+    assert not isinstance(autocast(torch.device("cuda")), contextlib.nullcontext)  # auto: bf16 on a GPU
+
+
+def test_precision_is_a_setting_and_auto_keeps_every_fingerprint() -> None:
+    from uedp.services.config import TrainConfig
+
+    base = TrainConfig.for_mechanism("dpsgd", dataset="demo", steps=2, noise_multiplier=1.0)
+    assert TrainConfig.for_mechanism("dpsgd", dataset="demo", steps=2, noise_multiplier=1.0,
+                                     precision="auto").fingerprint() == base.fingerprint()
+    bf16 = TrainConfig.for_mechanism("dpsgd", dataset="demo", steps=2, noise_multiplier=1.0, precision="bf16")
+    assert bf16.fingerprint() != base.fingerprint()  # another configuration: not found again for a float32 one
+    assert bf16.settings()["precision"] == "bf16"  # and reports do not average it with float32 runs

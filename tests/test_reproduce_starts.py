@@ -288,3 +288,21 @@ def test_dpsgd_near_noiseless_from_a_start_is_judged_at_the_largest_epsilon() ->
     assert not verdict(50.0).holds  # 1.25x; epsilon 2's 90 is not what it judges
     statements = [c.statement for c in claims(SCALES["cpu"], start)]
     assert not any(s.startswith("dpsgd at the largest") for s in statements)  # pages without dpsgd rows
+
+
+def test_a_pages_precision_reaches_every_run_and_a_bad_one_is_refused_first(tmp_path: Path) -> None:
+    """``uedp reproduce --precision bf16``: each sweep the page builds carries it (the runs' setting, so a float32
+    page's finished runs are not taken for it); an unknown value stops the command before anything is read."""
+    from typer.testing import CliRunner
+
+    from uedp.cli import app
+    from uedp.experiments.common import Context
+    from uedp.experiments.uedp_conll import SCALES, _sweep
+    from uedp.storage.home import DataHome
+
+    ctx = Context("uedp-conll", "cpu", DataHome.from_env(tmp_path / "home"), tmp_path, precision="bf16")
+    sweep = _sweep(ctx, "conll", SCALES["cpu"], {"model": "gpt2", "model_size": "tiny"})
+    assert sweep.run.precision == "bf16" and all(item.config.precision == "bf16" for item in sweep.items())
+    result = CliRunner().invoke(app, ["reproduce", "uedp-conll", "--conll-dir", str(tmp_path), "--precision", "fp16",
+                                      "--home", str(tmp_path / "home")])
+    assert result.exit_code == 2 and "--precision" in result.output and "'fp16'" in result.output

@@ -209,6 +209,9 @@ def reproduce(
                                        "or NAME-ci / NAME-gpu for those scales).", show_default=False),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
     threads: int = typer.Option(1, min=1, help="Torch threads per training."),
+    precision: str = typer.Option("auto", help="Every run's training forward pass: auto (bf16 on a GPU, float32 on "
+                                  "a CPU), float32, or bf16 (on a CPU with bf16 instructions, about 1.4x faster from "
+                                  "SmolLM2; clipping, noise and evaluation stay float32)."),
     check: bool = typer.Option(False, help="Exit 1 when a claim the page makes at this scale does not hold."),
     page_only: bool = typer.Option(False, help="Rebuild the page in --out from its results.json, without training "
                                    "(after its text or claims changed); the figures, command and wall time stay."),
@@ -242,6 +245,8 @@ def reproduce(
                         f"{corpus.where}; uedp never downloads it.")
     if scale not in ("ci", "cpu", "gpu"):
         raise typer.BadParameter(f"{scale!r}: expected ci, cpu or gpu", param_hint="--scale")
+    if precision not in ("auto", "float32", "bf16"):
+        raise typer.BadParameter(f"{precision!r}: expected auto, float32 or bf16", param_hint="--precision")
     target = out or default_out(name, scale)  # type: ignore[arg-type]
     if page_only:
         page = rerender(name, data_home, target)
@@ -250,7 +255,7 @@ def reproduce(
         with prefect_api(data_home):
             page = run_experiment(name, scale, data_home, data_dir, target, device, threads,  # type: ignore[arg-type]
                                   say=lambda line: typer.echo(line, err=True), command=command_line(),
-                                  conll_dir=conll_dir, start=start, public_dir=public_dir)
+                                  conll_dir=conll_dir, start=start, public_dir=public_dir, precision=precision)
     for verdict in page.verdicts:
         typer.echo(f"  [{verdict.verdict}] {verdict.statement}: {verdict.ours}")
     typer.echo(f"page: {target / 'README.md'}")
