@@ -56,7 +56,7 @@ def measures(home: Path, row: Row) -> dict[str, Any] | None:
     return kept if "accuracy" in kept and "leakage" in kept else None
 
 
-def run_row(home: Path, row: Row, base: ReutersBase, count: int, utility_steps: int) -> None:
+def run_row(home: Path, row: Row, base: ReutersBase, count: int, utility_steps: int, precision: str = "auto") -> None:
     """Train (unless finished), then generate and measure (unless measured). The real row is measured by every
     corpus' classifier measure (the real-train classifier is trained once): it trains nothing here."""
     if row.mechanism == REAL:
@@ -65,7 +65,7 @@ def run_row(home: Path, row: Row, base: ReutersBase, count: int, utility_steps: 
     run_id = trained_run(home, row, DATASET)
     if run_id is None:
         out = uedp("train", DATASET, *labelled_flags(row, utility_steps), "--threads", "2", "--checkpoint-every",
-                   "10", *base.flags(), home=home, threads=2, log=log)
+                   "10", *base.flags(), "--precision", precision, home=home, threads=2, log=log)
         run_id = out.split("MLflow run: ")[1].split()[0]
     if measures(home, row) is None:
         uedp("generate", run_id, "--output", row.name, "--count", str(count), "--labels", ",".join(LABELS),
@@ -191,6 +191,8 @@ def main() -> None:
     parser.add_argument("--utility-steps", type=int, default=300, help="noiseless steps of each corpus' models")
     parser.add_argument("--items-per-user", type=int, default=15)
     parser.add_argument("--ner-epochs", type=int, default=3)
+    parser.add_argument("--precision", choices=("auto", "float32", "bf16"), default="auto",
+                        help="every run's training forward pass (bf16: about 1.4x faster on a CPU with bf16 instructions)")
     parser.add_argument("--page-only", action="store_true", help="rewrite the page from the runs in --home")
     args = parser.parse_args()
     started = time.perf_counter()
@@ -209,7 +211,7 @@ def main() -> None:
         prepare(args, home)
         base = ReutersBase(**json.loads(base_file.read_text(encoding="utf-8")))
         for row in rows:  # one at a time: a 135M model's training takes both cores
-            run_row(home, row, base, args.count, args.utility_steps)
+            run_row(home, row, base, args.count, args.utility_steps, args.precision)
     base = ReutersBase(**json.loads(base_file.read_text(encoding="utf-8")))
     results_page(args.out, collect(home, rows, base.name), base, settings)
     if not args.page_only:

@@ -232,8 +232,8 @@ def measure_leakage(home: DataHome, dataset: str, reference: str | None = None, 
 def measure_utility(home: DataHome, dataset: str, steps: int = 200, batch_size: int = 16, lr: float | None = None,
                     seed: int = 0, device: str = "auto", threads: int | None = None, progress: bool = False,
                     report_to: Callable[[str], Any] | None = None) -> UtilityFigures:
-    """Train a model like the generating run's (kind, size, tokenizer, start) noiselessly on the synthetic
-    corpus, score it on the source's real test split, and log both figures to the generating run."""
+    """Train a model like the generating run's (kind, size, tokenizer, start, precision) noiselessly on the
+    synthetic corpus, score it on the source's real test split, and log both figures to the generating run."""
     from uedp.models.batching import encode
     from uedp.models.device import resolve_device
     from uedp.models.metrics import perplexity
@@ -252,7 +252,7 @@ def measure_utility(home: DataHome, dataset: str, steps: int = 200, batch_size: 
         "init_from": origin.init_from, "max_len": origin.max_len, "lora_rank": origin.lora_rank,
         "lora_alpha": origin.lora_alpha, "lora_targets": origin.lora_targets, "steps": steps,
         "batch_size": batch_size, "seed": seed, "device": device, "threads": threads, "log_model": True,
-        "checkpoint_every": 0, "variant": "synthetic-utility"}
+        "checkpoint_every": 0, "variant": "synthetic-utility", "precision": origin.precision}
     if lr is not None:
         settings["lr"] = lr
     config = TrainConfig.for_mechanism("noiseless", **settings)
