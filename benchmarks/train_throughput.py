@@ -355,7 +355,7 @@ def timing_setup(before_rounds: list[float], device: Any) -> Iterator[None]:
 def ratio_to_base(results: dict[tuple[str, str], Measured], model_name: str, mechanism: str) -> float | None:
     """Median tokens/s over its base's: noiseless, or fedavg for the round-based mechanisms when measured."""
     base = results.get((model_name, "noiseless"))
-    if mechanism in ROUND_BASED and (model_name, "fedavg") in results:
+    if mechanism.split("@")[0] in ROUND_BASED and (model_name, "fedavg") in results:
         base = results[(model_name, "fedavg")]
     if base is None:
         return None
@@ -401,7 +401,8 @@ def cost_versus_size(results: dict[tuple[str, str], Measured], sizes: dict[str, 
         for model in models:
             ratio = ratio_to_base(results, model, mechanism) if (model, mechanism) in results else None
             cells.append("-" if ratio is None else f"{ratio:.2f}x")
-        label = f"{mechanism} (vs fedavg)" if mechanism in ROUND_BASED and "fedavg" in mechanisms else mechanism
+        label = (f"{mechanism} (vs fedavg)" if mechanism.split("@")[0] in ROUND_BASED and "fedavg" in mechanisms
+                 else mechanism)
         print(f"| {label} | " + " | ".join(cells) + " |")
 
 

@@ -108,8 +108,9 @@ class RunSettings(BaseModel):
                                  "torch device name in the form's second option)")
     precision: Precision = Field("auto", description="the training forward pass: auto (bf16 autocast on a GPU, float32 "
                                  "on a CPU), float32, or bf16 (autocast on any device: on a CPU with bf16 "
-                                 "instructions, e.g. AVX512-BF16 or AMX, a 135M model trains about 1.5x faster). "
-                                 "Weights, clipping, noise and evaluation stay float32")
+                                 "instructions, e.g. AVX512-BF16 or AMX, a 135M model trains about 1.4x faster). "
+                                 "Weights, clipping, noise and evaluation stay float32; --vectorize-users and "
+                                 "pretraining always train in float32")
     processes: int = Field(1, ge=1, description="torchrun processes (one per GPU); they split each round's users or "
                                                 "examples and sum their clipped contributions")
     threads: int | None = Field(None, ge=1, description="torch threads per process (default: OMP_NUM_THREADS if set, "

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from uedp.models.device import training_precision
 from uedp.models.parallel import Ranks
 from uedp.services import privacy_budget
 from uedp.services.audit_draw import keep_for_run
@@ -157,4 +158,5 @@ def result_of(config: TrainConfig, run_id: str, outcome: RunOutcome, unit: str, 
 def train_replica(home: DataHome, config: TrainConfig) -> None:
     """A torchrun process other than the main one: train its share of every round, log nothing."""
     s = set_up(home, config, Ranks.current())
-    s.mechanism.train(s.model, s.data.train, loss_function(s.config), s.device, lambda report: None, s.checkpoint)
+    with training_precision(config.precision):  # as the main process trains (services.training_run)
+        s.mechanism.train(s.model, s.data.train, loss_function(s.config), s.device, lambda report: None, s.checkpoint)

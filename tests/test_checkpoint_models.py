@@ -293,13 +293,34 @@ def test_a_run_from_a_model_says_what_that_model_scored_before_fine_tuning(demo_
     # random weights have no start to score: tests/test_learning_signals.py checks starts_from_a_model is False
 
 
-def test_a_checkpoint_trains_privately_in_bf16_on_the_cpu_when_asked(demo_home: Path, llama: Path) -> None:
+def test_a_checkpoint_trains_privately_in_bf16_on_the_cpu_when_asked(demo_home: Path, llama: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """``--precision bf16``: the CPU's bf16 autocast in training (tests/test_mixed_precision.py checks clipping
     under it); the run logs its precision, and evaluation stays float32."""
+    from uedp.models import metrics
+    from uedp.privacy.mechanisms import dpsgd
+
+    training: list[bool] = []
+    evaluating: list[bool] = []
+    real_autocast, real_nll = dpsgd.autocast, metrics.causal_lm_nll
+
+    def autocast(device: torch.device) -> object:
+        context = real_autocast(device)
+        training.append(isinstance(context, torch.autocast))
+        return context
+
+    def causal_lm_nll(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+        evaluating.append(torch.is_autocast_enabled("cpu"))
+        return real_nll(model, batch)
+
+    monkeypatch.setattr(dpsgd, "autocast", autocast)
+    monkeypatch.setattr(metrics, "causal_lm_nll", causal_lm_nll)
     result = runner.invoke(app, ["train", "demo", "--home", str(demo_home), "--seeded", "--model", str(llama),
                                  "--lora-rank", "2", "--mechanism", "dpsgd", "--noise-multiplier", "1.0",
                                  "--steps", "2", "--precision", "bf16"])
     assert result.exit_code == 0, result.output
+    assert training and all(training)  # every forward pass of training under bf16 autocast
+    assert evaluating and not any(evaluating)  # every figure scored in float32
     run = MlflowClient(tracking_uri=f"sqlite:///{demo_home / 'mlflow.db'}").get_run(_run_id(result)).data
     assert run.params["precision"] == "bf16" and math.isfinite(run.metrics["perplexity_test"])
 

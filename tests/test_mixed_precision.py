@@ -75,19 +75,19 @@ def test_bf16_forward_gives_float64_norms_near_the_float32_ones_and_float32_clip
     assert all(s.dtype == torch.float32 and bool(torch.isfinite(s).all()) for s in sums)
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama"])
-def test_under_bf16_adding_one_example_moves_dpsgds_clipped_sum_by_at_most_clip(
-        family: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("family", "engine"), [("gpt2", "ghost"), ("llama", "ghost"), ("gpt2", "opacus")])
+def test_under_bf16_adding_one_example_moves_dpsgds_clipped_sum_by_at_most_clip(family: str, engine: str) -> None:
     """DP-SGD's own path (DpSgd.clipped_gradient_sum) under a run's ``--precision bf16`` (the CPU's own bf16
     autocast, models.device.training_precision): every example is clipped (clip far below the norms),
     D' = D + one example moves the sum by at most clip (up to float32 rounding), and a single example's
-    contribution has norm clip."""
+    contribution has norm clip. Opacus' path too: its hooks give bf16 per-sample gradients under autocast, which
+    it must clip in float32 at least (in bf16 one contribution reached 1.006 clip)."""
     clip = 1e-3
     mechanism = DpSgd(DpSgdParams(steps=1, batch_size=len(TEXTS), clip=clip, noise_multiplier=1.0),
                       Population.declared(len(TEXTS)), Randomness.secure())
     model = _model(family)
     params = [p for p in model.parameters() if p.requires_grad]
-    clipping = per_sample_clipping(model, "ghost")
+    clipping = per_sample_clipping(model, engine)  # type: ignore[arg-type]
     forward_dtypes: list[torch.dtype] = []
     hook = model.get_output_embeddings().register_forward_hook(lambda m, i, out: forward_dtypes.append(out.dtype))
     try:
@@ -168,3 +168,22 @@ def test_precision_is_a_setting_and_auto_keeps_every_fingerprint() -> None:
     bf16 = TrainConfig.for_mechanism("dpsgd", dataset="demo", steps=2, noise_multiplier=1.0, precision="bf16")
     assert bf16.fingerprint() != base.fingerprint()  # another configuration: not found again for a float32 one
     assert bf16.settings()["precision"] == "bf16"  # and reports do not average it with float32 runs
+
+
+def test_a_torchrun_replica_trains_in_its_runs_precision(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """Every rank, not the main process alone: a replica (services.training.train_replica) trains its share of
+    each round in the configuration's precision."""
+    from types import SimpleNamespace
+
+    from uedp.models import device as device_module
+    from uedp.services import training
+    from uedp.services.config import TrainConfig
+    from uedp.storage.home import DataHome
+
+    config = TrainConfig.for_mechanism("dpsgd", dataset="demo", steps=2, noise_multiplier=1.0, precision="bf16")
+    seen: list[str] = []
+    mechanism = SimpleNamespace(train=lambda *args: seen.append(device_module._PRECISION.get()))
+    monkeypatch.setattr(training, "set_up", lambda home, config, ranks: SimpleNamespace(
+        mechanism=mechanism, model=None, data=SimpleNamespace(train=[]), config=config, device=CPU, checkpoint=None))
+    training.train_replica(DataHome.from_env(tmp_path / "home"), config)
+    assert seen == ["bf16"] and device_module._PRECISION.get() == "auto"

@@ -40,16 +40,24 @@ class OpacusClipping:
 
 def sum_clipped_grad_samples(params: list[torch.Tensor], batch_size: int, clip: float) -> list[torch.Tensor]:
     """``sum_i clip(g_i, clip)`` per parameter from Opacus' ``grad_sample`` (flat clipping over all
-    parameters; a non-finite example counts 0); clears ``grad_sample`` and ``grad`` afterwards."""
+    parameters; a non-finite example counts 0); clears ``grad_sample`` and ``grad`` afterwards.
+
+    Under bf16 autocast Opacus' hooks give bf16 per-sample gradients: they are taken in float32 at least, the
+    norms in float64 and the scaled sum in float32, so that each example's contribution to the sum is at most
+    ``clip`` in the precision the noise is added in (in bf16 the scale and the sum rounded past it)."""
     # grad_sample is the attribute Opacus' hooks attach to each parameter at run time.
-    samples = [param.grad_sample if param.grad_sample is not None  # type: ignore[attr-defined]
+    samples = [_at_least_float32(param.grad_sample) if param.grad_sample is not None  # type: ignore[attr-defined]
                else torch.zeros((batch_size, *param.shape), device=param.device) for param in params]
     # builtins.sum is typed ``Tensor | Literal[0]`` (its start 0, for an empty input): over parameters it is a Tensor.
-    norms = torch.sqrt(cast(torch.Tensor, sum(g.reshape(batch_size, -1).pow(2).sum(1) for g in samples)))
+    norms = torch.sqrt(cast(torch.Tensor, sum(g.reshape(batch_size, -1).double().pow(2).sum(1) for g in samples)))
     scale = torch.clamp(clip / (norms + 1e-12), max=1.0)
     scale = torch.where(torch.isfinite(norms), scale, torch.zeros_like(scale))
-    summed = [torch.einsum("b,b...->...", scale, torch.nan_to_num(g)) for g in samples]
+    summed = [torch.einsum("b,b...->...", scale.to(g.dtype), torch.nan_to_num(g)) for g in samples]
     for param in params:
         param.grad_sample = None  # type: ignore[attr-defined]
         param.grad = None
     return summed
+
+
+def _at_least_float32(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.float() if tensor.dtype in (torch.bfloat16, torch.float16) else tensor

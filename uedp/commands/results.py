@@ -209,9 +209,10 @@ def reproduce(
                                        "or NAME-ci / NAME-gpu for those scales).", show_default=False),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
     threads: int = typer.Option(1, min=1, help="Torch threads per training."),
-    precision: str = typer.Option("auto", help="Every run's training forward pass: auto (bf16 on a GPU, float32 on "
-                                  "a CPU), float32, or bf16 (on a CPU with bf16 instructions, about 1.4x faster from "
-                                  "SmolLM2; clipping, noise and evaluation stay float32)."),
+    precision: str = typer.Option("auto", help="Every fine-tuning run's training forward pass: auto (bf16 on a GPU, "
+                                  "float32 on a CPU), float32, or bf16 (on a CPU with bf16 instructions, about 1.4x "
+                                  "faster from SmolLM2; clipping, noise and evaluation stay float32; the public base's "
+                                  "pretraining keeps float32)."),
     check: bool = typer.Option(False, help="Exit 1 when a claim the page makes at this scale does not hold."),
     page_only: bool = typer.Option(False, help="Rebuild the page in --out from its results.json, without training "
                                    "(after its text or claims changed); the figures, command and wall time stay."),
