@@ -93,6 +93,20 @@ def packaged_base(name: str, home: Path, test_files: Sequence[Path], max_len: in
     return start
 
 
+def page_start(start: str, base_file: Path, base_home: Path, public_dir: Path, test_files: Sequence[Path],
+               max_len: int, lora_rank: int, threads: int) -> ReutersBase:
+    """A page's start, kept in ``base_file``: the Reuters base (built or reused by content key in ``base_home``),
+    or a packaged base, measured on ``test_files`` once (minutes for a 135M model) and read back after."""
+    if start == "base":
+        base = reuters_base(public_dir, base_home, test_files, threads=threads)
+    elif base_file.is_file():
+        base = ReutersBase(**json.loads(base_file.read_text(encoding="utf-8")))
+    else:
+        base = packaged_base(start, base_home, test_files, max_len, lora_rank, threads=threads)
+    base_file.write_text(json.dumps(asdict(base), indent=1), encoding="utf-8")
+    return base
+
+
 def base_from_output(name: str, out: str, max_len: int, lora_rank: int) -> ReutersBase | None:
     """The start ``uedp base NAME`` printed: its folder, size and perplexity on each --eval-file (None when
     it printed no folder)."""

@@ -36,7 +36,15 @@ from typing import Any
 from uedp.experiments.learning_results import ReutersBase, packaged_base, uedp
 from uedp.experiments.page import write_command_file
 from uedp.experiments.runs import mlflow_client
-from uedp.experiments.synthetic_conll import REAL, Row, epsilon_text, plan_rows, train_flags, trained_run
+from uedp.experiments.synthetic_conll import (
+    REAL,
+    Row,
+    epsilon_text,
+    leakage_table,
+    plan_rows,
+    train_flags,
+    trained_run,
+)
 
 DATASET = "agnews"
 NER_TEXT = "conll-ner"  # CoNLL-2003, the NER's training text
@@ -137,17 +145,9 @@ def results_page(out: Path, rows: list[dict[str, object]], base: ReutersBase, se
                      f"{epsilon_text(r['target_epsilon'])} | {r['seed']} | {unit} | "
                      f"{float(r['accuracy_real_test']):.1%} | {'-' if below is None else f'{below:+.1f}'} | {target} |")  # type: ignore[arg-type]
     corpora = [r for r in rows if r["mechanism"] != REAL]
-    lines += ["", "## Leakage: what each corpus shares with the private training text", "",
-              "Reference: as many items of the test split (never trained on). uedp keeps these figures in the data "
-              "home, never in MLflow (this page shows them because AG News is a public benchmark).", "",
-              "| mechanism | target epsilon | seed | distinct 5-grams in the train split (reference) | texts copying a "
-              "train item of 4+ words (reference) | train entity surfaces found (reference) |",
-              "|---|---:|---:|---:|---:|---:|"]
-    for r in corpora:
-        lines.append(f"| {r['mechanism']} | {epsilon_text(r['target_epsilon'])} | {r['seed']} | "
-                     f"{float(r['leakage_ngram_overlap']):.2%} ({float(r['leakage_ngram_overlap_reference']):.2%}) | "  # type: ignore[arg-type]
-                     f"{r['leakage_copied_sentences']} ({r['leakage_copied_sentences_reference']}) | "
-                     f"{r['leakage_entity_surfaces']} ({r['leakage_entity_surfaces_reference']}) |")
+    lines += leakage_table(corpora, "Reference: as many items of the test split (never trained on). uedp keeps these "
+                           "figures in the data home, never in MLflow (this page shows them because AG News is a "
+                           "public benchmark).", "item")
     (out / "results.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (out / "results.json").write_text(json.dumps({"base": asdict(base), "settings": settings, "rows": rows}, indent=1),
                                       encoding="utf-8")
@@ -196,7 +196,8 @@ def main() -> None:
     parser.add_argument("--page-only", action="store_true", help="rewrite the page from the runs in --home")
     args = parser.parse_args()
     started = time.perf_counter()
-    home = args.home / f"{DATASET}-{args.start}"
+    # runs are found again by mechanism, target and seed: a start of another length or rank gets a home of its own
+    home = args.home / f"{DATASET}-{args.start}-len{args.max_len}-lora{args.lora_rank}"
     base_file = args.home / f"{args.start}-start-len{args.max_len}-lora{args.lora_rank}.json"
     rows = plan_rows(args.mechanisms.split(","), [float(e) for e in args.epsilons.split(",")],
                      [int(seed) for seed in args.seeds.split(",")])

@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from uedp.experiments.learning_results import ReutersBase, packaged_base, reuters_base, uedp
+from uedp.experiments.learning_results import ReutersBase, page_start, uedp
 from uedp.experiments.page import write_command_file
 from uedp.experiments.runs import finished_runs, mlflow_client
 
@@ -188,6 +188,21 @@ def _number(value: object) -> float:
     return float(value)
 
 
+def leakage_table(corpora: list[dict[str, object]], reference: str, item: str) -> list[str]:
+    """The leakage section of a synthetic page: each corpus' overlap with the private train split beside the same
+    figure for held-out text (``reference`` says which), ``item`` naming a record of the corpus."""
+    lines = ["", "## Leakage: what each corpus shares with the private training text", "", reference, "",
+             "| mechanism | target epsilon | seed | distinct 5-grams in the train split (reference) | texts copying a "
+             f"train {item} of 4+ words (reference) | train entity surfaces found (reference) |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in corpora:
+        lines.append(f"| {r['mechanism']} | {epsilon_text(r['target_epsilon'])} | {r['seed']} | "
+                     f"{float(r['leakage_ngram_overlap']):.2%} ({float(r['leakage_ngram_overlap_reference']):.2%}) | "  # type: ignore[arg-type]
+                     f"{r['leakage_copied_sentences']} ({r['leakage_copied_sentences_reference']}) | "
+                     f"{r['leakage_entity_surfaces']} ({r['leakage_entity_surfaces_reference']}) |")
+    return lines
+
+
 def epsilon_text(value: object) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isinf(value)) else f"{float(value):.3g}"  # type: ignore[arg-type]
 
@@ -215,18 +230,10 @@ def results_page(out: Path, rows: list[dict[str, object]], base: ReutersBase, se
         synthetic = float(r["perplexity_real_test"])  # type: ignore[arg-type]
         lines.append(f"| {r['mechanism']} | {epsilon_text(r['target_epsilon'])} | {r['seed']} | {unit} | "
                      f"{float(r['perplexity_test']):.1f} | {synthetic:.1f} | {'yes' if synthetic < before else 'no'} |")  # type: ignore[arg-type]
-    lines += ["", "## Leakage: what each corpus shares with the private training text", "",
-              "Reference: as many sentences of the test split (held-out writers, never trained on). Figures are "
-              "computed against the private text; uedp prints them to the curator and keeps them in the data home, "
-              "never in MLflow (this page shows them because CoNLL-2003 is a public benchmark).", "",
-              "| mechanism | target epsilon | seed | distinct 5-grams in the train split (reference) | texts copying a "
-              "train sentence of 4+ words (reference) | train entity surfaces found (reference) |",
-              "|---|---:|---:|---:|---:|---:|"]
-    for r in corpora:
-        lines.append(f"| {r['mechanism']} | {epsilon_text(r['target_epsilon'])} | {r['seed']} | "
-                     f"{float(r['leakage_ngram_overlap']):.2%} ({float(r['leakage_ngram_overlap_reference']):.2%}) | "  # type: ignore[arg-type]
-                     f"{r['leakage_copied_sentences']} ({r['leakage_copied_sentences_reference']}) | "
-                     f"{r['leakage_entity_surfaces']} ({r['leakage_entity_surfaces_reference']}) |")
+    lines += leakage_table(corpora, "Reference: as many sentences of the test split (held-out writers, never trained "
+                           "on). Figures are computed against the private text; uedp prints them to the curator and "
+                           "keeps them in the data home, never in MLflow (this page shows them because CoNLL-2003 is "
+                           "a public benchmark).", "sentence")
     if any(r["mechanism"] == "noiseless" for r in corpora):
         lines += ["", "Noiseless's corpus has no guarantee (uedp labels it \"no guarantee\" wherever it shows it): "
                       "it is the yardstick for both tables."]
@@ -293,7 +300,8 @@ def main() -> None:
     args = parser.parse_args()
     started = time.perf_counter()
     # Each start's runs in a data home of their own: a finished row of one start is never taken for another's.
-    home = args.home / ("conll" if args.start == "base" else f"conll-{args.start}")
+    # runs are found again by mechanism, target and seed: a start of another length or rank gets a home of its own
+    home = args.home / ("conll" if args.start == "base" else f"conll-{args.start}-len{args.max_len}-lora{args.lora_rank}")
     log = home / "commands.log"
     # A packaged start's folder and figures, measured once (minutes for a 135M model) for its length and rank.
     base_file = args.home / ("reuters-base.json" if args.start == "base"
@@ -305,14 +313,8 @@ def main() -> None:
     if not args.page_only:
         home.mkdir(parents=True, exist_ok=True)
         test_files = [args.conll_dir / "eng.testb"]
-        if args.start == "base":
-            base = reuters_base(args.public_dir, args.base_home or args.home / "base", test_files, threads=1)
-        elif base_file.is_file():  # measured before (minutes for a 135M model): the folder and figures are kept
-            base = ReutersBase(**json.loads(base_file.read_text(encoding="utf-8")))
-        else:
-            base = packaged_base(args.start, args.base_home or args.home / "base", test_files, args.max_len,
-                                 args.lora_rank, threads=2)
-        base_file.write_text(json.dumps(asdict(base), indent=1), encoding="utf-8")
+        base = page_start(args.start, base_file, args.base_home or args.home / "base", args.public_dir, test_files,
+                          args.max_len, args.lora_rank, threads=1)
         files = [str(args.conll_dir / f) for f in ("eng.train", "eng.testa", "eng.testb")]
         uedp("ingest", "conll2003", *files, "--name", DATASET, home=home, threads=1, log=log)
         uedp("detect", DATASET, "--detector", "gold", home=home, threads=1, log=log)

@@ -57,7 +57,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from uedp.experiments.learning_results import ReutersBase, packaged_base, reuters_base, uedp
+from uedp.experiments.learning_results import ReutersBase, page_start, uedp
 from uedp.experiments.page import write_command_file
 from uedp.experiments.runs import finished_runs
 
@@ -405,14 +405,8 @@ def main() -> None:
         known = json.loads(writers_file.read_text(encoding="utf-8")) if writers_file.is_file() else {}
         writers_file.write_text(json.dumps(known | {c.name: c.writers for c in corpora}), encoding="utf-8")
         test_files = [c.files[2] for c in corpora]
-        if args.start == "base":
-            base = reuters_base(args.public_dir, args.base_home or args.home / "base", test_files, threads=2)
-        elif base_file.is_file():  # measured before (minutes for a 135M model): the folder and figures are kept
-            base = ReutersBase(**json.loads(base_file.read_text(encoding="utf-8")))
-        else:
-            base = packaged_base(args.start, args.base_home or args.home / "base", test_files, args.max_len,
-                                 args.lora_rank, threads=2)
-        base_file.write_text(json.dumps(asdict(base), indent=1), encoding="utf-8")
+        base = page_start(args.start, base_file, args.base_home or args.home / "base", args.public_dir, test_files,
+                          args.max_len, args.lora_rank, threads=2)
         rows = plan_rows([float(e) for e in args.epsilons.split(",")], [int(s) for s in args.seeds.split(",")],
                          args.variants.split(","), args.mechanisms.split(","))
         with ThreadPoolExecutor(len(corpora)) as pool:
